@@ -1,0 +1,1 @@
+"""vprof's command line: click commands that parse, call the library and print."""
