@@ -22,7 +22,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "launch": ("vprof.cli.launch:launch", "Start a profile's vLLM server and wait until healthy."),
     "model": ("vprof.cli.launch:model", "Write or locate vprof's embedded tiny model."),
     "emulate": ("vprof.cli.emulate:emulate", "Run a fast streaming server that emulates vLLM."),
-    "workloads": ("vprof.cli.traffic:workloads", "List workload presets; `show` one."),
+    "workloads": ("vprof.cli.workloads:workloads", "List workload presets; `show` one."),
     "traffic": ("vprof.cli.traffic:traffic", "List traffic shape presets; `show` one."),
     "bench": ("vprof.cli.bench:bench", "Run profiles × traffic shapes and summarise them."),
     "sweep": ("vprof.cli.bench:sweep", "The guide's ladders: batched tokens, chunked prefill."),
