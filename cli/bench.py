@@ -1,0 +1,331 @@
+"""``vprof bench`` and ``vprof sweep``: run profiles against traffic and say which is better."""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+from typing import Any
+
+import click
+
+from vprof.cli.output import emit, format_option
+
+
+def _say(message: str) -> None:
+    if message.startswith("\r"):
+        click.echo(message, nl=False, err=True)
+    else:
+        click.echo(message, err=True)
+
+
+def _sigterm_as_interrupt() -> None:
+    def handler(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, handler)
+
+
+def _parse_sets(pairs: tuple[str, ...]) -> dict[str, Any]:
+    import yaml
+
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise click.BadParameter(f"expected key=value, got {pair!r}", param_hint="--set")
+        out[key.strip().lstrip("-")] = yaml.safe_load(value)
+    return out
+
+
+def run_options(func):
+    """Options shared by ``bench`` and every ``sweep``: traffic, workload, where and how."""
+    options = [
+        click.option(
+            "--traffic",
+            "-t",
+            "traffic",
+            multiple=True,
+            default=("steady",),
+            show_default=True,
+            help="Traffic shape preset or YAML file (repeatable).",
+        ),
+        click.option(
+            "--workload",
+            "-w",
+            default="chat",
+            show_default=True,
+            help="Workload preset or YAML file.",
+        ),
+        click.option(
+            "--out",
+            "out_dir",
+            type=click.Path(path_type=Path),
+            default=Path("vprof-runs"),
+            show_default=True,
+            help="Folder for run folders; re-running resumes.",
+        ),
+        click.option(
+            "--url",
+            default=None,
+            help="Measure a server already running here instead of launching profiles.",
+        ),
+        click.option("--model", default=None, help="Serve this model instead of the profile's."),
+        click.option("--port", type=int, default=None, help="Port for launched servers."),
+        click.option(
+            "--set",
+            "set_args",
+            multiple=True,
+            metavar="KEY=VALUE",
+            help="Override an engine argument in every profile (repeatable).",
+        ),
+        click.option(
+            "--profiles-dir",
+            "profiles_dirs",
+            multiple=True,
+            type=click.Path(path_type=Path, file_okay=False),
+            help="Extra folder of profile YAML files (repeatable).",
+        ),
+        click.option(
+            "--seed",
+            type=int,
+            default=0,
+            show_default=True,
+            help="Seed for the workload and arrivals.",
+        ),
+        click.option(
+            "--reuse-prefix-cache",
+            is_flag=True,
+            help="Do not salt prompts per run (lets a warm prefix cache count).",
+        ),
+        click.option(
+            "--on-failure",
+            type=click.Choice(["continue", "stop"]),
+            default="continue",
+            show_default=True,
+            help="After a failed run: go on with the rest, or stop.",
+        ),
+        click.option(
+            "--processes",
+            type=int,
+            default=1,
+            show_default=True,
+            help="Locust worker processes (one per spare core).",
+        ),
+        click.option("--slo", default=None, help="Goodput SLO, e.g. ttft_p95=500ms,tpot_p95=50ms."),
+        click.option(
+            "--tokenizer",
+            default=None,
+            help="Tokenizer (model folder or tokenizer.json) for building prompts.",
+        ),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+def _spec(opts: dict[str, Any], **extra: Any):
+    from vprof.runs import BenchSpec
+
+    return BenchSpec(
+        traffic=tuple(opts["traffic"]),
+        workload=opts["workload"],
+        out_dir=opts["out_dir"],
+        url=opts["url"],
+        model_overridden=opts["model"] is not None,
+        seed=opts["seed"],
+        reuse_prefix_cache=opts["reuse_prefix_cache"],
+        on_failure=opts["on_failure"],
+        processes=opts["processes"],
+        slo=opts["slo"],
+        tokenizer=opts["tokenizer"],
+        **extra,
+    )
+
+
+def _profiles(names: tuple[str, ...], opts: dict[str, Any]):
+    from vprof.registry import get_profile
+
+    dirs = tuple(opts["profiles_dirs"])
+    sets = _parse_sets(opts["set_args"])
+    profiles = []
+    for name in names:
+        profile = get_profile(name, dirs)
+        if opts["model"] or opts["port"] or sets:
+            profile = profile.with_overrides(model=opts["model"], port=opts["port"], set_args=sets)
+        profiles.append(profile)
+    return profiles
+
+
+def _report(outcomes, fmt: str, slo: str | None) -> None:
+    from vprof.cli.report import show_comparison, show_summaries
+    from vprof.runs.bench import require_completed
+
+    click.echo("", err=True)
+    emit(
+        [
+            {
+                "profile": o.profile,
+                "traffic": o.traffic,
+                "state": o.state,
+                "run": str(o.run.path),
+                "reason": o.reason.splitlines()[0] if o.reason else "",
+            }
+            for o in outcomes
+        ],
+        fmt,
+    )
+    runs = require_completed(outcomes)
+    click.echo()
+    show_summaries([r.path for r in runs], fmt=fmt, slo=slo)
+    if len(runs) > 1:
+        click.echo()
+        show_comparison([r.path for r in runs], fmt=fmt)
+
+
+@click.command()
+@click.argument("profile_names", metavar="PROFILE...", nargs=-1, required=True)
+@run_options
+@format_option
+def bench(profile_names: tuple[str, ...], fmt: str, **opts: Any) -> None:
+    """Run each PROFILE against each traffic shape and compare them.
+
+    Launches each profile's vLLM server (on a machine without a GPU: the CPU build with
+    vprof's tiny model), warms up, drives the workload with Locust, samples /metrics, and
+    writes one run folder per profile × traffic. Re-running the same command skips runs that
+    already completed. Ctrl-C stops cleanly and keeps what was measured.
+
+    \b
+    Example:
+      vprof bench chunked-256 baseline --traffic steady
+      vprof bench chunked-256 --traffic steady --traffic spike --workload rag-shared-prefix
+      vprof bench my-deployment --url http://10.0.0.5:8000 --traffic poisson
+    """
+    from vprof.runs import run_bench
+
+    _sigterm_as_interrupt()
+    profiles = _profiles(profile_names, opts)
+    try:
+        outcomes = run_bench(profiles, _spec(opts), _say)
+    except KeyboardInterrupt:
+        click.echo(
+            "\nInterrupted: finished runs and the partial run are kept in "
+            f"{opts['out_dir']}; re-run the same command to resume.",
+            err=True,
+        )
+        raise SystemExit(130) from None
+    _report(outcomes, fmt, opts["slo"])
+
+
+@click.group()
+def sweep() -> None:
+    """The guide's tuning procedures, each a ladder of runs ending in a recommendation."""
+
+
+def _ladder(
+    profile_name: str, rungs_of, opts: dict[str, Any], fmt: str, *, stop_early: bool, prefer: str
+) -> None:
+    from vprof.runs.sweep import recommend, run_ladder
+
+    _sigterm_as_interrupt()
+    (profile,) = _profiles((profile_name,), opts)
+    rungs = rungs_of(profile)
+    spec = _spec(opts)
+    try:
+        rows = run_ladder(profile, rungs, spec, _say, stop_early=stop_early)
+    except KeyboardInterrupt:
+        click.echo(
+            f"\nInterrupted: finished rungs are kept in {opts['out_dir']}; re-run the "
+            "same command to resume.",
+            err=True,
+        )
+        raise SystemExit(130) from None
+    click.echo("", err=True)
+    emit(rows, fmt)
+    click.echo()
+    click.echo(recommend(rows, prefer=prefer))
+
+
+@sweep.command("batched-tokens")
+@click.argument("profile_name", metavar="PROFILE")
+@click.option(
+    "--rungs",
+    type=int,
+    default=4,
+    show_default=True,
+    help="How many multiples of max-model-len to try at most.",
+)
+@run_options
+@format_option
+def batched_tokens(profile_name: str, rungs: int, fmt: str, **opts: Any) -> None:
+    """Walk max-num-batched-tokens from max-model-len upward (×1, ×2, ×3, …).
+
+    Stops at the first rung where the server fails to start, runs out of memory or reports
+    preemptions, then recommends the rung with the best throughput and names its evidence.
+
+    \b
+    Example:
+      vprof sweep batched-tokens baseline --traffic steady --rungs 4
+    """
+    from vprof.runs.sweep import batched_tokens_ladder
+
+    _ladder(
+        profile_name,
+        lambda p: batched_tokens_ladder(p, rungs),
+        opts,
+        fmt,
+        stop_early=True,
+        prefer="throughput",
+    )
+
+
+@sweep.command("chunked")
+@click.argument("profile_name", metavar="PROFILE")
+@click.option(
+    "--sizes",
+    default="128,256,512,1024,2048",
+    show_default=True,
+    help="Batched-token sizes with chunked prefill on.",
+)
+@run_options
+@format_option
+def chunked(profile_name: str, sizes: str, fmt: str, **opts: Any) -> None:
+    """The chunked-prefill ladder (128, 256, 512, …) against the non-chunked profile.
+
+    \b
+    Example:
+      vprof sweep chunked baseline --sizes 128,256,512,1024 --traffic steady
+    """
+    from vprof.runs.sweep import chunked_ladder, parse_ladder_values
+
+    values = [int(v) for v in parse_ladder_values(sizes)]
+    _ladder(
+        profile_name, lambda p: chunked_ladder(p, values), opts, fmt, stop_early=False, prefer="itl"
+    )
+
+
+@sweep.command("set")
+@click.argument("profile_name", metavar="PROFILE")
+@click.argument("ladder", metavar="KEY=V1,V2,...")
+@run_options
+@format_option
+def set_(profile_name: str, ladder: str, fmt: str, **opts: Any) -> None:
+    """Sweep any engine argument over a list of values.
+
+    \b
+    Example:
+      vprof sweep set chunked-512 max-num-seqs=16,32,64,128 --traffic steady
+    """
+    from vprof.runs.sweep import parse_ladder_values, set_ladder
+
+    key, sep, values = ladder.partition("=")
+    if not sep or not values:
+        raise click.BadParameter("expected KEY=V1,V2,...", param_hint="LADDER")
+    parsed = parse_ladder_values(values)
+    _ladder(
+        profile_name,
+        lambda p: set_ladder(p, key.strip().lstrip("-"), parsed),
+        opts,
+        fmt,
+        stop_early=False,
+        prefer="throughput",
+    )
