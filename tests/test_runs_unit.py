@@ -1,0 +1,55 @@
+"""Run folders and the sweep's stopping rule and recommendation (pure parts)."""
+
+from __future__ import annotations
+
+import math
+
+from vprof.runs.rundir import RunDir, find_runs
+from vprof.runs.sweep import parse_ladder_values, recommend, should_stop
+
+
+def test_run_folder_records_state_and_keeps_earlier_attempts(tmp_path):
+    run = RunDir(tmp_path / "a--chat--steady--1234")
+    run.create({"profile": {"name": "a"}})
+    assert run.state == "running"
+    run.set_status("failed", "server died")
+    assert run.status()["reason"] == "server died"
+    assert run.status()["finished_at"] >= run.status()["started_at"]
+    moved = run.retire()
+    assert moved.name.endswith(".attempt-1") and not run.path.exists()
+    run.create({"profile": {"name": "a"}})
+    assert [r.name for r in find_runs([tmp_path])] == [run.name]
+
+
+def test_ladder_stops_at_failure_oom_or_preemption():
+    assert should_stop({"state": "completed", "preemptions": 0}) is None
+    assert "preemptions" in should_stop({"state": "completed", "preemptions": 3})
+    assert "start" in should_stop({"state": "not-started"})
+    assert "memory" in should_stop({"state": "completed", "oom": True})
+
+
+def test_recommendation_prefers_throughput_then_ttft_and_names_evidence():
+    rows = [
+        {"rung": "r1", "state": "completed", "request_throughput": 10.0, "p95_ttft_ms": 90.0,
+         "p95_itl_ms": 5.0},
+        {"rung": "r2", "state": "completed", "request_throughput": 12.0, "p95_ttft_ms": 80.0,
+         "p95_itl_ms": 6.0},
+        {"rung": "r3", "state": "completed", "request_throughput": 12.2, "p95_ttft_ms": 70.0,
+         "p95_itl_ms": 7.0, "preemptions": 2},
+    ]
+    text = recommend(rows)
+    assert text.startswith("Recommended: r2")
+    assert "12.00 req/s" in text and "p95 TTFT 80 ms" in text
+    assert recommend(rows, prefer="itl").startswith("Recommended: r2")  # r1 is < 90 % of best
+    rows[0]["request_throughput"] = 11.5
+    assert recommend(rows, prefer="itl").startswith("Recommended: r1")
+
+
+def test_recommendation_is_honest_when_nothing_completed():
+    text = recommend([{"rung": "r1", "state": "not-started"}])
+    assert "nothing to recommend" in text
+
+
+def test_ladder_values_parse_as_yaml_scalars():
+    assert parse_ladder_values("128, 256,true,0.5") == [128, 256, True, 0.5]
+    assert not any(isinstance(v, float) and math.isnan(v) for v in parse_ladder_values("1,2"))
