@@ -1,0 +1,152 @@
+"""Reading traffic shapes from YAML: shipped presets, ``./traffic/``, ``$VPROF_TRAFFIC_DIR``.
+
+Errors name the file, the line and the key (``WorkloadError``), so a typo in a shape file
+reads like a compiler message.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+import os
+from collections.abc import Iterable, Mapping
+from dataclasses import fields
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from vprof.common.errors import WorkloadError
+from vprof.traffic.shape import KINDS, PROCESSES, TrafficShape
+
+PRESETS_DIR = Path(__file__).parent / "presets"
+_FIELDS = {f.name: f for f in fields(TrafficShape)}
+_INT_FIELDS = {"users", "start_users", "step_users", "spike_users", "max_in_flight"}
+_SETTABLE = set(_FIELDS) - {"name", "source"}
+
+
+def _line_of(node: yaml.Node | None, key: str) -> int | None:
+    """The 1-based line of ``key`` in a YAML mapping node."""
+    if isinstance(node, yaml.MappingNode):
+        for knode, _ in node.value:
+            if getattr(knode, "value", None) == key:
+                return knode.start_mark.line + 1
+    return None
+
+
+def shape_from_dict(
+    data: Mapping[str, Any], *, name: str, source: str = "<dict>", node: yaml.Node | None = None
+) -> TrafficShape:
+    """Validate a mapping and build a :class:`TrafficShape`; errors carry ``source``:line: key."""
+
+    def fail(key: str | None, message: str, hint: str | None = None) -> WorkloadError:
+        line = _line_of(node, key) if key else (node.start_mark.line + 1 if node else None)
+        return WorkloadError(message, path=source, line=line, key=key, hint=hint)
+
+    if not isinstance(data, Mapping):
+        raise fail(None, "a traffic shape must be a mapping of settings")
+    values: dict[str, Any] = {}
+    for key, value in data.items():
+        if key == "name":
+            continue
+        if key not in _SETTABLE:
+            close = difflib.get_close_matches(str(key), sorted(_SETTABLE), n=1)
+            hint = f"did you mean {close[0]!r}?" if close else f"known: {', '.join(sorted(_SETTABLE))}"
+            raise fail(str(key), "unknown setting", hint)
+        if key in ("kind", "process", "description"):
+            values[key] = str(value)
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise fail(key, f"must be a number, got {value!r}")
+        if key in _INT_FIELDS:
+            if float(value) != int(value):
+                raise fail(key, f"must be a whole number, got {value!r}")
+            value = int(value)
+        if value < 0 or (isinstance(value, float) and math.isnan(value)):
+            raise fail(key, f"must not be negative, got {value!r}")
+        values[key] = float(value) if key not in _INT_FIELDS else value
+    kind = values.get("kind")
+    if kind is None:
+        raise fail(None, "missing 'kind'", f"one of {', '.join(KINDS)}")
+    if kind not in KINDS:
+        close = difflib.get_close_matches(kind, KINDS, n=1)
+        raise fail("kind", f"unknown kind {kind!r}",
+                   f"did you mean {close[0]!r}?" if close else f"one of {', '.join(KINDS)}")
+    if "duration_s" not in values or values["duration_s"] <= 0:
+        raise fail("duration_s" if "duration_s" in values else None,
+                   "duration_s must be given and positive")
+    process = values.get("process", "poisson")
+    if process not in PROCESSES:
+        close = difflib.get_close_matches(process, PROCESSES, n=1)
+        raise fail("process", f"unknown arrival process {process!r}",
+                   f"did you mean {close[0]!r}?" if close else f"one of {', '.join(PROCESSES)}")
+    if kind == "open-loop":
+        if values.get("rate_rps", 0) <= 0:
+            raise fail("rate_rps" if "rate_rps" in values else None,
+                       "an open-loop shape needs rate_rps > 0")
+        if values.get("max_in_flight", 32) < 1:
+            raise fail("max_in_flight", "must be at least 1")
+        if process == "gamma" and values.get("burstiness", 1.0) <= 0:
+            raise fail("burstiness", "must be positive (1 = Poisson, <1 burstier)")
+    elif values.get("users", 1) < 1 and kind != "spike":
+        raise fail("users", "must be at least 1")
+    if kind == "step" and values.get("step_s", 10.0) <= 0:
+        raise fail("step_s", "must be positive")
+    return TrafficShape(name=name, source=source, **values)
+
+
+def _load_file(path: Path) -> TrafficShape:
+    text = path.read_text(encoding="utf-8")
+    try:
+        node = yaml.compose(text)
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        raise WorkloadError(f"not valid YAML: {getattr(exc, 'problem', exc)}", path=str(path),
+                            line=mark.line + 1 if mark else None) from None
+    name = path.stem
+    if isinstance(data, Mapping) and "name" in data:
+        name = str(data["name"])
+    return shape_from_dict(data or {}, name=name, source=str(path), node=node)
+
+
+def _search_dirs(extra_dirs: Iterable[str | Path]) -> list[Path]:
+    dirs = [PRESETS_DIR, Path.cwd() / "traffic"]
+    env = os.environ.get("VPROF_TRAFFIC_DIR")
+    if env:
+        dirs += [Path(p) for p in env.split(os.pathsep) if p]
+    dirs += [Path(d) for d in extra_dirs]
+    return dirs
+
+
+def load_shapes(extra_dirs: Iterable[str | Path] = ()) -> dict[str, TrafficShape]:
+    """Every shape by name: shipped presets, then ``./traffic/``, ``$VPROF_TRAFFIC_DIR``, extras.
+
+    A later folder overrides an earlier one with the same name.
+    """
+    shapes: dict[str, TrafficShape] = {}
+    seen: set[Path] = set()
+    for folder in _search_dirs(extra_dirs):
+        if not folder.is_dir() or folder.resolve() in seen:
+            continue
+        seen.add(folder.resolve())
+        for path in sorted(folder.glob("*.yaml")) + sorted(folder.glob("*.yml")):
+            shape = _load_file(path)
+            shapes[shape.name] = shape
+    return shapes
+
+
+def get_shape(name_or_path: str | Path, extra_dirs: Iterable[str | Path] = ()) -> TrafficShape:
+    """One shape by preset name or YAML path; an unknown name suggests the closest one."""
+    text = str(name_or_path)
+    path = Path(text)
+    if text.endswith((".yaml", ".yml")) or (path.suffix and path.exists()):
+        if not path.is_file():
+            raise WorkloadError("no such traffic shape file", path=text)
+        return _load_file(path)
+    shapes = load_shapes(extra_dirs)
+    if text in shapes:
+        return shapes[text]
+    close = difflib.get_close_matches(text, list(shapes), n=1)
+    hint = f"did you mean {close[0]!r}?" if close else f"known: {', '.join(sorted(shapes))}"
+    raise WorkloadError(f"no traffic shape named {text!r}", key="traffic", hint=hint)

@@ -1,0 +1,138 @@
+"""Traffic shapes as pure maths: how many users at time t, and when open-loop requests arrive.
+
+Closed-loop kinds (``steady``, ``ramp``, ``step``, ``spike``) answer ``users_at(t_s)``; the
+Locust adapter in ``vprof.locustfiles.shapes`` calls it once a second. The ``open-loop`` kind
+fixes a request *rate* instead: ``arrival_offsets`` is one schedule, identical in every process
+that computes it from the same seed, which the Locust workers split between them.
+
+Time ``t_s`` counts from the start of the test and includes the warm-up: a shape runs for
+``warmup_s + duration_s`` seconds, and during the warm-up it holds its starting level.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import asdict, dataclass
+from typing import Any
+
+KINDS = ("steady", "ramp", "step", "spike", "open-loop")
+PROCESSES = ("constant", "poisson", "gamma")
+
+
+@dataclass(frozen=True)
+class TrafficShape:
+    """A named traffic shape. Fields that a kind does not use keep their defaults.
+
+    - ``steady``: ``users`` for the whole run.
+    - ``ramp``: from ``start_users`` up to ``users`` over ``ramp_s`` (default: the whole
+      duration), then hold.
+    - ``step``: start at ``start_users`` and add ``step_users`` every ``step_s`` until ``users``.
+    - ``spike``: ``users``, jumping to ``spike_users`` from ``spike_at_s`` for ``spike_s``.
+    - ``open-loop``: requests arrive at ``rate_rps`` (``process`` constant, poisson or gamma with
+      ``burstiness``), whoever is free sends them; at most ``max_in_flight`` at once.
+    """
+
+    name: str
+    kind: str
+    duration_s: float
+    warmup_s: float = 0.0
+    description: str = ""
+    users: int = 1
+    spawn_rate: float = 0.0  # users per second; 0 = all at once (capped at 100 per second)
+    start_users: int = 1
+    ramp_s: float = 0.0
+    step_users: int = 1
+    step_s: float = 10.0
+    spike_users: int = 0
+    spike_at_s: float = 0.0
+    spike_s: float = 0.0
+    rate_rps: float = 0.0
+    process: str = "poisson"
+    burstiness: float = 1.0
+    max_in_flight: int = 32
+    source: str = ""  # the YAML file it came from, for messages
+
+    @property
+    def open_loop(self) -> bool:
+        return self.kind == "open-loop"
+
+    @property
+    def total_s(self) -> float:
+        """Warm-up plus measured duration: how long the test runs."""
+        return self.warmup_s + self.duration_s
+
+    def _spawn(self, users: int) -> float:
+        # Locust warns above 100 users/s; "all at once" means as fast as it is comfortable.
+        return self.spawn_rate if self.spawn_rate > 0 else float(min(max(users, 1), 100))
+
+    def users_at(self, t_s: float) -> tuple[int, float] | None:
+        """``(users, spawn_rate)`` at ``t_s`` seconds into the test, or ``None`` when it is over."""
+        if t_s >= self.total_s:
+            return None
+        t = max(0.0, t_s - self.warmup_s)  # the pattern starts after the warm-up
+        if self.kind in ("steady", "open-loop"):
+            users = self.max_in_flight if self.open_loop else self.users
+        elif self.kind == "ramp":
+            ramp_s = self.ramp_s or self.duration_s
+            frac = min(1.0, t / ramp_s) if ramp_s > 0 else 1.0
+            users = round(self.start_users + (self.users - self.start_users) * frac)
+        elif self.kind == "step":
+            steps = int(t // self.step_s) if self.step_s > 0 else 0
+            users = min(self.users, self.start_users + steps * self.step_users)
+        elif self.kind == "spike":
+            in_spike = self.spike_at_s <= t < self.spike_at_s + self.spike_s
+            users = self.spike_users if in_spike else self.users
+        else:  # validated on load; a hand-built shape with a typo ends at once
+            return None
+        return users, self._spawn(users)
+
+    def peak_users(self) -> int:
+        """The most users the shape ever asks for."""
+        if self.open_loop:
+            return self.max_in_flight
+        return max(self.users, self.start_users, self.spike_users)
+
+    def expected_requests(self) -> int:
+        """Open-loop: how many requests the schedule holds (rate × total time)."""
+        if not self.open_loop:
+            return 0
+        return max(1, round(self.rate_rps * self.total_s))
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON- and msgpack-safe dict of every field."""
+        return asdict(self)
+
+
+def arrival_offsets(shape: TrafficShape, seed: int) -> list[float]:
+    """Intended send times (seconds from the schedule's epoch) for an open-loop shape.
+
+    Follows ``vllm bench serve``: gaps ~ Gamma(shape=burstiness, scale=1/(rate·burstiness)),
+    so burstiness 1 is Poisson, below 1 burstier, above 1 more regular; ``constant`` spaces
+    them evenly. The cumulative times are rescaled so the last arrival is exactly at N/rate,
+    which removes seed-to-seed drift in the achieved rate. Pure: same inputs, same list, in
+    every process.
+    """
+    if not shape.open_loop:
+        raise ValueError(f"shape {shape.name!r} is {shape.kind}, not open-loop")
+    n = shape.expected_requests()
+    rate = shape.rate_rps
+    if shape.process == "constant" or math.isinf(shape.burstiness):
+        return [i / rate for i in range(n)]
+    burstiness = 1.0 if shape.process == "poisson" else shape.burstiness
+    rng = random.Random(seed)
+    scale = 1.0 / (rate * burstiness)
+    total = 0.0
+    times = []
+    for _ in range(n):
+        total += rng.gammavariate(burstiness, scale)
+        times.append(total)
+    factor = (n / rate) / times[-1]
+    # Start the schedule at the epoch: the first arrival is at 0, the last at (N/rate) - gap0.
+    first = times[0] * factor
+    return [t * factor - first for t in times]
+
+
+def partition(n: int, worker_index: int, workers: int) -> range:
+    """The schedule indices one of ``workers`` processes sends: i with i % workers == index."""
+    return range(worker_index, n, workers)
