@@ -1,0 +1,131 @@
+"""Read what vLLM decided at start-up from its log, and its error when it died. Pure."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+# Log lines look like "(EngineCore_DP0 pid=123) INFO 11-29 17:58:01 [file.py:12] message".
+_KV_TOKENS = re.compile(r"(?:GPU|CPU)?\s*KV cache size:\s*([\d,]+)\s*tokens", re.IGNORECASE)
+_KV_GIB = re.compile(r"Available KV cache memory:\s*([\d.]+)\s*GiB", re.IGNORECASE)
+_CONCURRENCY = re.compile(
+    r"Maximum concurrency for\s*([\d,]+)\s*tokens per request:\s*([\d.]+)x", re.IGNORECASE
+)
+_VERSION = re.compile(r"vLLM (?:API server )?version\s+v?([0-9][\w.+-]*)", re.IGNORECASE)
+_CHUNKED_ON = re.compile(
+    r"Chunked prefill is enabled with max_num_batched_tokens=(\d+)", re.IGNORECASE
+)
+_BATCHED = re.compile(r"max_num_batched_tokens['\"]?\s*[=:]\s*(\d+)")
+_CHUNKED_FLAG = re.compile(r"enable_chunked_prefill['\"]?\s*[=:]\s*(True|False)")
+_PREFIX_FLAG = re.compile(r"enable_prefix_caching['\"]?\s*[=:]\s*(True|False)")
+_MAX_MODEL_LEN = re.compile(r"max_model_len['\"]?\s*[=:]\s*(\d+)")
+_ERROR_LINE = re.compile(r"^(?:[\w.]+\.)?(\w*(?:Error|Exception))\b:?\s*(.*)$")
+
+
+@dataclass(frozen=True)
+class EffectiveSettings:
+    """Settings vLLM derived or confirmed at start-up; ``None`` where the log did not say."""
+
+    vllm_version: str | None = None
+    kv_cache_tokens: int | None = None
+    kv_cache_gib: float | None = None
+    max_concurrency: float | None = None
+    max_concurrency_tokens_per_request: int | None = None
+    chunked_prefill: bool | None = None
+    prefix_caching: bool | None = None
+    max_num_batched_tokens: int | None = None
+    max_model_len: int | None = None
+
+    def lines(self) -> list[str]:
+        """Human lines for the settings that are known."""
+        out = []
+        if self.vllm_version:
+            out.append(f"vLLM version: {self.vllm_version}")
+        if self.kv_cache_tokens is not None:
+            gib = f" ({self.kv_cache_gib:g} GiB)" if self.kv_cache_gib is not None else ""
+            out.append(f"KV cache: {self.kv_cache_tokens:,} tokens{gib}")
+        if self.max_concurrency is not None:
+            out.append(
+                f"maximum concurrency for {self.max_concurrency_tokens_per_request:,} "
+                f"tokens per request: {self.max_concurrency:g}x"
+            )
+        if self.max_model_len is not None:
+            out.append(f"max-model-len: {self.max_model_len}")
+        if self.max_num_batched_tokens is not None:
+            out.append(f"max-num-batched-tokens: {self.max_num_batched_tokens}")
+        if self.chunked_prefill is not None:
+            out.append(f"chunked prefill: {'on' if self.chunked_prefill else 'off'}")
+        if self.prefix_caching is not None:
+            out.append(f"prefix caching: {'on' if self.prefix_caching else 'off'}")
+        return out
+
+
+def _last(pattern: re.Pattern[str], text: str) -> re.Match[str] | None:
+    found = None
+    for found in pattern.finditer(text):
+        pass
+    return found
+
+
+def _int(s: str) -> int:
+    return int(s.replace(",", ""))
+
+
+def parse_log(text: str) -> EffectiveSettings:
+    """Extract the effective settings from a vLLM server log (the last mention wins)."""
+    kv = _last(_KV_TOKENS, text)
+    gib = _last(_KV_GIB, text)
+    conc = _last(_CONCURRENCY, text)
+    version = _last(_VERSION, text)
+    chunked_on = _last(_CHUNKED_ON, text)
+    batched = _last(_BATCHED, text)
+    chunked_flag = _last(_CHUNKED_FLAG, text)
+    prefix_flag = _last(_PREFIX_FLAG, text)
+    max_len = _last(_MAX_MODEL_LEN, text)
+    chunked: bool | None = None
+    if chunked_flag:
+        chunked = chunked_flag.group(1) == "True"
+    if chunked_on:
+        chunked = True
+    batched_tokens = None
+    if chunked_on:
+        batched_tokens = int(chunked_on.group(1))
+    elif batched:
+        batched_tokens = int(batched.group(1))
+    return EffectiveSettings(
+        vllm_version=version.group(1) if version else None,
+        kv_cache_tokens=_int(kv.group(1)) if kv else None,
+        kv_cache_gib=float(gib.group(1)) if gib else None,
+        max_concurrency=float(conc.group(2)) if conc else None,
+        max_concurrency_tokens_per_request=_int(conc.group(1)) if conc else None,
+        chunked_prefill=chunked,
+        prefix_caching=(prefix_flag.group(1) == "True") if prefix_flag else None,
+        max_num_batched_tokens=batched_tokens,
+        max_model_len=int(max_len.group(1)) if max_len else None,
+    )
+
+
+def _strip_prefix(line: str) -> str:
+    # Drop "(EngineCore_DP0 pid=1)" and "ERROR 11-29 17:58:01 [x.py:1]" so the message remains.
+    line = re.sub(r"^\(\w+ pid=\d+\)\s*", "", line)
+    line = re.sub(r"^(?:ERROR|WARNING|INFO|DEBUG)\s+\d\d-\d\d \S+ \[[^\]]*\]\s*", "", line)
+    return line.rstrip()
+
+
+def find_error(text: str) -> str | None:
+    """vLLM's own reason for dying: the last exception line, with its indented details."""
+    lines = [_strip_prefix(line) for line in text.splitlines()]
+    for i in range(len(lines) - 1, -1, -1):
+        match = _ERROR_LINE.match(lines[i])
+        if not match or match.group(1) in ("Traceback",):
+            continue
+        details = [lines[i]]
+        for follow in lines[i + 1 : i + 8]:
+            if follow.startswith((" ", "\t")) and follow.strip():
+                if "For further information visit" in follow:
+                    break
+                details.append(follow.strip())
+            elif follow.strip():
+                break
+        return " ".join(details)
+    return None

@@ -1,0 +1,97 @@
+"""Shared fixtures: the embedded tiny model and ONE real vLLM CPU server per test session.
+
+Fixture names are a contract other test files rely on: ``tiny_model`` and ``vllm_server``.
+Set ``VPROF_TEST_VLLM_URL`` to reuse a tiny-model server that is already running (served as
+``tiny``) instead of starting one; set ``VPROF_TEST_PORTS=LO-HI`` to choose its port from a range.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from vprof.server.process import ServerProcess, free_port
+from vprof.tinymodel.build import TINY_MODEL_NAME, ensure_tiny_model
+
+# Generous: start-up is ~36 s on an idle 2-core machine, much longer when other work shares it.
+_HEALTH_TIMEOUT_S = float(os.environ.get("VPROF_TEST_HEALTH_TIMEOUT_S", "420"))
+VLLM_TEST_MAX_MODEL_LEN = 4096
+
+
+@dataclass(frozen=True)
+class VllmServer:
+    """A running vLLM server on the tiny model."""
+
+    url: str  # e.g. "http://127.0.0.1:18000"
+    model: str  # the served model name to put in requests ("tiny")
+    model_dir: Path  # the tiny model folder, with tokenizer.json
+    log_path: Path | None  # None when reusing an external server
+    max_model_len: int = VLLM_TEST_MAX_MODEL_LEN
+
+
+def _test_port() -> int:
+    spec = os.environ.get("VPROF_TEST_PORTS")
+    if spec:
+        lo, _, hi = spec.partition("-")
+        return free_port(lo=int(lo), hi=int(hi or lo))
+    return free_port()
+
+
+def vllm_test_argv(model_dir: Path, port: int) -> list[str]:
+    """The command the shared test server runs (the module form: the CPU build needs it)."""
+    return [
+        sys.executable,
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        str(model_dir),
+        "--served-model-name",
+        TINY_MODEL_NAME,
+        "--load-format",
+        "dummy",
+        "--enforce-eager",
+        "--max-model-len",
+        str(VLLM_TEST_MAX_MODEL_LEN),
+        # usage.prompt_tokens_details.cached_tokens, for prefix-cache measurements
+        "--enable-prompt-tokens-details",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+    ]
+
+
+@pytest.fixture(scope="session")
+def tiny_model() -> Path:
+    """The embedded tiny model folder (config, tokenizer.json, chat template; no weights)."""
+    return ensure_tiny_model()
+
+
+@pytest.fixture(scope="session")
+def vllm_server(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[VllmServer]:
+    """One real vLLM CPU server on the tiny model, shared by the whole session."""
+    external = os.environ.get("VPROF_TEST_VLLM_URL")
+    if external:
+        yield VllmServer(
+            url=external.rstrip("/"), model=TINY_MODEL_NAME, model_dir=tiny_model, log_path=None
+        )
+        return
+    port = _test_port()
+    log_path = tmp_path_factory.mktemp("vllm") / "vllm-server.log"
+    server = ServerProcess(
+        vllm_test_argv(tiny_model, port),
+        log_path=log_path,
+        host="127.0.0.1",
+        port=port,
+        env={"VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1")},
+    )
+    with server:
+        server.wait_healthy(timeout_s=_HEALTH_TIMEOUT_S)
+        yield VllmServer(
+            url=server.url, model=TINY_MODEL_NAME, model_dir=tiny_model, log_path=log_path
+        )
