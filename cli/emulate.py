@@ -1,0 +1,103 @@
+"""``vprof emulate``: a fast streaming server that emulates vLLM's wire format."""
+
+from __future__ import annotations
+
+import click
+
+
+@click.command()
+@click.option("--host", default="127.0.0.1", show_default=True, help="Interface to listen on.")
+@click.option("--port", default=8000, show_default=True, type=int, help="0 picks a free port.")
+@click.option("--model", default="emulated", show_default=True, help="Served model name.")
+@click.option(
+    "--ttft-ms",
+    default=20.0,
+    show_default=True,
+    type=float,
+    help="Delay from request to first token.",
+)
+@click.option("--itl-ms", default=10.0, show_default=True, type=float, help="Delay between tokens.")
+@click.option(
+    "--jitter-ms",
+    default=0.0,
+    show_default=True,
+    type=float,
+    help="Each token late by up to this much (uniform).",
+)
+@click.option(
+    "--prefill-ms-per-token",
+    default=0.0,
+    show_default=True,
+    type=float,
+    help="Extra first-token delay per prompt token.",
+)
+@click.option(
+    "--default-max-tokens",
+    default=16,
+    show_default=True,
+    type=int,
+    help="Output length when a request gives no max_tokens.",
+)
+@click.option(
+    "--max-model-len",
+    default=2048,
+    show_default=True,
+    type=int,
+    help="Prompt + output limit, enforced like vLLM.",
+)
+@click.option(
+    "--tokenizer",
+    "tokenizer_path",
+    default=None,
+    type=click.Path(exists=True, dir_okay=True),
+    help="tokenizer.json or model folder for exact prompt counts (default: estimate).",
+)
+@click.option("--seed", default=0, show_default=True, type=int, help="Seed of the jitter.")
+def emulate(
+    host: str,
+    port: int,
+    model: str,
+    ttft_ms: float,
+    itl_ms: float,
+    jitter_ms: float,
+    prefill_ms_per_token: float,
+    default_max_tokens: int,
+    max_model_len: int,
+    tokenizer_path: str | None,
+    seed: int,
+) -> None:
+    """Serve /v1/completions, /v1/chat/completions, /generate, /metrics with set timing.
+
+    Token k of a request leaves at ttft + k·itl after it arrived (absolute deadlines).
+    For tests, dry runs and measuring the load generator; never instead of real vLLM.
+
+    \b
+    Example:
+      vprof emulate --port 8000 --ttft-ms 50 --itl-ms 10
+      locust -f locustfiles/locustfile.py -H http://127.0.0.1:8000 --headless -u 4 -t 30s
+    """
+    from vprof.emulator.config import EmulatorConfig
+    from vprof.emulator.server import Emulator
+
+    config = EmulatorConfig(
+        host=host,
+        port=port,
+        model=model,
+        ttft_ms=ttft_ms,
+        itl_ms=itl_ms,
+        jitter_ms=jitter_ms,
+        prefill_ms_per_token=prefill_ms_per_token,
+        default_max_tokens=default_max_tokens,
+        max_model_len=max_model_len,
+        tokenizer_path=tokenizer_path,
+        seed=seed,
+    )
+
+    def ready(url: str) -> None:
+        click.echo(
+            f"vprof emulate: model {model!r} at {url} (ttft {ttft_ms:g} ms, "
+            f"itl {itl_ms:g} ms, jitter {jitter_ms:g} ms); Ctrl-C stops",
+            err=True,
+        )
+
+    Emulator(config).serve_forever(on_ready=ready)

@@ -1,0 +1,43 @@
+"""What an emulated server looks like: its model name, limits and timing."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from vprof.common.errors import VprofError
+
+
+@dataclass(frozen=True)
+class EmulatorConfig:
+    """Timing and identity of an emulated vLLM server.
+
+    Token ``k`` (0-based) of a request received at ``t0`` is sent at
+    ``t0 + ttft_ms + prefill_ms_per_token * prompt_tokens + k * itl_ms`` plus a
+    non-negative jitter drawn per token, so delays never accumulate drift.
+    """
+
+    host: str = "127.0.0.1"
+    port: int = 0  # 0: pick a free port; read it back from Emulator.url
+    model: str = "emulated"
+    ttft_ms: float = 20.0
+    itl_ms: float = 10.0
+    jitter_ms: float = 0.0  # each token is late by U(0, jitter_ms), on top of its deadline
+    prefill_ms_per_token: float = 0.0
+    default_max_tokens: int = 16  # output length when a request names none
+    max_model_len: int = 2048
+    tokenizer_path: str | None = None  # tokenizer.json (or a model dir holding one)
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("ttft_ms", "itl_ms", "jitter_ms", "prefill_ms_per_token"):
+            value = getattr(self, name)
+            if value < 0:
+                raise VprofError(
+                    f"must be zero or more, got {value}", key=name, hint="timings are in ms"
+                )
+        if self.default_max_tokens < 1:
+            raise VprofError("must be at least 1", key="default_max_tokens")
+        if self.max_model_len < 2:
+            raise VprofError("must be at least 2", key="max_model_len")
+        if not 0 <= self.port <= 65535:
+            raise VprofError(f"{self.port} is not a TCP port", key="port")

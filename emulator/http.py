@@ -1,0 +1,235 @@
+"""A small HTTP/1.1 server on asyncio protocols: keep-alive, chunked responses, no frills.
+
+Raw protocols cost far less CPU per streamed event than a web framework, and the
+emulator shares two cores with the load generator it is measuring.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import selectors
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from email.utils import formatdate
+
+_REASONS = {
+    200: "OK",
+    400: "Bad Request",
+    404: "Not Found",
+    405: "Method Not Allowed",
+    411: "Length Required",
+    413: "Payload Too Large",
+    500: "Internal Server Error",
+}
+MAX_BODY_BYTES = 64 * 1024 * 1024
+
+
+@dataclass
+class Request:
+    method: str
+    path: str
+    headers: dict[str, str]  # lower-case names
+    body: bytes
+    keep_alive: bool = True
+
+
+@dataclass
+class Responder:
+    """Writes one response on a connection; ``closed`` turns true if the client went away."""
+
+    transport: asyncio.Transport
+    keep_alive: bool
+    closed: bool = False
+    streaming: bool = False
+    done: bool = False
+    _extra: list[bytes] = field(default_factory=list)
+
+    def _head(self, status: int, headers: list[tuple[str, str]]) -> bytes:
+        lines = [
+            f"HTTP/1.1 {status} {_REASONS.get(status, 'OK')}",
+            f"date: {formatdate(usegmt=True)}",
+            "server: vprof-emulate",
+        ]
+        lines += [f"{k}: {v}" for k, v in headers]
+        if not self.keep_alive:
+            lines.append("connection: close")
+        return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+
+    def send(self, status: int, body: bytes, content_type: str) -> None:
+        """A whole response with a content-length."""
+        if not self.closed:
+            self.transport.write(
+                self._head(
+                    status, [("content-type", content_type), ("content-length", str(len(body)))]
+                )
+                + body
+            )
+        self.done = True
+
+    def start_stream(self, content_type: str | None) -> None:
+        """Send the headers now (as uvicorn does, before the first token)."""
+        headers = [("transfer-encoding", "chunked")]
+        if content_type:
+            headers.insert(0, ("content-type", content_type))
+        self.streaming = True
+        if not self.closed:
+            self.transport.write(self._head(200, headers))
+
+    def chunk(self, data: bytes) -> None:
+        """One HTTP chunk (several SSE events may share one write)."""
+        if not self.closed and data:
+            self.transport.write(b"%x\r\n%b\r\n" % (len(data), data))
+
+    def chunks(self, parts: list[bytes]) -> None:
+        """Several HTTP chunks in one write: one per event, as vLLM's generator yields them."""
+        if not self.closed:
+            self.transport.write(b"".join(b"%x\r\n%b\r\n" % (len(p), p) for p in parts if p))
+
+    def end_stream(self, last: bytes = b"") -> None:
+        if not self.closed:
+            tail = b"%x\r\n%b\r\n" % (len(last), last) if last else b""
+            self.transport.write(tail + b"0\r\n\r\n")
+        self.done = True
+
+
+Handler = Callable[[Request, Responder], Awaitable[None]]
+
+
+class _Connection(asyncio.Protocol):
+    def __init__(self, handler: Handler, connections: set[_Connection]) -> None:
+        self._handler = handler
+        self._connections = connections
+        self._buffer = bytearray()
+        self._transport: asyncio.Transport | None = None
+        self._responder: Responder | None = None
+        self._task: asyncio.Task | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = transport  # type: ignore[assignment]
+        self._connections.add(self)
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            import socket
+
+            # small SSE events must leave at once, not wait for Nagle
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._connections.discard(self)
+        if self._responder is not None:
+            self._responder.closed = True
+
+    def close(self) -> None:
+        if self._transport is not None:
+            self._transport.close()
+        if self._task is not None:
+            self._task.cancel()
+
+    def data_received(self, data: bytes) -> None:
+        self._buffer += data
+        if self._task is None:
+            self._next()
+
+    def _next(self) -> None:
+        request = self._parse()
+        if request is None:
+            return
+        assert self._transport is not None
+        self._responder = Responder(self._transport, request.keep_alive)
+        self._task = asyncio.get_running_loop().create_task(self._handler(request, self._responder))
+        self._task.add_done_callback(self._finished)
+
+    def _finished(self, task: asyncio.Task) -> None:
+        responder = self._responder
+        self._task = None
+        self._responder = None
+        if task.cancelled() or responder is None or self._transport is None:
+            return
+        exc = task.exception()
+        if exc is not None and not responder.closed:
+            if responder.streaming:  # headers are out: all we can do is cut the stream
+                self._transport.close()
+                return
+            responder.send(
+                500,
+                f'{{"error":{{"message":"{type(exc).__name__}"}}}}'.encode(),
+                "application/json",
+            )
+        if not responder.keep_alive or responder.closed:
+            self._transport.close()
+        elif self._buffer:
+            self._next()
+
+    def _parse(self) -> Request | None:
+        end = self._buffer.find(b"\r\n\r\n")
+        if end < 0:
+            return None
+        head = bytes(self._buffer[:end]).decode("latin-1").split("\r\n")
+        try:
+            method, target, version = head[0].split(" ", 2)
+        except ValueError:
+            self._reject(400)
+            return None
+        headers = {}
+        for line in head[1:]:
+            name, _, value = line.partition(":")
+            headers[name.strip().lower()] = value.strip()
+        if "chunked" in headers.get("transfer-encoding", "").lower():
+            self._reject(411)  # no client of an LLM API chunks its request body
+            return None
+        length = int(headers.get("content-length", "0") or 0)
+        if length > MAX_BODY_BYTES:
+            self._reject(413)
+            return None
+        if len(self._buffer) < end + 4 + length:
+            return None  # wait for the rest of the body
+        body = bytes(self._buffer[end + 4 : end + 4 + length])
+        del self._buffer[: end + 4 + length]
+        connection = headers.get("connection", "").lower()
+        keep_alive = connection != "close" and (version == "HTTP/1.1" or connection == "keep-alive")
+        return Request(method.upper(), target.split("?", 1)[0], headers, body, keep_alive)
+
+    def _reject(self, status: int) -> None:
+        assert self._transport is not None
+        Responder(self._transport, keep_alive=False).send(status, b"", "text/plain")
+        self._buffer.clear()
+        self._transport.close()
+
+
+class PreciseEpollSelector(selectors.EpollSelector):
+    """epoll with its timeout rounded to the nearest millisecond instead of up.
+
+    The stock selector rounds every wait up to the next whole millisecond, so each token
+    would leave up to 1 ms late. Rounding to nearest wakes at most 0.5 ms early, and the
+    event loop then polls with a zero timeout until the deadline: tokens leave within
+    tens of microseconds of it, for a little CPU.
+    """
+
+    def select(self, timeout: float | None = None):  # type: ignore[override]
+        if timeout is not None and timeout > 0:
+            whole_ms = round(timeout * 1e3)
+            # just under whole_ms so the parent's ceil() keeps it
+            timeout = whole_ms * 1e-3 - 1e-7 if whole_ms else 0
+        return super().select(timeout)
+
+
+def new_event_loop(precise: bool = True) -> asyncio.AbstractEventLoop:
+    """An event loop whose timers fire on time (see ``PreciseEpollSelector``)."""
+    if precise and hasattr(selectors, "EpollSelector"):
+        return asyncio.SelectorEventLoop(PreciseEpollSelector())
+    return asyncio.new_event_loop()
+
+
+async def start_server(handler: Handler, host: str, port: int) -> tuple[asyncio.Server, set]:
+    """Listen on ``host:port`` and serve ``handler``; returns the server and its connections."""
+    connections: set[_Connection] = set()
+    loop = asyncio.get_running_loop()
+    server = await loop.create_server(
+        lambda: _Connection(handler, connections), host, port, backlog=1024, reuse_address=True
+    )
+    return server, connections
+
+
+def is_finite(value: float) -> bool:
+    return not (math.isnan(value) or math.isinf(value))

@@ -1,0 +1,493 @@
+"""The emulated vLLM server: OpenAI-compatible and legacy routes with configurable timing."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import signal
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from vprof.common.errors import VprofError
+from vprof.emulator import wire
+from vprof.emulator.config import EmulatorConfig
+from vprof.emulator.http import Request, Responder, new_event_loop, start_server
+from vprof.emulator.prompts import chat_prompt_text, load_counter
+from vprof.emulator.timing import token_deadlines
+
+SSE_TYPE = "text/event-stream; charset=utf-8"
+JSON_TYPE = "application/json"
+
+
+class _BadRequest(Exception):
+    def __init__(
+        self,
+        message: str,
+        status: int = 400,
+        kind: str = "BadRequestError",
+        param: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status, self.kind, self.param = status, kind, param
+
+
+@dataclass
+class _Counters:
+    """What ``/metrics`` reports; touched only on the event loop's thread."""
+
+    running: int = 0
+    prompt_tokens: int = 0
+    generation_tokens: int = 0
+    finished: dict[str, int] = field(default_factory=lambda: {"length": 0, "abort": 0})
+
+
+@dataclass(frozen=True)
+class _Plan:
+    prompt: str
+    prompt_tokens: int
+    output_tokens: int
+    stream: bool
+    include_usage: bool
+
+
+class _App:
+    def __init__(self, config: EmulatorConfig) -> None:
+        self.config = config
+        self.count_tokens = load_counter(config.tokenizer_path)
+        self.counters = _Counters()
+        self.rng = random.Random(config.seed)
+        self.started_at = int(time.time())
+        self.routes: dict[tuple[str, str], Callable[..., Any]] = {
+            ("GET", "/health"): self.health,
+            ("GET", "/ping"): self.health,
+            ("GET", "/v1/models"): self.models,
+            ("GET", "/version"): self.version,
+            ("GET", "/metrics"): self.metrics,
+            ("POST", "/tokenize"): self.tokenize,
+            ("POST", "/v1/completions"): self.completions,
+            ("POST", "/v1/chat/completions"): self.chat,
+            ("POST", "/generate"): self.generate,
+        }
+
+    async def __call__(self, request: Request, out: Responder) -> None:
+        route = self.routes.get((request.method, request.path))
+        if route is None:
+            known = {path for _, path in self.routes}
+            status = 405 if request.path in known else 404
+            out.send(
+                status,
+                json.dumps(
+                    {"detail": "Not Found" if status == 404 else "Method Not Allowed"}
+                ).encode(),
+                JSON_TYPE,
+            )
+            return
+        try:
+            await route(request, out)
+        except _BadRequest as exc:
+            body = wire.error_body(str(exc), exc.status, exc.kind, exc.param)
+            out.send(exc.status, wire.dumps(body).encode(), JSON_TYPE)
+
+    # -- operational routes -------------------------------------------------------------
+
+    async def health(self, request: Request, out: Responder) -> None:
+        out.send(200, b"", JSON_TYPE)
+
+    async def version(self, request: Request, out: Responder) -> None:
+        out.send(200, b'{"version":"vprof-emulate"}', JSON_TYPE)
+
+    async def models(self, request: Request, out: Responder) -> None:
+        model = self.config.model
+        card = {
+            "id": model,
+            "object": "model",
+            "created": self.started_at,
+            "owned_by": "vllm",
+            "root": model,
+            "parent": None,
+            "max_model_len": self.config.max_model_len,
+            "permission": [],
+        }
+        out.send(200, wire.dumps({"object": "list", "data": [card]}).encode(), JSON_TYPE)
+
+    async def metrics(self, request: Request, out: Responder) -> None:
+        out.send(200, self.metrics_text().encode(), "text/plain; version=0.0.4; charset=utf-8")
+
+    def metrics_text(self) -> str:
+        """Prometheus text with the vLLM metric names vprof's tooling reads."""
+        c = self.counters
+        labels = f'engine="0",model_name="{self.config.model}"'
+        rows = [
+            ("gauge", "vllm:num_requests_running", {"": c.running}),
+            ("gauge", "vllm:num_requests_waiting", {"": 0}),
+            ("gauge", "vllm:kv_cache_usage_perc", {"": 0.0}),
+            ("counter", "vllm:num_preemptions_total", {"": 0}),
+            ("counter", "vllm:prompt_tokens_total", {"": c.prompt_tokens}),
+            ("counter", "vllm:generation_tokens_total", {"": c.generation_tokens}),
+            # no prefix cache is emulated: every prompt token is a query, none a hit
+            ("counter", "vllm:prefix_cache_queries_total", {"": c.prompt_tokens}),
+            ("counter", "vllm:prefix_cache_hits_total", {"": 0}),
+            (
+                "counter",
+                "vllm:request_success_total",
+                {f',finished_reason="{reason}"': n for reason, n in c.finished.items()},
+            ),
+        ]
+        lines = []
+        for kind, name, samples in rows:
+            base = name.removesuffix("_total")
+            lines.append(f"# HELP {base} Emulated by vprof emulate.")
+            lines.append(f"# TYPE {base} {kind}")
+            for extra, value in samples.items():
+                lines.append(f"{name}{{{labels}{extra}}} {float(value)}")
+        return "\n".join(lines) + "\n"
+
+    async def tokenize(self, request: Request, out: Responder) -> None:
+        body = self._json(request)
+        if "messages" in body:
+            text = self._chat_text(body)
+        elif isinstance(body.get("prompt"), str):
+            text = body["prompt"]
+        else:
+            raise _BadRequest("give 'prompt' (a string) or 'messages'", param="prompt")
+        count = self.count_tokens(text)
+        # the estimate has no vocabulary: its ids are positions, only the count is meaningful
+        reply = {
+            "count": count,
+            "max_model_len": self.config.max_model_len,
+            "tokens": list(range(count)),
+            "token_strs": None,
+        }
+        out.send(200, wire.dumps(reply).encode(), JSON_TYPE)
+
+    # -- generation routes --------------------------------------------------------------
+
+    async def completions(self, request: Request, out: Responder) -> None:
+        body = self._json(request)
+        prompt = body.get("prompt")
+        if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str | list):
+            prompt = prompt[0]
+        if isinstance(prompt, list) and all(isinstance(t, int) for t in prompt):
+            text, prompt_tokens = " ".join(map(str, prompt)), len(prompt)
+        elif isinstance(prompt, str):
+            text, prompt_tokens = prompt, self.count_tokens(prompt)
+        else:
+            raise _BadRequest(
+                "'prompt' must be one string or one list of token ids "
+                "(the emulator serves one prompt per request)",
+                param="prompt",
+            )
+        plan = self._plan(body, text, prompt_tokens, max_keys=("max_tokens",))
+        rid = wire.new_request_id("cmpl", request.headers.get("x-request-id"))
+        await self._run(
+            out,
+            plan,
+            wire.CompletionChunks(rid, int(time.time()), self._model(body)),
+            lambda text: wire.completion_response(
+                rid,
+                int(time.time()),
+                self._model(body),
+                text,
+                plan.prompt_tokens,
+                plan.output_tokens,
+            ),
+        )
+
+    async def chat(self, request: Request, out: Responder) -> None:
+        body = self._json(request)
+        text = self._chat_text(body)
+        plan = self._plan(
+            body, text, self.count_tokens(text), max_keys=("max_completion_tokens", "max_tokens")
+        )
+        rid = wire.new_request_id("chatcmpl", request.headers.get("x-request-id"))
+        await self._run(
+            out,
+            plan,
+            wire.ChatChunks(rid, int(time.time()), self._model(body)),
+            lambda text: wire.chat_response(
+                rid,
+                int(time.time()),
+                self._model(body),
+                text,
+                plan.prompt_tokens,
+                plan.output_tokens,
+            ),
+        )
+
+    async def generate(self, request: Request, out: Responder) -> None:
+        """The legacy ``api_server``: NDJSON lines of prompt + cumulative text, no usage."""
+        body = self._json(request)
+        prompt = body.get("prompt")
+        if not isinstance(prompt, str):
+            raise _BadRequest("'prompt' must be a string", param="prompt")
+        plan = self._plan(
+            {**body, "max_tokens": body.get("max_tokens", 16)},
+            prompt,
+            self.count_tokens(prompt),
+            max_keys=("max_tokens",),
+        )
+        deadlines = self._begin(plan)
+        text = ""
+        try:
+            if plan.stream:
+                out.start_stream(None)
+            for k, due in enumerate(deadlines):
+                await _sleep_until(due)
+                if out.closed:
+                    self._finish(plan, k, "abort")
+                    return
+                text += wire.token_text(k)
+                if plan.stream:
+                    out.chunk(wire.generate_line(prompt, text))
+            if plan.stream:
+                out.end_stream()
+            else:
+                out.send(200, json.dumps({"text": [prompt + text]}).encode(), JSON_TYPE)
+            self._finish(plan, len(deadlines), "length")
+        except asyncio.CancelledError:
+            self._finish(plan, 0, "abort")
+            raise
+
+    # -- shared steps -------------------------------------------------------------------
+
+    def _json(self, request: Request) -> dict[str, Any]:
+        try:
+            body = json.loads(request.body or b"{}")
+        except ValueError as exc:
+            raise _BadRequest(f"the body is not JSON: {exc}") from None
+        if not isinstance(body, dict):
+            raise _BadRequest("the body must be a JSON object")
+        return body
+
+    def _model(self, body: dict[str, Any]) -> str:
+        return body.get("model") or self.config.model
+
+    def _chat_text(self, body: dict[str, Any]) -> str:
+        try:
+            return chat_prompt_text(body.get("messages"))
+        except ValueError as exc:
+            raise _BadRequest(str(exc), param="messages") from None
+
+    def _plan(
+        self, body: dict[str, Any], prompt: str, prompt_tokens: int, max_keys: tuple[str, ...]
+    ) -> _Plan:
+        """Validate a generation request the way vLLM does and fix its output length."""
+        model = body.get("model")
+        if model is not None and model != self.config.model:
+            raise _BadRequest(f"The model `{model}` does not exist.", 404, "NotFoundError", "model")
+        if (body.get("n") or 1) != 1:
+            raise _BadRequest("the emulator serves n=1 only", param="n")
+        stream = bool(body.get("stream", False))
+        options = body.get("stream_options")
+        if options is not None and not stream:
+            raise _BadRequest(
+                "Stream options can only be defined when `stream=True`.", param="stream_options"
+            )
+        limit = self.config.max_model_len
+        requested = next((body[k] for k in max_keys if body.get(k) is not None), None)
+        if requested is None:
+            output_tokens = max(1, min(self.config.default_max_tokens, limit - prompt_tokens))
+        elif not isinstance(requested, int) or requested < 1:
+            raise _BadRequest(
+                f"{max_keys[0]} must be at least 1, got {requested}.", param=max_keys[0]
+            )
+        else:
+            output_tokens = requested
+        if prompt_tokens + output_tokens > limit:
+            raise _BadRequest(
+                f"This model's maximum context length is {limit} tokens. However, you "
+                f"requested {prompt_tokens + output_tokens} tokens ({prompt_tokens} in the "
+                f"messages, {output_tokens} in the completion). Please reduce the length of "
+                "the messages or completion.",
+                param=max_keys[0],
+            )
+        min_tokens = body.get("min_tokens") or 0
+        if min_tokens > output_tokens:
+            raise _BadRequest(
+                "min_tokens must be less than or equal to max_tokens, got "
+                f"{min_tokens} > {output_tokens}.",
+                param="min_tokens",
+            )
+        # The emulator never samples an EOS, so every request runs to its length:
+        # exactly what ignore_eos + min_tokens ask vLLM for.
+        include_usage = bool(stream and isinstance(options, dict) and options.get("include_usage"))
+        return _Plan(prompt, prompt_tokens, output_tokens, stream, include_usage)
+
+    def _begin(self, plan: _Plan) -> list[float]:
+        self.counters.running += 1
+        self.counters.prompt_tokens += plan.prompt_tokens
+        loop = asyncio.get_running_loop()
+        rng = self.rng if self.config.jitter_ms else None
+        return token_deadlines(
+            self.config, loop.time(), plan.prompt_tokens, plan.output_tokens, rng
+        )
+
+    def _finish(self, plan: _Plan, sent_tokens: int, reason: str) -> None:
+        self.counters.running -= 1
+        self.counters.generation_tokens += sent_tokens
+        self.counters.finished[reason] = self.counters.finished.get(reason, 0) + 1
+
+    async def _run(
+        self,
+        out: Responder,
+        plan: _Plan,
+        chunks: wire.CompletionChunks | wire.ChatChunks,
+        whole: Callable[[str], dict[str, Any]],
+    ) -> None:
+        deadlines = self._begin(plan)
+        sent = 0
+        try:
+            if not plan.stream:
+                await _sleep_until(deadlines[-1])
+                text = "".join(wire.token_text(k) for k in range(plan.output_tokens))
+                out.send(200, wire.dumps(whole(text)).encode(), JSON_TYPE)
+                sent = plan.output_tokens
+                self._finish(plan, sent, "length")
+                return
+            out.start_stream(SSE_TYPE)
+            last_index = plan.output_tokens - 1
+            for k, due in enumerate(deadlines):
+                await _sleep_until(due)
+                if out.closed:
+                    self._finish(plan, sent, "abort")
+                    return
+                last = k == last_index
+                event = (chunks.first if k == 0 else chunks.token)(wire.token_text(k), last)
+                sent += 1
+                if not last:
+                    out.chunk(event)
+                    continue
+                tail = [event]
+                if plan.include_usage:
+                    tail.append(chunks.usage(plan.prompt_tokens, plan.output_tokens))
+                tail.append(wire.DONE)
+                out.chunks(tail)
+                out.end_stream()
+            self._finish(plan, sent, "length")
+        except asyncio.CancelledError:
+            self._finish(plan, sent, "abort")
+            raise
+
+
+async def _sleep_until(deadline: float) -> None:
+    """Sleep to an absolute ``loop.time()`` deadline (no drift from relative sleeps)."""
+    loop = asyncio.get_running_loop()
+    if deadline <= loop.time():
+        return
+    future = loop.create_future()
+    handle = loop.call_at(deadline, _wake, future)
+    try:
+        await future
+    finally:
+        handle.cancel()
+
+
+def _wake(future: asyncio.Future) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
+class Emulator:
+    """An emulated vLLM server on a background thread.
+
+    Example::
+
+        with Emulator(EmulatorConfig(ttft_ms=50, itl_ms=10)) as emu:
+            requests.post(emu.url + "/v1/completions", json={...})
+    """
+
+    def __init__(self, config: EmulatorConfig | None = None) -> None:
+        self.config = config or EmulatorConfig()
+        self._app = _App(self.config)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._stop: asyncio.Event | None = None
+        self._ready = threading.Event()
+        self._error: BaseException | None = None
+        self.port: int = self.config.port
+
+    @property
+    def url(self) -> str:
+        """``http://host:port`` once started."""
+        return f"http://{self.config.host}:{self.port}"
+
+    def start(self, timeout_s: float = 10.0) -> Emulator:
+        """Start serving on a daemon thread; returns once the port is listening."""
+        self._thread = threading.Thread(target=self._main, name="vprof-emulate", daemon=True)
+        self._thread.start()
+        if not self._ready.wait(timeout_s):
+            raise VprofError(f"the emulator did not start within {timeout_s} s")
+        if self._error is not None:
+            raise self._error
+        return self
+
+    def stop(self) -> None:
+        """Close the listener and every connection, and join the thread."""
+        if self._loop is not None and self._stop is not None and self._thread is not None:
+            self._loop.call_soon_threadsafe(self._stop.set)
+            self._thread.join(timeout=10)
+        self._thread = None
+
+    def __enter__(self) -> Emulator:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def _main(self) -> None:
+        loop = new_event_loop()
+        self._loop = loop
+        try:
+            loop.run_until_complete(self._serve(lambda: None))
+        except BaseException as exc:  # surfaced to start()
+            self._error = _bind_error(exc, self.config)
+            self._ready.set()
+        finally:
+            loop.close()
+
+    async def _serve(self, on_ready: Callable[[], None]) -> None:
+        self._stop = asyncio.Event()
+        server, connections = await start_server(self._app, self.config.host, self.config.port)
+        self.port = server.sockets[0].getsockname()[1]
+        self._ready.set()
+        on_ready()
+        try:
+            await self._stop.wait()
+        finally:
+            server.close()
+            for connection in list(connections):
+                connection.close()
+            await server.wait_closed()
+
+    def serve_forever(self, on_ready: Callable[[str], None] | None = None) -> None:
+        """Serve on this thread until SIGINT or SIGTERM (what ``vprof emulate`` runs)."""
+        loop = new_event_loop()
+        self._loop = loop
+
+        def ready() -> None:
+            assert self._stop is not None
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                loop.add_signal_handler(sig, self._stop.set)
+            if on_ready is not None:
+                on_ready(self.url)
+
+        try:
+            loop.run_until_complete(self._serve(ready))
+        except OSError as exc:
+            raise _bind_error(exc, self.config) from None
+        finally:
+            loop.close()
+
+
+def _bind_error(exc: BaseException, config: EmulatorConfig) -> BaseException:
+    if isinstance(exc, OSError):
+        return VprofError(
+            f"cannot listen on {config.host}:{config.port}: {exc.strerror}",
+            key="--port",
+            hint="pick a free port, or 0 for any",
+        )
+    return exc
