@@ -1,0 +1,399 @@
+"""Workloads from YAML: shipped presets, ./workloads/, $VPROF_WORKLOADS_DIR and extra folders.
+
+Every error names the file, the line and the key, e.g.
+``chat.yaml:7: prefix.share: must be between 0 and 1, got 1.5``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from vprof.common.errors import WorkloadError
+from vprof.workloads.spec import (
+    ConversationSpec,
+    Distribution,
+    PrefixSpec,
+    PromptDataset,
+    Workload,
+    did_you_mean,
+)
+
+PRESETS_DIR = Path(__file__).parent / "presets"
+ENV_DIRS = "VPROF_WORKLOADS_DIR"
+
+_TOP_KEYS = (
+    "name",
+    "description",
+    "endpoint",
+    "seed",
+    "prompt_tokens",
+    "output_tokens",
+    "fixed_output",
+    "prefix",
+    "conversation",
+)
+_PREFIX_KEYS = ("groups", "length_tokens", "popularity", "zipf_s", "share")
+_CONVERSATION_KEYS = ("turns", "user_tokens", "max_context_tokens")
+
+Lines = dict[tuple[str, ...], int]
+
+
+class _Located:
+    """Where the data came from, so errors can point at file, line and key."""
+
+    def __init__(self, source: str, lines: Lines, base_dir: Path | None) -> None:
+        self.source = source
+        self.lines = lines
+        self.base_dir = base_dir
+
+    def line(self, keys: tuple[str, ...]) -> int | None:
+        # The key itself, else its nearest parent that has a line.
+        for n in range(len(keys), -1, -1):
+            if keys[:n] in self.lines:
+                return self.lines[keys[:n]]
+        return None
+
+    def error(self, keys: tuple[str, ...], message: str, hint: str | None = None) -> WorkloadError:
+        return WorkloadError(
+            message,
+            path=self.source,
+            line=self.line(keys),
+            key=".".join(keys) or None,
+            hint=hint,
+        )
+
+
+def workload_from_dict(
+    data: Mapping[str, Any],
+    *,
+    source: str = "<dict>",
+    lines: Lines | None = None,
+    base_dir: Path | None = None,
+    default_name: str | None = None,
+) -> Workload:
+    """Build and validate a Workload from YAML-shaped data.
+
+    ``source``/``lines`` locate errors; ``base_dir`` resolves relative ``file:`` paths.
+    """
+    loc = _Located(source, lines or {}, base_dir)
+    if not isinstance(data, Mapping):
+        raise loc.error((), f"a workload must be a mapping of keys, got {type(data).__name__}")
+    for key in data:
+        if key not in _TOP_KEYS:
+            raise loc.error(
+                (str(key),),
+                f"unknown key{did_you_mean(key, _TOP_KEYS)}",
+                hint=f"workload keys are {', '.join(_TOP_KEYS)}",
+            )
+    name = data.get("name", default_name)
+    if not isinstance(name, str) or not name:
+        raise loc.error(("name",), "a workload needs a name (a non-empty string)")
+    description = data.get("description", "")
+    if not isinstance(description, str):
+        raise loc.error(("description",), "must be a string")
+    if "prompt_tokens" not in data:
+        raise loc.error(
+            ("prompt_tokens",),
+            "missing: how long prompts are (e.g. 300 or {kind: lognormal, mean: 300, sigma: 0.5})",
+        )
+    prompt, dataset = _distribution_or_dataset(data["prompt_tokens"], ("prompt_tokens",), loc)
+    if "output_tokens" in data:
+        output = _distribution(data["output_tokens"], ("output_tokens",), loc)
+    elif dataset is not None and all(n > 0 for n in dataset.output_tokens):
+        output = Distribution("empirical", {}, values=dataset.output_tokens)
+    else:
+        raise loc.error(("output_tokens",), "missing: how many tokens to ask the server for")
+    prefix = _prefix(data["prefix"], loc) if data.get("prefix") is not None else None
+    conversation = (
+        _conversation(data["conversation"], loc) if data.get("conversation") is not None else None
+    )
+    fixed_output = data.get("fixed_output", True)
+    if not isinstance(fixed_output, bool):
+        raise loc.error(("fixed_output",), f"must be true or false, got {fixed_output!r}")
+    try:
+        return Workload(
+            name=name,
+            description=description.strip(),
+            endpoint=data.get("endpoint", "completions"),
+            prompt_tokens=prompt,
+            output_tokens=output,
+            prefix=prefix,
+            conversation=conversation,
+            fixed_output=fixed_output,
+            seed=data.get("seed", 0),
+            dataset=dataset,
+            source=source,
+        )
+    except WorkloadError as exc:
+        raise loc.error((exc.key or "",), exc.message) from None
+
+
+def _distribution(value: Any, keys: tuple[str, ...], loc: _Located) -> Distribution:
+    dist, dataset = _distribution_or_dataset(value, keys, loc)
+    if dataset is not None:
+        raise loc.error(keys + ("file",), "a JSONL of prompts is only allowed for prompt_tokens")
+    return dist
+
+
+def _distribution_or_dataset(
+    value: Any, keys: tuple[str, ...], loc: _Located
+) -> tuple[Distribution, PromptDataset | None]:
+    if isinstance(value, bool):
+        raise loc.error(keys, f"must be a token count or a distribution, got {value!r}")
+    if isinstance(value, (int, float)):
+        if value < 1:
+            raise loc.error(keys, f"a token count must be at least 1, got {value}")
+        return Distribution("fixed", {"value": float(value)}), None
+    if not isinstance(value, Mapping):
+        raise loc.error(
+            keys, f"must be a token count or a mapping with a kind, got {type(value).__name__}"
+        )
+    spec = dict(value)
+    # `empirical: {file: lengths.txt}` is shorthand for `{kind: empirical, file: lengths.txt}`.
+    if "kind" not in spec and set(spec) == {"empirical"} and isinstance(spec["empirical"], dict):
+        keys = keys + ("empirical",)
+        spec = {"kind": "empirical", **spec["empirical"]}
+    kind = spec.pop("kind", None)
+    if kind is None:
+        raise loc.error(
+            keys, "a distribution needs a kind (fixed, uniform, normal, lognormal or empirical)"
+        )
+    values: tuple[int, ...] = ()
+    dataset = None
+    if kind == "empirical":
+        file = spec.pop("file", None)
+        inline = spec.pop("values", None)
+        if (file is None) == (inline is None):
+            raise loc.error(keys, "an empirical distribution needs either file: or values:")
+        if inline is not None:
+            if not isinstance(inline, list) or not inline:
+                raise loc.error(keys + ("values",), "must be a non-empty list of token counts")
+            values = tuple(inline)
+        else:
+            path = _resolve(file, keys + ("file",), loc)
+            if path.suffix in (".jsonl", ".json"):
+                dataset = _read_prompts(path)
+                # Whitespace words stand in for token counts until a tokenizer measures them.
+                values = tuple(max(1, len(p.split())) for p in dataset.prompts)
+            else:
+                values = _read_lengths(path)
+    params: dict[str, float] = {}
+    for key, raw in spec.items():
+        if isinstance(raw, bool) or not isinstance(raw, (int, float)):
+            raise loc.error(keys + (str(key),), f"must be a number, got {raw!r}")
+        params[str(key)] = float(raw)
+    try:
+        return Distribution(str(kind), params, values=values), dataset
+    except WorkloadError as exc:
+        sub = keys if exc.key in (None, kind) else keys + (str(exc.key),)
+        raise loc.error(sub, exc.message) from None
+
+
+def _resolve(file: Any, keys: tuple[str, ...], loc: _Located) -> Path:
+    if not isinstance(file, str) or not file:
+        raise loc.error(keys, "must be a file path")
+    path = Path(os.path.expanduser(file))
+    if not path.is_absolute() and loc.base_dir is not None:
+        path = loc.base_dir / path
+    if not path.is_file():
+        raise loc.error(keys, f"no such file: {path}")
+    return path
+
+
+def _read_lengths(path: Path) -> tuple[int, ...]:
+    out = []
+    for number, raw in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        text = raw.strip()
+        if not text or text.startswith("#"):
+            continue
+        try:
+            n = int(text)
+        except ValueError:
+            raise WorkloadError(
+                f"expected one integer token count per line, got {text!r}",
+                path=str(path),
+                line=number,
+            ) from None
+        if n < 1:
+            raise WorkloadError(
+                f"a token count must be at least 1, got {n}", path=str(path), line=number
+            )
+        out.append(n)
+    if not out:
+        raise WorkloadError("no token counts in the file", path=str(path))
+    return tuple(out)
+
+
+def _read_prompts(path: Path) -> PromptDataset:
+    prompts: list[str] = []
+    outputs: list[int] = []
+    for number, raw in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        if not raw.strip():
+            continue
+        try:
+            row = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            raise WorkloadError(f"not JSON: {exc.msg}", path=str(path), line=number) from None
+        if not isinstance(row, dict) or not isinstance(row.get("prompt"), str):
+            raise WorkloadError(
+                'each line needs a "prompt" string', path=str(path), line=number, key="prompt"
+            )
+        n = row.get("output_tokens", -1)
+        if not isinstance(n, int) or isinstance(n, bool) or (n < 1 and n != -1):
+            raise WorkloadError(
+                f"must be a positive integer, got {n!r}",
+                path=str(path),
+                line=number,
+                key="output_tokens",
+            )
+        prompts.append(row["prompt"])
+        outputs.append(n)
+    if not prompts:
+        raise WorkloadError("no prompts in the file", path=str(path))
+    return PromptDataset(str(path), tuple(prompts), tuple(outputs))
+
+
+def _prefix(value: Any, loc: _Located) -> PrefixSpec:
+    keys = ("prefix",)
+    if not isinstance(value, Mapping):
+        raise loc.error(keys, "must be a mapping (groups, length_tokens, popularity, share)")
+    for key in value:
+        if key not in _PREFIX_KEYS:
+            raise loc.error(
+                keys + (str(key),),
+                f"unknown key{did_you_mean(key, _PREFIX_KEYS)}",
+                hint=f"prefix keys are {', '.join(_PREFIX_KEYS)}",
+            )
+    for key in ("groups", "length_tokens"):
+        if key not in value:
+            raise loc.error(keys + (key,), "missing")
+    try:
+        return PrefixSpec(
+            groups=value["groups"],
+            length_tokens=value["length_tokens"],
+            popularity=value.get("popularity", "uniform"),
+            zipf_s=value.get("zipf_s", 1.0),
+            share=value.get("share", 1.0),
+        )
+    except WorkloadError as exc:
+        raise loc.error(keys + (exc.key or "",), exc.message) from None
+
+
+def _conversation(value: Any, loc: _Located) -> ConversationSpec:
+    keys = ("conversation",)
+    if not isinstance(value, Mapping):
+        raise loc.error(keys, "must be a mapping (turns, user_tokens, max_context_tokens)")
+    for key in value:
+        if key not in _CONVERSATION_KEYS:
+            raise loc.error(
+                keys + (str(key),),
+                f"unknown key{did_you_mean(key, _CONVERSATION_KEYS)}",
+                hint=f"conversation keys are {', '.join(_CONVERSATION_KEYS)}",
+            )
+    if "turns" not in value:
+        raise loc.error(keys + ("turns",), "missing: how many turns a conversation has")
+    turns = _distribution(value["turns"], keys + ("turns",), loc)
+    user = (
+        _distribution(value["user_tokens"], keys + ("user_tokens",), loc)
+        if value.get("user_tokens") is not None
+        else None
+    )
+    try:
+        return ConversationSpec(turns, user, value.get("max_context_tokens"))
+    except WorkloadError as exc:
+        raise loc.error(keys + (exc.key or "",), exc.message) from None
+
+
+# --- files and folders -----------------------------------------------------------------------
+
+
+def _key_lines(node: Any, prefix: tuple[str, ...], out: Lines) -> None:
+    """Record the 1-based line of every mapping key in a composed YAML node tree."""
+    import yaml
+
+    if isinstance(node, yaml.MappingNode):
+        for key_node, value_node in node.value:
+            keys = prefix + (str(key_node.value),)
+            out[keys] = key_node.start_mark.line + 1
+            _key_lines(value_node, keys, out)
+
+
+def load_workload_file(path: str | os.PathLike[str]) -> Workload:
+    """Read one workload YAML file; its name defaults to the file's stem."""
+    import yaml
+
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise WorkloadError(f"cannot read the workload file: {exc.strerror}", path=str(p)) from None
+    try:
+        data = yaml.safe_load(text)
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise WorkloadError(
+            f"not valid YAML: {problem}",
+            path=str(p),
+            line=mark.line + 1 if mark is not None else None,
+        ) from None
+    lines: Lines = {(): 1}
+    _key_lines(root, (), lines)
+    return workload_from_dict(
+        data if data is not None else {},
+        source=str(p),
+        lines=lines,
+        base_dir=p.parent,
+        default_name=p.stem,
+    )
+
+
+def search_dirs(extra_dirs: Iterable[str | os.PathLike[str]] = ()) -> list[Path]:
+    """Folders searched for workloads, later ones overriding earlier ones by name."""
+    dirs = [PRESETS_DIR, Path.cwd() / "workloads"]
+    env = os.environ.get(ENV_DIRS)
+    if env:
+        dirs += [Path(d) for d in env.split(os.pathsep) if d]
+    dirs += [Path(d) for d in extra_dirs]
+    return dirs
+
+
+def load_workloads(extra_dirs: Iterable[str | os.PathLike[str]] = ()) -> dict[str, Workload]:
+    """All workloads by name: shipped presets, then ./workloads/, $VPROF_WORKLOADS_DIR and
+    ``extra_dirs`` (a later folder's workload replaces an earlier one of the same name)."""
+    found: dict[str, Workload] = {}
+    seen: set[Path] = set()
+    for folder in search_dirs(extra_dirs):
+        try:
+            resolved = folder.resolve()
+        except OSError:
+            continue
+        if resolved in seen or not folder.is_dir():
+            continue
+        seen.add(resolved)
+        files = sorted([*folder.glob("*.yaml"), *folder.glob("*.yml")])
+        for file in files:
+            workload = load_workload_file(file)
+            found[workload.name] = workload
+    return found
+
+
+def get_workload(
+    name_or_path: str | os.PathLike[str], extra_dirs: Iterable[str | os.PathLike[str]] = ()
+) -> Workload:
+    """A workload by name, or from a YAML file when given a path."""
+    text = os.fspath(name_or_path)
+    if text.endswith((".yaml", ".yml")) or os.sep in text:
+        return load_workload_file(text)
+    workloads = load_workloads(extra_dirs)
+    if text in workloads:
+        return workloads[text]
+    raise WorkloadError(
+        f"no workload named {text!r}{did_you_mean(text, workloads)}",
+        hint="`vprof workloads` lists them; a path to a YAML file works too",
+    )

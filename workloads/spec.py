@@ -1,0 +1,376 @@
+"""What a workload is: length distributions, shared prefixes, conversations.
+
+Pure data plus sampling. Sampling takes a ``random.Random``: the stdlib generator is cheap to
+seed per request (so a plan depends on its index alone) and keeps numpy out of the import path
+of ``vprof workloads``.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from vprof.common.errors import WorkloadError
+
+DISTRIBUTION_KINDS = ("fixed", "uniform", "normal", "lognormal", "empirical")
+ENDPOINTS = ("completions", "chat")
+POPULARITIES = ("uniform", "zipf")
+
+# Parameters each kind needs (any one set in a tuple of alternatives) and may take.
+_REQUIRED: dict[str, tuple[tuple[str, ...], ...]] = {
+    "fixed": (("value",),),
+    "uniform": (("min", "max"),),
+    "normal": (("mean", "stddev"),),
+    "lognormal": (("mean", "sigma"), ("median", "sigma")),
+    "empirical": ((),),
+}
+_ALLOWED: dict[str, frozenset[str]] = {
+    "fixed": frozenset({"value"}),
+    "uniform": frozenset({"min", "max"}),
+    "normal": frozenset({"mean", "stddev", "min", "max"}),
+    "lognormal": frozenset({"mean", "median", "sigma", "min", "max"}),
+    "empirical": frozenset({"min", "max"}),
+}
+# How far an unclipped normal or lognormal reaches when a bound is needed (max-model-len checks).
+_TAIL_SIGMAS = 4.0
+
+
+@dataclass(frozen=True)
+class Distribution:
+    """A distribution of token counts: ``fixed``, ``uniform``, ``normal``, ``lognormal`` or
+    ``empirical`` (drawn from ``values``). Samples are integers clipped to ``[min, max]`` when
+    those are given, and never below 1.
+
+    ``lognormal`` takes ``sigma`` (the log-space spread) and either ``mean`` (the arithmetic
+    mean of the lengths) or ``median``.
+    """
+
+    kind: str
+    params: Mapping[str, float] = field(default_factory=dict)
+    values: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        problem = _distribution_problem(self)
+        if problem is not None:
+            key, message = problem
+            raise WorkloadError(message, key=key)
+
+    def sample(self, rng: random.Random) -> int:
+        """One length drawn with ``rng``, rounded, clipped to ``[min, max]`` and at least 1."""
+        p = self.params
+        kind = self.kind
+        if kind == "fixed":
+            x: float = p["value"]
+        elif kind == "uniform":
+            x = rng.randint(int(p["min"]), int(p["max"]))
+        elif kind == "normal":
+            x = rng.gauss(p["mean"], p["stddev"])
+        elif kind == "lognormal":
+            x = rng.lognormvariate(self._mu(), p["sigma"])
+        else:
+            x = self.values[rng.randrange(len(self.values))]
+        n = int(round(x))
+        lo = p.get("min")
+        hi = p.get("max")
+        if lo is not None and n < lo:
+            n = int(lo)
+        if hi is not None and n > hi:
+            n = int(hi)
+        return n if n >= 1 else 1
+
+    def _mu(self) -> float:
+        p = self.params
+        if "median" in p:
+            return math.log(p["median"])
+        # mean of a lognormal is exp(mu + sigma^2 / 2)
+        return math.log(p["mean"]) - p["sigma"] ** 2 / 2.0
+
+    def mean(self) -> float:
+        """The expected length before clipping (used for summaries, not for sampling)."""
+        p = self.params
+        if self.kind == "fixed":
+            return p["value"]
+        if self.kind == "uniform":
+            return (p["min"] + p["max"]) / 2.0
+        if self.kind == "normal":
+            return p["mean"]
+        if self.kind == "lognormal":
+            return math.exp(self._mu() + p["sigma"] ** 2 / 2.0)
+        return sum(self.values) / len(self.values) if self.values else math.nan
+
+    def upper_bound(self) -> int:
+        """The largest length this distribution produces: ``max`` when given, otherwise the
+        largest value for bounded kinds, and mean + 4 sigma (or its log-space analogue) for
+        unclipped normal and lognormal."""
+        p = self.params
+        if "max" in p:
+            return int(p["max"])
+        if self.kind == "fixed":
+            return max(1, int(round(p["value"])))
+        if self.kind == "empirical":
+            return max(self.values) if self.values else 0
+        if self.kind == "normal":
+            return max(1, int(math.ceil(p["mean"] + _TAIL_SIGMAS * p["stddev"])))
+        return max(1, int(math.ceil(math.exp(self._mu() + _TAIL_SIGMAS * p["sigma"]))))
+
+    def describe(self) -> str:
+        """A short human summary such as ``lognormal mean 300 sigma 0.6 [16, 1500]``."""
+        p = self.params
+        if self.kind == "fixed":
+            return f"{_num(p['value'])}"
+        if self.kind == "uniform":
+            return f"uniform {_num(p['min'])}-{_num(p['max'])}"
+        bounds = ""
+        if "min" in p or "max" in p:
+            bounds = f" [{_num(p.get('min', 1))}, {_num(p['max']) if 'max' in p else '-'}]"
+        if self.kind == "normal":
+            return f"normal {_num(p['mean'])}±{_num(p['stddev'])}{bounds}"
+        if self.kind == "lognormal":
+            centre = f"mean {_num(p['mean'])}" if "mean" in p else f"median {_num(p['median'])}"
+            return f"lognormal {centre} sigma {_num(p['sigma'])}{bounds}"
+        return f"empirical n={len(self.values)} mean {self.mean():.0f}{bounds}"
+
+    def to_dict(self) -> dict[str, Any]:
+        """The YAML form (``values`` are summarised, not listed, for empirical lengths)."""
+        if self.kind == "fixed" and set(self.params) == {"value"}:
+            return {"kind": "fixed", "value": _num(self.params["value"])}
+        out: dict[str, Any] = {"kind": self.kind}
+        out.update({k: _num(v) for k, v in self.params.items()})
+        if self.kind == "empirical":
+            out["count"] = len(self.values)
+        return out
+
+
+def fixed(value: int) -> Distribution:
+    """Shorthand for ``Distribution("fixed", {"value": value})``."""
+    return Distribution("fixed", {"value": float(value)})
+
+
+def _num(x: float | int) -> float | int:
+    return int(x) if float(x).is_integer() else float(x)
+
+
+def _distribution_problem(d: Distribution) -> tuple[str, str] | None:
+    """(key, message) for the first thing wrong with ``d``, or None."""
+    if d.kind not in DISTRIBUTION_KINDS:
+        return "kind", (
+            f"unknown distribution kind {d.kind!r}{did_you_mean(d.kind, DISTRIBUTION_KINDS)}; "
+            f"choose one of {', '.join(DISTRIBUTION_KINDS)}"
+        )
+    p = d.params
+    for key in p:
+        if key not in _ALLOWED[d.kind]:
+            allowed = sorted(_ALLOWED[d.kind])
+            return key, (
+                f"{d.kind} distributions take no {key!r}"
+                f"{did_you_mean(key, allowed)}; they take {', '.join(allowed)}"
+            )
+    alternatives = _REQUIRED[d.kind]
+    if not any(all(k in p for k in alt) for alt in alternatives):
+        wanted = " or ".join("+".join(alt) for alt in alternatives)
+        return d.kind, f"a {d.kind} distribution needs {wanted}"
+    for key, value in p.items():
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or math.isnan(value):
+            return key, f"must be a number, got {value!r}"
+    for key in ("value", "min", "max", "mean", "median"):
+        if key in p and p[key] < 1:
+            return key, f"a token count must be at least 1, got {_num(p[key])}"
+    if "min" in p and "max" in p and p["min"] > p["max"]:
+        return "min", f"min ({_num(p['min'])}) is larger than max ({_num(p['max'])})"
+    if "stddev" in p and p["stddev"] < 0:
+        return "stddev", f"must not be negative, got {_num(p['stddev'])}"
+    if "sigma" in p and p["sigma"] <= 0:
+        return "sigma", f"must be positive, got {_num(p['sigma'])}"
+    if "mean" in p and "median" in p:
+        return "median", "give mean or median, not both"
+    if d.kind == "empirical":
+        if not d.values:
+            return "values", "an empirical distribution needs at least one value"
+        bad = next((v for v in d.values if not isinstance(v, int) or v < 1), None)
+        if bad is not None:
+            return "values", f"token counts must be integers of at least 1, got {bad!r}"
+    return None
+
+
+def did_you_mean(word: str, choices: Any) -> str:
+    """``" (did you mean 'x'?)"`` when a choice is close to ``word``, else ``""``."""
+    import difflib
+
+    close = difflib.get_close_matches(str(word), [str(c) for c in choices], n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+@dataclass(frozen=True)
+class PrefixSpec:
+    """Shared prefixes: ``groups`` distinct prefixes of ``length_tokens`` tokens each.
+
+    A request uses one with probability ``share``; which one follows ``popularity`` (``uniform``
+    or ``zipf`` with exponent ``zipf_s``: group k is drawn with weight 1 / (k + 1) ** s). A
+    request without a shared prefix gets unique text of the same length in its place, so
+    ``share`` changes reuse but not prompt length.
+    """
+
+    groups: int
+    length_tokens: int
+    popularity: str = "uniform"
+    zipf_s: float = 1.0
+    share: float = 1.0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.groups, int) or self.groups < 1:
+            raise WorkloadError(
+                f"must be an integer of at least 1, got {self.groups!r}", key="groups"
+            )
+        if not isinstance(self.length_tokens, int) or self.length_tokens < 1:
+            raise WorkloadError(
+                f"must be an integer of at least 1, got {self.length_tokens!r}",
+                key="length_tokens",
+            )
+        if self.popularity not in POPULARITIES:
+            raise WorkloadError(
+                f"unknown popularity {self.popularity!r}"
+                f"{did_you_mean(self.popularity, POPULARITIES)}; choose uniform or zipf",
+                key="popularity",
+            )
+        if not isinstance(self.zipf_s, (int, float)) or self.zipf_s <= 0:
+            raise WorkloadError(f"must be a positive number, got {self.zipf_s!r}", key="zipf_s")
+        if not isinstance(self.share, (int, float)) or not 0.0 <= self.share <= 1.0:
+            raise WorkloadError(f"must be between 0 and 1, got {self.share!r}", key="share")
+
+    def weights(self) -> tuple[float, ...]:
+        """Probability of each group, given that a request uses a prefix."""
+        if self.popularity == "uniform":
+            raw = [1.0] * self.groups
+        else:
+            raw = [1.0 / (k + 1) ** self.zipf_s for k in range(self.groups)]
+        total = sum(raw)
+        return tuple(w / total for w in raw)
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "groups": self.groups,
+            "length_tokens": self.length_tokens,
+            "popularity": self.popularity,
+        }
+        if self.popularity == "zipf":
+            out["zipf_s"] = _num(self.zipf_s)
+        out["share"] = _num(self.share)
+        return out
+
+
+@dataclass(frozen=True)
+class ConversationSpec:
+    """Multi-turn chat: each turn resends the history (previous messages plus the assistant's
+    actual reply) and adds a new user message of ``user_tokens`` (default: the workload's
+    ``prompt_tokens``). A conversation ends after ``turns`` turns, or earlier when the next
+    request would exceed ``max_context_tokens`` (prompt plus requested output)."""
+
+    turns: Distribution
+    user_tokens: Distribution | None = None
+    max_context_tokens: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.max_context_tokens is not None and (
+            not isinstance(self.max_context_tokens, int) or self.max_context_tokens < 1
+        ):
+            raise WorkloadError(
+                f"must be an integer of at least 1, got {self.max_context_tokens!r}",
+                key="max_context_tokens",
+            )
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"turns": self.turns.to_dict()}
+        if self.user_tokens is not None:
+            out["user_tokens"] = self.user_tokens.to_dict()
+        if self.max_context_tokens is not None:
+            out["max_context_tokens"] = self.max_context_tokens
+        return out
+
+
+@dataclass(frozen=True)
+class PromptDataset:
+    """Real prompts from a JSONL file (``{"prompt": ..., "output_tokens": ...}`` per line),
+    sent as they are; their token counts are measured with the tokenizer."""
+
+    path: str
+    prompts: tuple[str, ...]
+    output_tokens: tuple[int, ...]  # -1 where the line gave none
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": "empirical", "file": self.path, "prompts": len(self.prompts)}
+
+
+@dataclass(frozen=True)
+class Workload:
+    """A named, seeded description of the requests to send.
+
+    With a ``prefix``, a prompt is the prefix (``prefix.length_tokens``) followed by
+    ``prompt_tokens`` more tokens. For ``completions`` the prompt length counts the tokens the
+    tokenizer adds (a BOS token), as the server's ``usage.prompt_tokens`` does; for ``chat`` it
+    counts message content only (the chat template adds its own tokens).
+    """
+
+    name: str
+    description: str
+    endpoint: str
+    prompt_tokens: Distribution
+    output_tokens: Distribution
+    prefix: PrefixSpec | None = None
+    conversation: ConversationSpec | None = None
+    fixed_output: bool = True
+    seed: int = 0
+    dataset: PromptDataset | None = None
+    source: str = field(default="", compare=False)
+
+    def __post_init__(self) -> None:
+        if self.endpoint not in ENDPOINTS:
+            raise WorkloadError(
+                f"unknown endpoint {self.endpoint!r}{did_you_mean(self.endpoint, ENDPOINTS)}; "
+                "choose completions or chat",
+                key="endpoint",
+            )
+        if self.conversation is not None and self.endpoint != "chat":
+            raise WorkloadError("multi-turn conversations need endpoint: chat", key="conversation")
+        if not isinstance(self.seed, int) or isinstance(self.seed, bool):
+            raise WorkloadError(f"must be an integer, got {self.seed!r}", key="seed")
+
+    def max_request_tokens(self) -> int:
+        """The longest prompt plus output this workload can produce (for max-model-len checks).
+
+        Unclipped normal or lognormal lengths count at mean + 4 sigma; real prompts from a
+        dataset are not known until tokenised and count as zero here.
+        """
+        prefix = self.prefix.length_tokens if self.prefix else 0
+        prompt = 0 if self.dataset is not None else self.prompt_tokens.upper_bound()
+        output = self.output_tokens.upper_bound()
+        if self.conversation is None:
+            return prefix + prompt + output
+        conv = self.conversation
+        user = conv.user_tokens.upper_bound() if conv.user_tokens else prompt
+        turns = conv.turns.upper_bound()
+        longest = prefix + turns * (user + output)
+        if conv.max_context_tokens is not None:
+            longest = min(longest, conv.max_context_tokens)
+        return longest
+
+    def to_dict(self) -> dict[str, Any]:
+        """The workload as YAML-ready data (what ``vprof workloads show`` prints)."""
+        out: dict[str, Any] = {
+            "name": self.name,
+            "description": self.description,
+            "endpoint": self.endpoint,
+            "seed": self.seed,
+            "prompt_tokens": self.dataset.to_dict()
+            if self.dataset is not None
+            else self.prompt_tokens.to_dict(),
+            "output_tokens": self.output_tokens.to_dict(),
+            "fixed_output": self.fixed_output,
+        }
+        if self.prefix is not None:
+            out["prefix"] = self.prefix.to_dict()
+        if self.conversation is not None:
+            out["conversation"] = self.conversation.to_dict()
+        return out
