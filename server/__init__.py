@@ -2,5 +2,25 @@
 
 Modules: ``host`` (which vLLM is installed, adapting profiles to it), ``process``
 (``ServerProcess``), ``logparse`` (effective settings and errors from the log, pure) and
-``metrics`` (Prometheus ``/metrics`` scraping).
+``metrics`` (Prometheus ``/metrics`` scraping). None of them imports vLLM.
 """
+
+from vprof.server.host import HostEngine, adapt_for_host, detect_engine
+from vprof.server.logparse import EffectiveSettings, find_error, parse_log
+from vprof.server.metrics import metric_labels, parse_metrics, scrape
+from vprof.server.process import ServerProcess, free_port, port_in_use
+
+__all__ = [
+    "EffectiveSettings",
+    "HostEngine",
+    "ServerProcess",
+    "adapt_for_host",
+    "detect_engine",
+    "find_error",
+    "free_port",
+    "metric_labels",
+    "parse_log",
+    "parse_metrics",
+    "port_in_use",
+    "scrape",
+]

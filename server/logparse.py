@@ -3,22 +3,33 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 # Log lines look like "(EngineCore_DP0 pid=123) INFO 11-29 17:58:01 [file.py:12] message".
 _KV_TOKENS = re.compile(r"(?:GPU|CPU)?\s*KV cache size:\s*([\d,]+)\s*tokens", re.IGNORECASE)
-_KV_GIB = re.compile(r"Available KV cache memory:\s*([\d.]+)\s*GiB", re.IGNORECASE)
+_KV_GIB = (
+    re.compile(r"Available KV cache memory:\s*([\d.]+)\s*GiB", re.IGNORECASE),  # GPU
+    re.compile(r"set \(([\d.]+)/[\d.]+\) GiB for KV cache", re.IGNORECASE),  # CPU
+)
 _CONCURRENCY = re.compile(
     r"Maximum concurrency for\s*([\d,]+)\s*tokens per request:\s*([\d.]+)x", re.IGNORECASE
 )
-_VERSION = re.compile(r"vLLM (?:API server )?version\s+v?([0-9][\w.+-]*)", re.IGNORECASE)
+_VERSION = (
+    re.compile(r"vLLM (?:API server )?version\s+v?([0-9][\w.+-]*)", re.IGNORECASE),
+    re.compile(r"\bversion\s+v?([0-9]+\.[0-9][\w.+-]*)"),  # the start-up banner
+    re.compile(r"LLM engine \(v([0-9][\w.+-]*)\)"),
+)
 _CHUNKED_ON = re.compile(
     r"Chunked prefill is enabled with max_num_batched_tokens=(\d+)", re.IGNORECASE
 )
 _BATCHED = re.compile(r"max_num_batched_tokens['\"]?\s*[=:]\s*(\d+)")
 _CHUNKED_FLAG = re.compile(r"enable_chunked_prefill['\"]?\s*[=:]\s*(True|False)")
 _PREFIX_FLAG = re.compile(r"enable_prefix_caching['\"]?\s*[=:]\s*(True|False)")
-_MAX_MODEL_LEN = re.compile(r"max_model_len['\"]?\s*[=:]\s*(\d+)")
+_MAX_MODEL_LEN = (
+    re.compile(r"max_model_len['\"]?\s*[=:]\s*(\d+)"),
+    re.compile(r"max_seq_len=(\d+)"),
+    re.compile(r"Using max model len (\d+)"),
+)
 _ERROR_LINE = re.compile(r"^(?:[\w.]+\.)?(\w*(?:Error|Exception))\b:?\s*(.*)$")
 
 
@@ -35,6 +46,15 @@ class EffectiveSettings:
     prefix_caching: bool | None = None
     max_num_batched_tokens: int | None = None
     max_model_len: int | None = None
+
+    # keys() and __getitem__ make ``dict(settings)`` work, e.g. to write it into run metadata.
+    def keys(self) -> list[str]:
+        return [f.name for f in fields(self)]
+
+    def __getitem__(self, key: str) -> object:
+        if key not in self.keys():
+            raise KeyError(key)
+        return getattr(self, key)
 
     def lines(self) -> list[str]:
         """Human lines for the settings that are known."""
@@ -60,11 +80,18 @@ class EffectiveSettings:
         return out
 
 
-def _last(pattern: re.Pattern[str], text: str) -> re.Match[str] | None:
-    found = None
-    for found in pattern.finditer(text):
-        pass
-    return found
+def _last(
+    patterns: re.Pattern[str] | tuple[re.Pattern[str], ...], text: str
+) -> re.Match[str] | None:
+    """The match that occurs last in ``text`` over all the patterns."""
+    if isinstance(patterns, re.Pattern):
+        patterns = (patterns,)
+    best: re.Match[str] | None = None
+    for pattern in patterns:
+        for match in pattern.finditer(text):
+            if best is None or match.start() > best.start():
+                best = match
+    return best
 
 
 def _int(s: str) -> int:
@@ -119,7 +146,8 @@ def find_error(text: str) -> str | None:
         match = _ERROR_LINE.match(lines[i])
         if not match or match.group(1) in ("Traceback",):
             continue
-        details = [lines[i]]
+        # "pydantic_core._pydantic_core.ValidationError: …" → "ValidationError: …"
+        details = [f"{match.group(1)}: {match.group(2)}" if match.group(2) else match.group(1)]
         for follow in lines[i + 1 : i + 8]:
             if follow.startswith((" ", "\t")) and follow.strip():
                 if "For further information visit" in follow:
@@ -127,5 +155,6 @@ def find_error(text: str) -> str | None:
                 details.append(follow.strip())
             elif follow.strip():
                 break
-        return " ".join(details)
+        # pydantic appends the whole input ("[type=value_error, input_value=…]"): noise here
+        return re.sub(r"\s*\[type=[^\]]*\]?.*$", "", " ".join(details))
     return None

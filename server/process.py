@@ -125,7 +125,9 @@ class ServerProcess:
         """True while the main server process has not exited."""
         return self._proc is not None and self._proc.poll() is None
 
+    @property
     def returncode(self) -> int | None:
+        """The main process's exit code, or None while it runs (or before it starts)."""
         return None if self._proc is None else self._proc.poll()
 
     def log_text(self) -> str:

@@ -8,6 +8,7 @@ the config. Random weights emit random tokens, so load tests fix output lengths 
 """
 
 from vprof.tinymodel.build import (
+    TINY_MAX_POSITIONS,
     TINY_MODEL_NAME,
     TINY_MODEL_VERSION,
     ensure_tiny_model,
@@ -16,6 +17,7 @@ from vprof.tinymodel.build import (
 )
 
 __all__ = [
+    "TINY_MAX_POSITIONS",
     "TINY_MODEL_NAME",
     "TINY_MODEL_VERSION",
     "ensure_tiny_model",

@@ -16,6 +16,8 @@ from vprof.common.paths import cache_dir
 TINY_MODEL_VERSION = "v1"
 # The name vprof serves it under (``--served-model-name``), and the profile value that selects it.
 TINY_MODEL_NAME = "tiny"
+# Longest sequence the tiny model accepts (max_position_embeddings): room for 8192+ token profiles.
+TINY_MAX_POSITIONS = 16384
 
 _FILES = ("config.json", "tokenizer.json", "tokenizer_config.json", "generation_config.json")
 
@@ -109,7 +111,7 @@ def _write_model(folder: Path) -> None:
             "add_bos_token": True,
             "add_eos_token": False,
             "clean_up_tokenization_spaces": False,
-            "model_max_length": 16384,
+            "model_max_length": TINY_MAX_POSITIONS,
             "chat_template": _CHAT_TEMPLATE,
         },
     )
@@ -141,8 +143,7 @@ def _model_config(vocab_size: int, bos_id: int, eos_id: int, pad_id: int) -> dic
         "num_key_value_heads": 2,
         "head_dim": 64,
         "num_hidden_layers": 2,
-        # Long enough for profiles with max-model-len 8192 and beyond.
-        "max_position_embeddings": 16384,
+        "max_position_embeddings": TINY_MAX_POSITIONS,
         "vocab_size": vocab_size,
         "hidden_act": "silu",
         "rms_norm_eps": 1e-5,
