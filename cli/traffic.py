@@ -19,8 +19,13 @@ def _summary(shape) -> str:
 
 
 @click.group(invoke_without_command=True)
-@click.option("--dir", "dirs", multiple=True, type=click.Path(file_okay=False),
-              help="Another folder of shape YAML files (repeatable).")
+@click.option(
+    "--dir",
+    "dirs",
+    multiple=True,
+    type=click.Path(file_okay=False),
+    help="Another folder of shape YAML files (repeatable).",
+)
 @format_option
 @click.pass_context
 def traffic(ctx: click.Context, dirs: tuple[str, ...], fmt: str) -> None:

@@ -51,7 +51,9 @@ def shape_from_dict(
             continue
         if key not in _SETTABLE:
             close = difflib.get_close_matches(str(key), sorted(_SETTABLE), n=1)
-            hint = f"did you mean {close[0]!r}?" if close else f"known: {', '.join(sorted(_SETTABLE))}"
+            hint = (
+                f"did you mean {close[0]!r}?" if close else f"known: {', '.join(sorted(_SETTABLE))}"
+            )
             raise fail(str(key), "unknown setting", hint)
         if key in ("kind", "process", "description"):
             values[key] = str(value)
@@ -70,20 +72,30 @@ def shape_from_dict(
         raise fail(None, "missing 'kind'", f"one of {', '.join(KINDS)}")
     if kind not in KINDS:
         close = difflib.get_close_matches(kind, KINDS, n=1)
-        raise fail("kind", f"unknown kind {kind!r}",
-                   f"did you mean {close[0]!r}?" if close else f"one of {', '.join(KINDS)}")
+        raise fail(
+            "kind",
+            f"unknown kind {kind!r}",
+            f"did you mean {close[0]!r}?" if close else f"one of {', '.join(KINDS)}",
+        )
     if "duration_s" not in values or values["duration_s"] <= 0:
-        raise fail("duration_s" if "duration_s" in values else None,
-                   "duration_s must be given and positive")
+        raise fail(
+            "duration_s" if "duration_s" in values else None,
+            "duration_s must be given and positive",
+        )
     process = values.get("process", "poisson")
     if process not in PROCESSES:
         close = difflib.get_close_matches(process, PROCESSES, n=1)
-        raise fail("process", f"unknown arrival process {process!r}",
-                   f"did you mean {close[0]!r}?" if close else f"one of {', '.join(PROCESSES)}")
+        raise fail(
+            "process",
+            f"unknown arrival process {process!r}",
+            f"did you mean {close[0]!r}?" if close else f"one of {', '.join(PROCESSES)}",
+        )
     if kind == "open-loop":
         if values.get("rate_rps", 0) <= 0:
-            raise fail("rate_rps" if "rate_rps" in values else None,
-                       "an open-loop shape needs rate_rps > 0")
+            raise fail(
+                "rate_rps" if "rate_rps" in values else None,
+                "an open-loop shape needs rate_rps > 0",
+            )
         if values.get("max_in_flight", 32) < 1:
             raise fail("max_in_flight", "must be at least 1")
         if process == "gamma" and values.get("burstiness", 1.0) <= 0:
@@ -102,8 +114,11 @@ def _load_file(path: Path) -> TrafficShape:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
-        raise WorkloadError(f"not valid YAML: {getattr(exc, 'problem', exc)}", path=str(path),
-                            line=mark.line + 1 if mark else None) from None
+        raise WorkloadError(
+            f"not valid YAML: {getattr(exc, 'problem', exc)}",
+            path=str(path),
+            line=mark.line + 1 if mark else None,
+        ) from None
     name = path.stem
     if isinstance(data, Mapping) and "name" in data:
         name = str(data["name"])

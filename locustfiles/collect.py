@@ -1,0 +1,214 @@
+"""Records leave the Locust processes and land in the run folder as they arrive.
+
+Every process (local runner, master, worker) buffers the record dicts its users produce and
+samples its own CPU every ~2 s. Workers ship both on ``report_to_master`` (every 3 s) and in a
+custom message when their test stops, so nothing waits for the next report. The master or the
+local runner appends records to ``<run-dir>/records.arrow`` with :class:`RecordWriter` (bounded
+memory: only the current batch is held), CPU samples to ``loadgen.jsonl``, and describes the
+test in ``locust.json``. Callbacks given to :func:`subscribe` see each list of record dicts as
+it arrives (the web UI's live table uses this).
+"""
+
+import locust  # noqa: F401  (first: gevent patching)
+from locust.runners import LocalRunner, MasterRunner, WorkerRunner
+
+import json
+import os
+import socket
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import gevent
+
+from vprof.common.clock import wall_now
+from vprof.records.store import RECORDS_FILE, RecordWriter
+
+RECORDS_MESSAGE = "vprof_records"
+CPU_SAMPLE_INTERVAL_S = 2.0
+LOCAL_FLUSH_INTERVAL_S = 1.0
+LOCUST_JSON = "locust.json"
+LOADGEN_JSONL = "loadgen.jsonl"
+
+Callback = Callable[[list[dict[str, Any]]], None]
+
+
+def process_name(environment: Any) -> str:
+    """A stable name for this Locust process: host, pid and worker index."""
+    runner = environment.runner
+    index = getattr(runner, "worker_index", 0)
+    role = "worker" if isinstance(runner, WorkerRunner) else "local"
+    if isinstance(runner, MasterRunner):
+        role = "master"
+    return f"{socket.gethostname()}:{os.getpid()}:{role}{index if role == 'worker' else ''}"
+
+
+class _Buffer:
+    """What one process has produced and not yet handed on."""
+
+    def __init__(self) -> None:
+        self.records: list[dict[str, Any]] = []
+        self.cpu: list[dict[str, Any]] = []
+
+    def take(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        records, cpu = self.records, self.cpu
+        self.records, self.cpu = [], []
+        return records, cpu
+
+
+class Collector:
+    """On the master or local runner: writes what arrives into the run folder."""
+
+    def __init__(self, environment: Any) -> None:
+        self.environment = environment
+        self.callbacks: list[Callback] = []
+        self.run_dir: Path | None = None
+        self.writer: RecordWriter | None = None
+        self.info: dict[str, Any] = {}
+        self.received = 0
+
+    def open(self, run_dir: Path) -> None:
+        if self.writer is not None:
+            return  # a second test in the same process (web UI) appends to the same run
+        self.run_dir = run_dir
+        run_dir.mkdir(parents=True, exist_ok=True)
+        self.writer = RecordWriter(run_dir / RECORDS_FILE, batch_size=500)
+
+    def add(self, records: list[dict[str, Any]], cpu: list[dict[str, Any]] = ()) -> None:  # type: ignore[assignment]
+        if records:
+            self.received += len(records)
+            if self.writer is not None:
+                self.writer.extend(records)
+                self.writer.flush()  # every arrival is complete on disk; batches stay small
+            for callback in list(self.callbacks):
+                callback(records)
+        if cpu and self.run_dir is not None:
+            with open(self.run_dir / LOADGEN_JSONL, "a", encoding="utf-8") as out:
+                for sample in cpu:
+                    out.write(json.dumps(sample) + "\n")
+
+    def write_info(self, **updates: Any) -> None:
+        self.info.update(updates)
+        if self.run_dir is None:
+            return
+        self.info["records"] = self.received
+        path = self.run_dir / LOCUST_JSON
+        tmp = path.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(self.info, indent=2, default=str), encoding="utf-8")
+        os.replace(tmp, path)
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+            self.writer = None
+
+
+def _buffer(environment: Any) -> _Buffer:
+    buf = getattr(environment, "_vprof_buffer", None)
+    if buf is None:
+        buf = _Buffer()
+        environment._vprof_buffer = buf
+    return buf
+
+
+def collector(environment: Any) -> Collector | None:
+    """The collector of this process, or ``None`` on a worker."""
+    return getattr(environment, "_vprof_collector", None)
+
+
+def subscribe(environment: Any, callback: Callback) -> None:
+    """Call ``callback(list_of_record_dicts)`` on the master/local runner as records arrive."""
+    col = collector(environment)
+    if col is None:
+        col = Collector(environment)
+        environment._vprof_collector = col
+    col.callbacks.append(callback)
+
+
+def emit(environment: Any, record: dict[str, Any]) -> None:
+    """Hand one finished record (a dict) to this process's buffer."""
+    _buffer(environment).records.append(record)
+
+
+def default_run_dir() -> Path:
+    stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
+    return Path.cwd() / "vprof-runs" / f"{stamp}-locust"
+
+
+def _cpu_sampler(environment: Any) -> None:
+    import psutil
+
+    proc = psutil.Process()
+    proc.cpu_percent(None)  # the first reading is meaningless; it starts the interval
+    while True:
+        gevent.sleep(CPU_SAMPLE_INTERVAL_S)
+        # The name is read each time: a worker learns its index only after it connects.
+        name = process_name(environment)
+        sample = {"t": wall_now(), "worker": name, "cpu_percent": proc.cpu_percent(None)}
+        col = collector(environment)
+        if col is not None and not isinstance(environment.runner, WorkerRunner):
+            col.add([], [sample])
+        else:
+            _buffer(environment).cpu.append(sample)
+
+
+def flush_local(environment: Any) -> None:
+    """Move this process's buffer into its own collector (local runner, master)."""
+    col = collector(environment)
+    if col is None:
+        return
+    records, cpu = _buffer(environment).take()
+    col.add(records, cpu)
+
+
+def ship_to_master(environment: Any) -> None:
+    """Worker: send the buffer to the master now (used when a test stops)."""
+    records, cpu = _buffer(environment).take()
+    if records or cpu:
+        environment.runner.send_message(RECORDS_MESSAGE, {"records": records, "cpu": cpu})
+
+
+def install(environment: Any) -> None:
+    """Wire collection into a runner (call from the ``init`` event, once per process)."""
+    runner = environment.runner
+    gevent.spawn(_cpu_sampler, environment)
+    if isinstance(runner, WorkerRunner):
+
+        @environment.events.report_to_master.add_listener
+        def _report(client_id: str, data: dict[str, Any], **_: Any) -> None:
+            records, cpu = _buffer(environment).take()
+            data["vprof_records"] = records
+            data["vprof_cpu"] = cpu
+
+        return
+
+    if collector(environment) is None:
+        environment._vprof_collector = Collector(environment)
+    col = collector(environment)
+    assert col is not None
+
+    if isinstance(runner, MasterRunner):
+
+        @environment.events.worker_report.add_listener
+        def _worker_report(client_id: str, data: dict[str, Any], **_: Any) -> None:
+            col.add(data.get("vprof_records") or [], data.get("vprof_cpu") or [])
+
+        def _on_records(environment: Any, msg: Any, **_: Any) -> None:
+            col.add(msg.data.get("records") or [], msg.data.get("cpu") or [])
+
+        runner.register_message(RECORDS_MESSAGE, _on_records)
+    elif isinstance(runner, LocalRunner):
+
+        def _flusher() -> None:
+            while True:
+                gevent.sleep(LOCAL_FLUSH_INTERVAL_S)
+                flush_local(environment)
+
+        gevent.spawn(_flusher)
+
+    @environment.events.quit.add_listener
+    def _on_quit(**_: Any) -> None:
+        flush_local(environment)
+        col.write_info()
+        col.close()

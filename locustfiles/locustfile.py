@@ -1,0 +1,116 @@
+"""vprof's locustfile: LLM traffic that measures serving at full precision.
+
+Run it with plain Locust::
+
+    locust -f locustfile.py -H http://127.0.0.1:8000 --workload chat --traffic steady
+    locust -f locustfile.py -H http://127.0.0.1:8000 --headless -u 4 -t 30s --processes 2
+
+Records land in ``--run-dir`` (default ``./vprof-runs/<time>-locust``): ``records.arrow`` (one
+row per request), ``locust.json`` (what ran) and ``loadgen.jsonl`` (the load generator's CPU).
+"""
+
+import locust  # noqa: F401  (first: gevent patching)
+from locust import events
+from locust.runners import MasterRunner, WorkerRunner
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from vprof.common.clock import wall_now
+from vprof.locustfiles import collect, run
+from vprof.locustfiles.options import DEFAULT_STOP_TIMEOUT_S, effective_shape, opt
+from vprof.locustfiles.shapes import TrafficShapeBase
+from vprof.locustfiles.users import LLMUser
+from vprof.records.schema import RequestRecord, Status
+
+log = logging.getLogger("vprof")
+
+
+class WorkloadUser(LLMUser):
+    """Streams the workload's endpoint (``--workload``; ``--endpoint`` overrides it)."""
+
+
+class TrafficShape(TrafficShapeBase):
+    """Follows ``--traffic`` (or ``-u/-r/-t`` when no traffic shape is given)."""
+
+
+@events.init.add_listener
+def _on_init(environment: Any, **_: Any) -> None:
+    if environment.stop_timeout == 0:
+        # Let streams in flight finish at the end of a test instead of killing them mid-answer.
+        environment.stop_timeout = DEFAULT_STOP_TIMEOUT_S
+    if environment.runner is None:
+        return
+    collect.install(environment)
+    run.install(environment)
+    if environment.web_ui is not None and not isinstance(environment.runner, WorkerRunner):
+        try:
+            from vprof.locustfiles import webui
+        except ImportError:  # the web UI tab is optional
+            return
+        webui.install(environment)
+
+
+@events.test_start.add_listener
+def _on_test_start(environment: Any, **_: Any) -> None:
+    if isinstance(environment.runner, WorkerRunner):
+        return
+    config = run.decide(environment)
+    col = collect.collector(environment)
+    if col is not None:
+        given = str(opt(environment, "run_dir", "") or "")
+        col.open(Path(given) if given else collect.default_run_dir())
+        shape = effective_shape(environment)
+        warmup_s = shape.warmup_s if shape else 0.0
+        runner = environment.runner
+        col.write_info(
+            workload=run.state(environment).workload().to_dict(),
+            traffic=shape.to_dict() if shape else None,
+            seed=config.seed,
+            salt=config.salt,
+            open_loop=bool(shape and shape.open_loop),
+            epoch=config.epoch,
+            workers=len(config.workers) if isinstance(runner, MasterRunner) else 1,
+            worker_ids=config.workers,
+            locust_version=locust.__version__,
+            host=environment.host,
+            started_at=config.started_at,
+            stopped_at=None,
+            warmup_until=config.epoch + warmup_s,
+            options={
+                k: v
+                for k, v in vars(environment.parsed_options or {}).items()
+                if isinstance(v, (str, int, float, bool, type(None)))
+            },
+        )
+        log.info("vprof: writing records to %s", col.run_dir)
+    run.broadcast(environment, config)
+
+
+@events.test_stop.add_listener
+def _on_test_stop(environment: Any, **_: Any) -> None:
+    st = run.state(environment)
+    if st.queue is not None:
+        # Arrivals that were due but never sent (the generator fell behind) still count.
+        now = wall_now()
+        for index, scheduled_at in st.queue.untaken():
+            if scheduled_at <= now:
+                record = RequestRecord(
+                    request_id=str(index),
+                    user_class="WorkloadUser",
+                    worker=collect.process_name(environment),
+                    open_loop=True,
+                    scheduled_at=scheduled_at,
+                    status=Status.CANCELLED.value,
+                    error="not sent: the test ended before a user was free",
+                )
+                collect.emit(environment, record.to_dict())
+    st.config = None
+    if isinstance(environment.runner, WorkerRunner):
+        collect.ship_to_master(environment)
+        return
+    collect.flush_local(environment)
+    col = collect.collector(environment)
+    if col is not None:
+        col.write_info(stopped_at=wall_now())

@@ -1,0 +1,57 @@
+"""The LoadTestShape that follows ``--traffic``; a thin adapter over ``vprof.traffic``.
+
+Without ``--traffic`` (and without ``--rate-rps``) it honours Locust's own ``-u``, ``-r`` and
+``-t`` (``use_common_options``), so ``locust -f locustfile.py -u 4 -t 30s`` behaves as usual.
+Options are read in ``tick()``, never at import: shapes are instantiated before Locust parses
+the command line.
+"""
+
+import locust  # noqa: F401  (first: gevent patching)
+from locust import LoadTestShape
+
+from typing import Any
+
+from vprof.locustfiles.options import effective_shape, opt
+from vprof.locustfiles.run import OPEN_LOOP_LEAD_S
+from vprof.traffic.shape import TrafficShape
+
+
+class TrafficShapeBase(LoadTestShape):
+    """Follows ``--traffic``; else ``-u/-r/-t``. Subclass it in a locustfile to use it."""
+
+    abstract = True
+    use_common_options = True
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._shape: TrafficShape | None = None
+        self._resolved = False
+
+    def reset_time(self) -> None:
+        super().reset_time()
+        self._resolved = False  # a new test: the options may have changed in the web UI
+
+    def traffic(self) -> TrafficShape | None:
+        """The shape for this test (read from the options once per test)."""
+        if not self._resolved:
+            self._shape = effective_shape(self.runner.environment)
+            self._resolved = True
+        return self._shape
+
+    def tick(self) -> tuple[int, float] | None:
+        shape = self.traffic()
+        t_s = self.get_run_time()
+        if shape is None:
+            return self._common_options(t_s)
+        if shape.open_loop:
+            # The schedule's epoch is OPEN_LOOP_LEAD_S after the start; users come up early.
+            t_s -= OPEN_LOOP_LEAD_S
+        return shape.users_at(max(t_s, 0.0))
+
+    def _common_options(self, t_s: float) -> tuple[int, float] | None:
+        env: Any = self.runner.environment
+        run_time = opt(env, "run_time", None)
+        if run_time and t_s >= float(run_time):
+            return None
+        users = int(opt(env, "num_users", 1) or 1)
+        return users, float(opt(env, "spawn_rate", 1) or 1)
