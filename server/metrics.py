@@ -64,7 +64,7 @@ def _parse_line(line: str) -> tuple[str, dict[str, str], float] | None:
     else:
         name, _, tail = line.partition(" ")
         rest = tail.split()
-    if not rest:
+    if not rest or not name:
         return None
     try:
         value = float(rest[0])  # float() accepts NaN, +Inf and -Inf as Prometheus writes them
