@@ -31,7 +31,7 @@ def workloads(ctx: click.Context, extra_dirs: tuple[str, ...], fmt: str) -> None
     if ctx.invoked_subcommand is not None:
         ctx.obj = {"extra_dirs": extra_dirs}
         return
-    from vprof.workloads import load_workloads
+    from vprof.workloads.loading import load_workloads
 
     rows = []
     for name, w in sorted(load_workloads(extra_dirs).items()):
@@ -94,12 +94,13 @@ def show(
     """
     import yaml
 
-    from vprof.workloads import RequestSynthesizer, get_workload, load_tokenizer
+    from vprof.workloads.loading import get_workload
+    from vprof.workloads.synthesis import RequestSynthesizer, load_tokenizer
 
     dirs = tuple((ctx.obj or {}).get("extra_dirs", ())) + extra_dirs
     workload = get_workload(name, dirs)
     if tokenizer_path is None:
-        from vprof.tinymodel import ensure_tiny_model
+        from vprof.tinymodel.build import ensure_tiny_model
 
         tokenizer_path = str(ensure_tiny_model())
     tokenizer = load_tokenizer(tokenizer_path)

@@ -140,11 +140,16 @@ class _TextBuilder:
         special = getattr(tokenizer, "special_ids", frozenset())
         self.ids = [i for i in range(int(vocab_size)) if i not in special]
         words = []
+        roundtrip = []
         for i in self.ids:
             text = tokenizer.decode([i])
-            if _WORD.fullmatch(text) and tokenizer.encode(text) == [i]:
-                words.append(text)
+            if tokenizer.encode(text) == [i]:
+                roundtrip.append(i)
+                if _WORD.fullmatch(text):
+                    words.append(text)
         self.words = words
+        # ids that survive decode and re-encode alone merge less when strung together
+        self.roundtrip_ids = roundtrip or self.ids
         self.exact = len(words) >= _MIN_POOL and self._concatenation_is_exact()
 
     def _concatenation_is_exact(self) -> bool:
@@ -166,17 +171,21 @@ class _TextBuilder:
     def _adjusted(self, n_tokens: int, rng: random.Random) -> str:
         # vllm bench's way: random ids, decode, re-encode, then trim or pad and try again.
         tok = self.tokenizer
-        ids = rng.choices(self.ids, k=n_tokens)
-        text = tok.decode(ids)
-        for _ in range(10):
+        pool = self.roundtrip_ids
+        text = tok.decode(rng.choices(pool, k=n_tokens))
+        best, best_gap = text, n_tokens
+        for _ in range(24):
             encoded = tok.encode(text)
-            if len(encoded) == n_tokens:
+            gap = len(encoded) - n_tokens
+            if gap == 0:
                 return text
-            if len(encoded) > n_tokens:
+            if abs(gap) < best_gap:
+                best, best_gap = text, abs(gap)
+            if gap > 0:
                 text = tok.decode(encoded[:n_tokens])
             else:
-                text += tok.decode(rng.choices(self.ids, k=n_tokens - len(encoded)))
-        return text  # close; the mismatch shows in expected vs server-counted tokens
+                text += tok.decode(rng.choices(pool, k=-gap))
+        return best  # close; the gap shows as expected vs server-counted tokens
 
 
 _BUILDERS: weakref.WeakKeyDictionary[Any, _TextBuilder] = weakref.WeakKeyDictionary()
