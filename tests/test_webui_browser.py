@@ -1,0 +1,274 @@
+"""The real Locust web UI in headless Chromium: start a test from the form, watch the LLM tab fill.
+
+Runs ``vprof emulate`` and ``locust -f locustfiles/locustfile.py`` as subprocesses (the web UI
+exactly as a user starts it) and drives Debian's chromium through chromedriver. The emulator is
+enough here: this test is about the UI and the record feed, not about the engine.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.browser
+
+REPO = Path(__file__).resolve().parents[1]
+LOCUSTFILE = REPO / "locustfiles" / "locustfile.py"
+BIN = Path(sys.executable).parent
+CHROMIUM = "/usr/bin/chromium"
+CHROMEDRIVER = "/usr/bin/chromedriver"
+# This helper's port range is 18400-18499; the unit tests use none.
+EMULATOR_PORT = int(os.environ.get("VPROF_WEBUI_TEST_EMULATOR_PORT", "18420"))
+WEB_PORT = int(os.environ.get("VPROF_WEBUI_TEST_WEB_PORT", "18421"))
+EMULATED_TTFT_MS = 40.0
+EMULATED_ITL_MS = 8.0
+WORKLOAD = "tiny-smoke"  # 64 tokens in, exactly 16 out
+
+
+def _chromium_missing() -> str | None:
+    for path in (CHROMIUM, CHROMEDRIVER):
+        if not os.path.exists(path):
+            return f"{path} is absent (Debian: apt-get install chromium chromium-driver)"
+    try:
+        import selenium  # noqa: F401
+    except ImportError:
+        return "the selenium package is not installed (pip install -e '.[dev]')"
+    return None
+
+
+def _wait_http(url: str, deadline_s: float, proc: subprocess.Popen, log: Path) -> None:
+    """Poll ``url`` until it answers 200, failing early if ``proc`` died."""
+    deadline = time.monotonic() + deadline_s
+    last_error: Exception | None = None
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            pytest.fail(
+                f"{proc.args[:3]} exited with {proc.returncode}:\n{log.read_text()[-3000:]}"
+            )
+        try:
+            with urllib.request.urlopen(url, timeout=2) as response:
+                if response.status == 200:
+                    return
+        except OSError as exc:
+            last_error = exc
+        time.sleep(0.2)
+    pytest.fail(
+        f"{url} did not answer within {deadline_s} s ({last_error}):\n{log.read_text()[-3000:]}"
+    )
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGINT)  # let Locust shut down cleanly
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+
+
+@pytest.fixture
+def locust_web(tmp_path: Path) -> Iterator[str]:
+    """The emulator and a Locust web UI in front of it; yields the UI's URL."""
+    if reason := _chromium_missing():
+        pytest.skip(reason)
+    procs: list[subprocess.Popen] = []
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    try:
+        emu_log = tmp_path / "emulator.log"
+        emulator = subprocess.Popen(
+            [str(BIN / "vprof"), "emulate", "--port", str(EMULATOR_PORT),
+             "--ttft-ms", str(EMULATED_TTFT_MS), "--itl-ms", str(EMULATED_ITL_MS)],
+            stdout=emu_log.open("w"), stderr=subprocess.STDOUT, env=env,
+        )  # fmt: skip
+        procs.append(emulator)
+        emulator_url = f"http://127.0.0.1:{EMULATOR_PORT}"
+        _wait_http(f"{emulator_url}/v1/models", 60, emulator, emu_log)
+
+        locust_log = tmp_path / "locust.log"
+        locust = subprocess.Popen(
+            [str(BIN / "locust"), "-f", str(LOCUSTFILE), "-H", emulator_url,
+             "--web-host", "127.0.0.1", "--web-port", str(WEB_PORT),
+             "--run-dir", str(tmp_path / "run")],
+            stdout=locust_log.open("w"), stderr=subprocess.STDOUT, env=env, cwd=tmp_path,
+        )  # fmt: skip
+        procs.append(locust)
+        web_url = f"http://127.0.0.1:{WEB_PORT}"
+        _wait_http(f"{web_url}/stats/requests", 120, locust, locust_log)
+        yield web_url
+    finally:
+        for proc in reversed(procs):
+            _stop(proc)
+
+
+@pytest.fixture
+def browser() -> Iterator[object]:
+    if reason := _chromium_missing():
+        pytest.skip(reason)
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    profile_dir = tempfile.mkdtemp(prefix="vprof-chromium-")
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for flag in (
+        "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+        "--disable-component-update", "--no-first-run", f"--user-data-dir={profile_dir}",
+        "--window-size=1600,900",
+    ):  # fmt: skip
+        options.add_argument(flag)
+    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+        shutil.rmtree(profile_dir, ignore_errors=True)
+
+
+def _poll(what: str, deadline_s: float, probe):
+    """Call ``probe`` until it returns something truthy; fail naming ``what`` at the deadline."""
+    deadline = time.monotonic() + deadline_s
+    last = None
+    while time.monotonic() < deadline:
+        try:
+            last = probe()
+        except Exception as exc:  # the page re-renders under us; try again
+            last = exc
+        else:
+            if last:
+                return last
+        time.sleep(0.25)
+    pytest.fail(f"timed out after {deadline_s} s waiting for {what} (last: {last!r})")
+
+
+def _table(driver) -> list[dict[str, str]]:
+    from selenium.webdriver.common.by import By
+
+    rows = driver.find_elements(By.CSS_SELECTOR, "table tr")
+    if not rows:
+        return []
+    header = [cell.text for cell in rows[0].find_elements(By.CSS_SELECTOR, "th,td")]
+    return [
+        dict(zip(header, [c.text for c in row.find_elements(By.CSS_SELECTOR, "td")], strict=False))
+        for row in rows[1:]
+    ]
+
+
+def _open_tab(driver, title: str) -> None:
+    from selenium.webdriver.common.by import By
+
+    def find():
+        # The tab bar upper-cases titles with CSS, so compare case-insensitively.
+        tabs = driver.find_elements(By.CSS_SELECTOR, "[role=tab]")
+        return [t for t in tabs if t.text.strip().lower() == title.lower()]
+
+    _poll(f"the {title!r} tab", 30, find)[0].click()
+
+
+def _number(text: str | None) -> float | None:
+    try:
+        return float(text) if text else None
+    except ValueError:
+        return None
+
+
+def test_llm_tab_fills_with_live_percentiles(locust_web, browser, tmp_path):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+
+    driver = browser
+
+    def fill(name: str, value: str) -> None:
+        field = driver.find_element(By.NAME, name)
+        # React keeps its own value: select-all and type, as a person would.
+        field.send_keys(Keys.CONTROL, "a")
+        field.send_keys(Keys.DELETE)
+        field.send_keys(value)
+
+    driver.get(locust_web + "/")
+    _poll("the start form", 30, lambda: driver.find_elements(By.NAME, "userCount"))
+    fill("userCount", "4")
+    fill("spawnRate", "4")
+    driver.find_element(By.XPATH, "//button[contains(., 'Custom parameters')]").click()
+    # H3b registers these with include_in_web_ui; Locust renders them as named inputs.
+    _poll(
+        "--workload and --traffic in the start form's custom parameters",
+        10,
+        lambda: (
+            {"workload", "traffic"}
+            <= {f.get_attribute("name") for f in driver.find_elements(By.CSS_SELECTOR, "input")}
+        ),
+    )
+    fill("workload", WORKLOAD)
+    driver.find_element(By.XPATH, "//button[@type='submit']").click()
+
+    _open_tab(driver, "LLM")
+
+    def filled() -> dict[str, str] | None:
+        rows = {row.get("Name"): row for row in _table(driver)}
+        total = rows.get("Aggregated")
+        if not total or not (_number(total.get("Requests")) or 0) >= 10:
+            return None
+        needed = ("TTFT p50 ms", "TTFT p99 ms", "TPOT p50 ms", "ITL p50 ms", "ITL p99 ms")
+        needed += ("Output tok/s",)  # needs a whole second of traffic behind the 2 s lag
+        if any(not _number(total.get(col)) for col in needed):
+            return None
+        return total
+
+    total = _poll("the LLM table to show TTFT/TPOT/ITL percentiles", 120, filled)
+    screenshot = tmp_path / "llm_tab.png"
+    driver.save_screenshot(str(screenshot))
+    print(f"screenshot: {screenshot}")
+    print("LLM tab, Aggregated:", total)
+
+    # The emulator cannot be faster than configured; measured values are at least that.
+    assert _number(total["TTFT p50 ms"]) >= EMULATED_TTFT_MS * 0.95
+    assert _number(total["ITL p50 ms"]) >= EMULATED_ITL_MS * 0.9
+    assert _number(total["TPOT p50 ms"]) >= EMULATED_ITL_MS * 0.9
+    assert _number(total["Output tok/s"]) > 0
+    assert _number(total["Fails"]) == 0
+
+    # The other LLM tab shows the recent window from the same feed.
+    _open_tab(driver, "LLM (last 10 s)")
+    _poll(
+        "the recent-window table",
+        30,
+        lambda: any(
+            r.get("Name") == "Aggregated" and _number(r.get("ITL p50 ms")) for r in _table(driver)
+        ),
+    )
+
+    # The CSV download holds the same statistics at full precision.
+    with urllib.request.urlopen(locust_web + "/stats/llm/csv", timeout=5) as response:
+        text = response.read().decode()
+    header, *lines = text.strip().splitlines()
+    assert "p99_itl_ms" in header.split(",")
+    assert lines[-1].startswith("Aggregated,")
+
+    # Stop the test; every record the run folder holds was counted in the live table too.
+    stop = urllib.request.Request(locust_web + "/stop", method="POST")
+    urllib.request.urlopen(stop, timeout=5).close()
+
+    def counts_agree() -> tuple[int, int] | None:
+        from vprof.records import read_records
+
+        with urllib.request.urlopen(locust_web + "/stats/llm", timeout=5) as response:
+            live_total = json.load(response)[-1]
+        on_disk = len(read_records(tmp_path / "run"))
+        if live_total["requests"] == on_disk > 0:
+            return live_total["requests"], on_disk
+        return None
+
+    live_count, disk_count = _poll("live and on-disk record counts to agree", 60, counts_agree)
+    print(f"records: {disk_count} on disk, {live_count} in the LLM tab")
