@@ -7,7 +7,6 @@ emulator shares two cores with the load generator it is measuring.
 from __future__ import annotations
 
 import asyncio
-import math
 import selectors
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -81,14 +80,10 @@ class Responder:
         if not self.closed and data:
             self.transport.write(b"%x\r\n%b\r\n" % (len(data), data))
 
-    def chunks(self, parts: list[bytes]) -> None:
-        """Several HTTP chunks in one write: one per event, as vLLM's generator yields them."""
+    def end_stream(self, last: list[bytes] | None = None) -> None:
+        """Finish the stream; ``last`` events go out in the same write as the terminator."""
         if not self.closed:
-            self.transport.write(b"".join(b"%x\r\n%b\r\n" % (len(p), p) for p in parts if p))
-
-    def end_stream(self, last: bytes = b"") -> None:
-        if not self.closed:
-            tail = b"%x\r\n%b\r\n" % (len(last), last) if last else b""
+            tail = b"".join(b"%x\r\n%b\r\n" % (len(p), p) for p in last or () if p)
             self.transport.write(tail + b"0\r\n\r\n")
         self.done = True
 
@@ -229,7 +224,3 @@ async def start_server(handler: Handler, host: str, port: int) -> tuple[asyncio.
         lambda: _Connection(handler, connections), host, port, backlog=1024, reuse_address=True
     )
     return server, connections
-
-
-def is_finite(value: float) -> bool:
-    return not (math.isnan(value) or math.isinf(value))

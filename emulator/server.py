@@ -365,8 +365,7 @@ class _App:
                 if plan.include_usage:
                     tail.append(chunks.usage(plan.prompt_tokens, plan.output_tokens))
                 tail.append(wire.DONE)
-                out.chunks(tail)
-                out.end_stream()
+                out.end_stream(tail)
             self._finish(plan, sent, "length")
         except asyncio.CancelledError:
             self._finish(plan, sent, "abort")
