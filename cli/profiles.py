@@ -1,0 +1,336 @@
+"""Registry commands: ``profiles`` (list, ``show``), ``validate``, ``render`` and ``diff``.
+
+These parse, call ``vprof.registry`` and print; they import nothing heavier than click and yaml.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import click
+
+import vprof.registry as registry
+from vprof.cli.output import emit, format_option
+from vprof.registry import Profile, ProfileError
+from vprof.registry.profile import ENTRYPOINTS
+
+profiles_dir_option = click.option(
+    "--profiles-dir",
+    "profiles_dirs",
+    multiple=True,
+    type=click.Path(path_type=Path),
+    help="Extra folder (or file) of profiles, layered over the others; repeatable.",
+)
+
+# The settings the guide tunes, shown as columns by `vprof profiles`.
+KEY_SETTINGS = {
+    "max_model_len": "max-model-len",
+    "batched_tokens": "max-num-batched-tokens",
+    "chunked": "enable-chunked-prefill",
+    "prefix_cache": "enable-prefix-caching",
+    "eager": "enforce-eager",
+    "gpu_mem": "gpu-memory-utilization",
+}
+UNSET = "(default)"
+
+
+def _short(where: str) -> str:
+    """A ``path:line`` origin, relative to the current directory when it is below it."""
+    path, sep, line = where.rpartition(":")
+    if not sep or not line.isdigit():
+        path, line = where, ""
+    if os.path.isabs(path):
+        relative = os.path.relpath(path)
+        if not relative.startswith(".."):
+            path = relative
+    return f"{path}:{line}" if line else path
+
+
+def _dirs(ctx: click.Context, own: Sequence[Path]) -> list[Path]:
+    """``--profiles-dir`` given to the group and to the subcommand, in that order."""
+    inherited = (ctx.obj or {}).get("profiles_dirs", []) if ctx else []
+    return [*inherited, *own]
+
+
+# ---------------------------------------------------------------------------- profiles
+
+
+@click.group(invoke_without_command=True)
+@profiles_dir_option
+@format_option
+@click.pass_context
+def profiles(ctx: click.Context, profiles_dirs: tuple[Path, ...], fmt: str) -> None:
+    """List the profiles: name, key settings and what each is for.
+
+    Shipped profiles come first; ./profiles/, $VPROF_PROFILES_DIR and --profiles-dir layer
+    over them (a later profile replaces an earlier one of the same name). A blank setting
+    means vLLM's default.
+
+    \b
+    Example:
+      vprof profiles
+      vprof profiles --format json
+      vprof profiles show chunked-256
+    """
+    ctx.ensure_object(dict)
+    ctx.obj["profiles_dirs"] = list(profiles_dirs)
+    if ctx.invoked_subcommand is not None:
+        return
+    rows = []
+    for profile in registry.load_profiles(profiles_dirs).values():
+        row: dict[str, Any] = {"name": profile.name}
+        for column, flag in KEY_SETTINGS.items():
+            row[column] = profile.engine_args.get(flag)
+        row.update(
+            description=profile.description,
+            model=profile.model,
+            entrypoint=profile.entrypoint,
+            extends=profile.extends,
+            source=_short(profile.source),
+        )
+        rows.append(row)
+    columns = None
+    if fmt in ("table", "markdown"):  # keep the terminal view narrow; json/csv get everything
+        columns = ["name", *KEY_SETTINGS, "description"]
+    emit(rows, fmt, columns)
+
+
+def _setting_rows(profile: Profile) -> list[dict[str, Any]]:
+    settings: list[tuple[str, Any]] = [
+        ("model", profile.model),
+        ("entrypoint", profile.entrypoint),
+        *profile.engine_args.items(),
+        *((f"env.{k}", v) for k, v in profile.env.items()),
+    ]
+    return [
+        {
+            "setting": key,
+            "value": json.dumps(value) if isinstance(value, (dict, list)) else value,
+            "from": _short(profile.origins.get(key, profile.source)),
+        }
+        for key, value in settings
+    ]
+
+
+@profiles.command("show")
+@click.argument("name")
+@profiles_dir_option
+@format_option
+@click.pass_context
+def show(ctx: click.Context, name: str, profiles_dirs: tuple[Path, ...], fmt: str) -> None:
+    """Show one profile resolved (after extends) and where each value came from.
+
+    \b
+    Example:
+      vprof profiles show guide-chunked
+      vprof profiles show chunked-256 --format json
+    """
+    profile = registry.get_profile(name, _dirs(ctx.parent, profiles_dirs))
+    notes = registry.validate(profile)
+    if fmt == "json":
+        data = profile.as_dict()
+        data.update(argv=registry.render(profile), identity=profile.identity(), notes=notes)
+        click.echo(json.dumps(data, indent=2))
+        return
+    if fmt in ("table", "markdown"):
+        click.echo(f"{profile.name}: {profile.description}")
+        extends = f"extends {profile.extends}, " if profile.extends else ""
+        click.echo(f"{extends}defined in {_short(profile.source)}; identity {profile.identity()}")
+        click.echo()
+    emit(_setting_rows(profile), fmt)
+    if fmt in ("table", "markdown"):
+        click.echo()
+        click.echo("command: " + registry.render_shell(profile))
+        for note in notes:
+            click.echo("note: " + _short_note(note))
+
+
+def _short_note(note: str) -> str:
+    where, sep, rest = note.partition(": ")
+    return f"{_short(where)}{sep}{rest}"
+
+
+# ---------------------------------------------------------------------------- validate
+
+
+@click.command()
+@click.argument("paths", nargs=-1, type=click.Path(exists=True, path_type=Path))
+@profiles_dir_option
+@click.option("--quiet", "-q", is_flag=True, help="Print only problems, no notes.")
+@click.pass_context
+def validate(
+    ctx: click.Context, paths: tuple[Path, ...], profiles_dirs: tuple[Path, ...], quiet: bool
+) -> None:
+    """Check profile files without running anything (no PATH: every profile).
+
+    Catches unknown vLLM flags, wrong types and ranges, and combinations vLLM refuses to
+    start with; notes say where the guide's advice is outdated for the installed vLLM. On a
+    problem it prints `path:line: key: message` and exits 2. A PATH may extend any profile.
+
+    \b
+    Example:
+      vprof validate
+      vprof validate my-profiles/ ./tuned.yaml
+    """
+    from vprof.registry.loader import collect_profiles, profile_files
+    from vprof.registry.validate import check
+
+    profiles_found, problems = collect_profiles([*profiles_dirs, *paths])
+    if paths:
+        wanted = {str(f) for path in paths for f in profile_files(path)}
+        problems = [p for p in problems if p.path in wanted]
+        profiles_found = {n: p for n, p in profiles_found.items() if p.source in wanted}
+        if not profiles_found and not problems:
+            raise ProfileError("no profile files (*.yaml, *.yml) in " + ", ".join(map(str, paths)))
+    for profile in profiles_found.values():
+        errors, notes = check(profile)
+        problems += errors
+        if not errors:
+            click.echo(f"ok    {profile.name:<24} {_short(profile.source)}")
+        if not quiet:
+            for note in notes:
+                click.echo("note: " + _short_note(note))
+    for problem in problems:
+        if problem.path:
+            problem.path = _short(problem.path)
+        click.echo(f"Error: {problem.format()}", err=True)
+    if problems:
+        ctx.exit(2)
+
+
+# ---------------------------------------------------------------------------- render
+
+
+def _parse_assignments(values: Sequence[str], option: str) -> dict[str, Any]:
+    """``key=value`` pairs; values are read as YAML scalars (256, true, 0.9, null)."""
+    import yaml
+
+    parsed: dict[str, Any] = {}
+    for item in values:
+        key, sep, text = item.partition("=")
+        if not sep or not key.strip():
+            raise click.BadParameter(f"expected key=value, got {item!r}", param_hint=option)
+        try:
+            parsed[key.strip()] = yaml.safe_load(text) if text.strip() else ""
+        except yaml.YAMLError:
+            parsed[key.strip()] = text
+    return parsed
+
+
+RENDER_FORMATS = ("shell", "argv", "docker", "k8s")
+
+
+@click.command("render")
+@click.argument("name")
+@click.option(
+    "--format", "fmt", type=click.Choice(RENDER_FORMATS), default="shell", show_default=True
+)
+@click.option("--model", help="Serve this model instead of the profile's.")
+@click.option("--port", type=click.IntRange(1, 65535), help="Listen on this port.")
+@click.option(
+    "--set",
+    "set_args",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Set an engine argument (value read as YAML; null removes it); repeatable.",
+)
+@click.option("--env", "env_args", multiple=True, metavar="NAME=VALUE", help="Set an env var.")
+@click.option("--entrypoint", type=click.Choice(ENTRYPOINTS), help="Launcher to render.")
+@click.option("--python", default="python3", show_default=True, help="Python for module forms.")
+@click.option(
+    "--replicas",
+    type=click.IntRange(min=0),
+    default=1,
+    show_default=True,
+    help="Replicas in the Kubernetes Deployment.",
+)
+@click.option("--image", default=None, help="Container image (docker, k8s).")
+@profiles_dir_option
+def render(
+    name: str,
+    fmt: str,
+    model: str | None,
+    port: int | None,
+    set_args: tuple[str, ...],
+    env_args: tuple[str, ...],
+    entrypoint: str | None,
+    python: str,
+    replicas: int,
+    image: str | None,
+    profiles_dirs: tuple[Path, ...],
+) -> None:
+    """Print a profile's launch command: shell line, argv JSON, docker run, or Kubernetes.
+
+    The profile is validated first (with the overrides applied); nothing is executed.
+
+    \b
+    Example:
+      vprof render chunked-256
+      vprof render chunked-256 --format argv --model ./my-model --port 8100
+      vprof render baseline --set max-num-seqs=64 --set enable-prefix-caching=null
+      vprof render chunked-1024 --format k8s --replicas 4 | kubectl apply -f -
+    """
+    profile = registry.get_profile(name, profiles_dirs)
+    env = {k: str(v) for k, v in _parse_assignments(env_args, "--env").items()}
+    profile = profile.with_overrides(
+        model=model,
+        port=port,
+        entrypoint=entrypoint,
+        set_args=_parse_assignments(set_args, "--set"),
+        env=env,
+    )
+    registry.validate(profile)
+    image_kw = {"image": image} if image else {}
+    if fmt == "argv":
+        click.echo(json.dumps(registry.render(profile, python=python)))
+    elif fmt == "docker":
+        click.echo(registry.render_docker(profile, **image_kw))
+    elif fmt == "k8s":
+        click.echo(registry.render_k8s(profile, replicas=replicas, **image_kw), nl=False)
+    else:
+        click.echo(registry.render_shell(profile, python=python))
+
+
+# ---------------------------------------------------------------------------- diff
+
+
+def _settings(profile: Profile) -> dict[str, Any]:
+    flat: dict[str, Any] = {"model": profile.model, "entrypoint": profile.entrypoint}
+    flat.update(profile.engine_args)
+    flat.update({f"env.{k}": v for k, v in profile.env.items()})
+    return flat
+
+
+@click.command("diff")
+@click.argument("first")
+@click.argument("second")
+@profiles_dir_option
+@format_option
+def diff(first: str, second: str, profiles_dirs: tuple[Path, ...], fmt: str) -> None:
+    """Show the settings that differ between two profiles (after extends).
+
+    \b
+    Example:
+      vprof diff baseline chunked-256
+      vprof diff guide-prefix-caching guide-chunked --format markdown
+    """
+    a = registry.get_profile(first, profiles_dirs)
+    b = registry.get_profile(second, profiles_dirs)
+    settings_a, settings_b = _settings(a), _settings(b)
+    keys = list(dict.fromkeys([*settings_a, *settings_b]))
+    rows = [
+        {"setting": key, a.name: settings_a.get(key, UNSET), b.name: settings_b.get(key, UNSET)}
+        for key in keys
+        if settings_a.get(key, UNSET) != settings_b.get(key, UNSET)
+    ]
+    if not rows:
+        click.echo(f"{a.name} and {b.name} have the same settings")
+        return
+    if a.name == b.name:  # the same name from two layers: keep both columns apart
+        for row in rows:
+            row["first"], row["second"] = row.pop(a.name), settings_b.get(row["setting"], UNSET)
+    emit(rows, fmt)

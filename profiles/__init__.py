@@ -1,0 +1,1 @@
+"""The server profiles shipped with vprof (YAML package data, read by ``vprof.registry``)."""

@@ -1,0 +1,23 @@
+"""Named vLLM server profiles: loading with ``extends`` and layering, validation, rendering.
+
+Imports only the standard library and PyYAML, so registry commands start fast; it never imports
+vLLM (its flag table is ``vllm_args.json``, written by ``scripts/gen_vllm_args.py``).
+"""
+
+from vprof.common.errors import ProfileError
+from vprof.registry.loader import get_profile, load_profiles
+from vprof.registry.profile import Profile
+from vprof.registry.render import render, render_docker, render_k8s, render_shell
+from vprof.registry.validate import validate
+
+__all__ = [
+    "Profile",
+    "ProfileError",
+    "get_profile",
+    "load_profiles",
+    "render",
+    "render_docker",
+    "render_k8s",
+    "render_shell",
+    "validate",
+]

@@ -1,0 +1,343 @@
+"""Finding profile files, layering them, and resolving ``extends``.
+
+Layers, lowest first (a later layer's profile replaces an earlier one of the same name):
+the shipped ``vprof.profiles`` package data, ``./profiles/`` of the current directory,
+each folder of ``$VPROF_PROFILES_DIR`` (``os.pathsep``-separated), then ``extra_dirs``
+(``--profiles-dir``; a single file is accepted too). ``extends:`` may name a profile of any
+layer; a profile that extends its own name extends the one it replaces in a lower layer.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from vprof.common.errors import ProfileError
+from vprof.registry._yaml import LineDict, read_yaml_file
+from vprof.registry.profile import Profile, flag_key
+
+ENV_VAR = "VPROF_PROFILES_DIR"
+TOP_LEVEL_KEYS = ("name", "description", "extends", "model", "entrypoint", "engine_args", "env")
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+_ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_SUFFIXES = (".yaml", ".yml")
+
+
+@dataclass(frozen=True, eq=False)
+class _Raw:
+    """One profile file as written, before ``extends`` is applied."""
+
+    name: str
+    path: str
+    layer: int
+    data: LineDict
+
+    def where(self, key: str | None = None) -> str:
+        line = self.data.lines.get(key, 1) if key else 1
+        return f"{self.path}:{line}"
+
+    def error(self, message: str, key: str | None = None, hint: str | None = None) -> ProfileError:
+        line = self.data.lines.get(key) if key else None
+        return ProfileError(message, path=self.path, line=line or 1, key=key, hint=hint)
+
+
+# ---------------------------------------------------------------------------- finding files
+
+
+def shipped_dir() -> Path | None:
+    """The folder of profiles shipped inside the package (None if not on a real filesystem)."""
+    root = resources.files("vprof.profiles")
+    try:
+        return Path(str(root)).resolve()
+    except (OSError, TypeError):
+        return None
+
+
+def _shipped_files() -> list[tuple[str, Any]]:
+    root = resources.files("vprof.profiles")
+    found = [(str(entry), entry) for entry in root.iterdir() if entry.name.endswith(_SUFFIXES)]
+    return sorted(found, key=lambda item: item[1].name)
+
+
+def profile_files(location: Path, what: str = "profile path") -> list[Path]:
+    """The profile files at ``location``: the file itself, or a folder's *.yaml / *.yml."""
+    if location.is_file():
+        return [location]
+    if not location.is_dir():
+        raise ProfileError(
+            f"{what} {str(location)!r} does not exist", hint="create it or fix the path"
+        )
+    return sorted(p for p in location.iterdir() if p.suffix in _SUFFIXES and p.is_file())
+
+
+def profile_layers(extra_dirs: Sequence[Path] = ()) -> list[list[Path | Any]]:
+    """The profile files of each layer, lowest first."""
+    layers: list[list[Any]] = [[entry for _, entry in _shipped_files()]]
+    shipped = shipped_dir()
+    local = Path("profiles")
+    # Inside a vprof checkout ./profiles *is* the shipped folder; do not load it twice.
+    if local.is_dir() and (shipped is None or local.resolve() != shipped):
+        layers.append(profile_files(local, "profiles folder"))
+    for part in os.environ.get(ENV_VAR, "").split(os.pathsep):
+        if part:
+            layers.append(profile_files(Path(part), f"${ENV_VAR} entry"))
+    for extra in extra_dirs:
+        layers.append(profile_files(Path(extra), "--profiles-dir"))
+    return layers
+
+
+# ---------------------------------------------------------------------------- reading files
+
+
+def _suggest(word: str, choices: Iterable[str]) -> str | None:
+    close = difflib.get_close_matches(word, list(choices), n=1)
+    return close[0] if close else None
+
+
+def _read_raw(file: Any, layer: int) -> _Raw:
+    path = str(file)
+    if isinstance(file, Path):
+        data = read_yaml_file(file)
+    else:  # a Traversable inside an installed package
+        from vprof.registry._yaml import load_yaml
+
+        data = load_yaml(file.read_text(encoding="utf-8"), path)
+    if data is None:
+        raise ProfileError("empty profile file", path=path, line=1, hint="see profiles/base.yaml")
+    if not isinstance(data, LineDict):
+        raise ProfileError(
+            "a profile file must be a mapping (description:, model:, engine_args:, …)",
+            path=path,
+            line=1,
+        )
+    stem = Path(getattr(file, "name", path)).stem
+    raw = _Raw(name=str(data.get("name") or stem), path=path, layer=layer, data=data)
+    _check_shape(raw)
+    return raw
+
+
+def _check_shape(raw: _Raw) -> None:
+    """Structural checks: known top-level keys and the right kind of value for each."""
+    data = raw.data
+    for key in data:
+        if key not in TOP_LEVEL_KEYS:
+            near = _suggest(str(key), TOP_LEVEL_KEYS)
+            if _looks_like_flag(str(key)):
+                hint = "engine arguments go under 'engine_args:'"
+            elif near:
+                hint = f"did you mean '{near}'?"
+            else:
+                hint = "allowed: " + ", ".join(TOP_LEVEL_KEYS)
+            raise raw.error("unknown profile key", key=str(key), hint=hint)
+    for key in ("name", "description", "extends", "model", "entrypoint"):
+        value = data.get(key)
+        if value is not None and not isinstance(value, str):
+            raise raw.error(f"must be a string, not {_type_name(value)}", key=key)
+    if not _NAME_RE.match(raw.name):
+        raise raw.error(
+            f"profile name {raw.name!r} must be letters, digits, '.', '_' or '-'", key="name"
+        )
+    for key in ("engine_args", "env"):
+        value = data.get(key)
+        if value is not None and not isinstance(value, LineDict):
+            raise raw.error(f"must be a mapping, not {_type_name(value)}", key=key)
+    env = data.get("env") or LineDict()
+    for name, value in env.items():
+        where = {"path": raw.path, "line": env.lines.get(name), "key": f"env.{name}"}
+        if not isinstance(name, str) or not _ENV_NAME_RE.match(name):
+            raise ProfileError("not a valid environment variable name", **where)
+        if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+            raise ProfileError(
+                f"environment values must be strings, not {_type_name(value)}",
+                hint='quote it, e.g. "1"',
+                **where,
+            )
+
+
+def _looks_like_flag(key: str) -> bool:
+    from vprof.registry.vllm_args import flag_table
+
+    return flag_table().lookup(flag_key(key)) is not None
+
+
+def _type_name(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, dict):
+        return "a mapping"
+    if isinstance(value, list):
+        return "a list"
+    return type(value).__name__
+
+
+def _plain(value: Any) -> Any:
+    """YAML values without line bookkeeping (so they dump and compare as plain data)."""
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return value
+
+
+# ---------------------------------------------------------------------------- extends
+
+
+class _Resolver:
+    """Applies ``extends`` with memoisation and cycle detection."""
+
+    def __init__(self, raws: list[_Raw]) -> None:
+        self.by_name: dict[str, list[_Raw]] = {}
+        for raw in sorted(raws, key=lambda r: r.layer):
+            self.by_name.setdefault(raw.name, []).append(raw)
+        self.done: dict[int, Profile] = {}
+
+    def parent_of(self, raw: _Raw) -> _Raw:
+        target = raw.data["extends"]
+        candidates = self.by_name.get(target, [])
+        if target == raw.name:
+            # extending your own name means "the one I replace", from a lower layer
+            candidates = [c for c in candidates if c.layer < raw.layer]
+            if not candidates:
+                raise raw.error(
+                    f"profile {raw.name!r} extends itself and no lower layer defines it",
+                    key="extends",
+                )
+        if not candidates:
+            near = _suggest(target, self.by_name)
+            hint = f"did you mean '{near}'?" if near else "run `vprof profiles` to list them"
+            raise raw.error(f"extends unknown profile {target!r}", key="extends", hint=hint)
+        return candidates[-1]
+
+    def resolve(self, raw: _Raw, stack: tuple[_Raw, ...] = ()) -> Profile:
+        if id(raw) in self.done:
+            return self.done[id(raw)]
+        if any(r is raw for r in stack):
+            start = next(i for i, r in enumerate(stack) if r is raw)
+            chain = " → ".join(r.name for r in stack[start:] + (raw,))
+            raise raw.error(f"extends cycle: {chain}", key="extends")
+        data = raw.data
+        base: dict[str, Any] = {"description": "", "model": "", "entrypoint": "serve"}
+        engine_args: dict[str, Any] = {}
+        env: dict[str, str] = {}
+        origins: dict[str, str] = {}
+        if data.get("extends"):
+            parent = self.resolve(self.parent_of(raw), stack + (raw,))
+            base = {
+                "description": parent.description,
+                "model": parent.model,
+                "entrypoint": parent.entrypoint,
+            }
+            engine_args = dict(parent.engine_args)
+            env = dict(parent.env)
+            origins = dict(parent.origins)
+            origins.pop("extends", None)
+            origins.pop("name", None)
+        for key in ("description", "model", "entrypoint", "extends"):
+            if data.get(key) is not None:
+                base[key] = data[key]
+                origins[key] = raw.where(key)
+        args = data.get("engine_args") or LineDict()
+        seen: dict[str, Any] = {}
+        for written, value in args.items():
+            key = flag_key(written)
+            if key in seen:
+                raise raw.error(f"set twice (as {seen[key]!r} and {written!r})", key=str(written))
+            seen[key] = written
+            if value is None:  # `key: null` drops an inherited flag: vLLM's default applies
+                engine_args.pop(key, None)
+                origins.pop(key, None)
+                continue
+            engine_args[key] = _plain(value)
+            origins[key] = f"{raw.path}:{args.lines[written]}"
+        env_data = data.get("env") or LineDict()
+        for name, value in env_data.items():
+            env[name] = str(value)
+            origins[f"env.{name}"] = f"{raw.path}:{env_data.lines[name]}"
+        origins["name"] = raw.where("name") if "name" in data.lines else f"{raw.path}:1"
+        profile = Profile(
+            name=raw.name,
+            description=" ".join(base["description"].split()),
+            model=base["model"],
+            engine_args=engine_args,
+            env=env,
+            entrypoint=base["entrypoint"],
+            source=raw.path,
+            origins=origins,
+            extends=data.get("extends"),
+        )
+        self.done[id(raw)] = profile
+        return profile
+
+
+# ---------------------------------------------------------------------------- public
+
+
+def _natural(name: str) -> list[Any]:
+    """Sort key putting chunked-128 before chunked-1024."""
+    return [
+        (0, int(part), "") if part.isdigit() else (1, 0, part) for part in re.split(r"(\d+)", name)
+    ]
+
+
+def collect_profiles(
+    extra_dirs: Sequence[Path] = (),
+) -> tuple[dict[str, Profile], list[ProfileError]]:
+    """Load every layer, keeping going past broken files: (profiles by name, problems)."""
+    problems: list[ProfileError] = []
+    raws: list[_Raw] = []
+    for layer, files in enumerate(profile_layers(extra_dirs)):
+        seen: dict[str, _Raw] = {}
+        for file in files:
+            try:
+                raw = _read_raw(file, layer)
+            except ProfileError as exc:
+                problems.append(exc)
+                continue
+            if raw.name in seen:
+                problems.append(
+                    raw.error(
+                        f"profile {raw.name!r} is also defined in {seen[raw.name].path}",
+                        key="name" if "name" in raw.data else None,
+                    )
+                )
+                continue
+            seen[raw.name] = raw
+            raws.append(raw)
+    resolver = _Resolver(raws)
+    profiles: dict[str, Profile] = {}
+    for name in sorted(resolver.by_name, key=_natural):
+        try:
+            profiles[name] = resolver.resolve(resolver.by_name[name][-1])
+        except ProfileError as exc:
+            if not any(exc.format() == p.format() for p in problems):
+                problems.append(exc)
+    return profiles, problems
+
+
+def load_profiles(extra_dirs: Sequence[Path] = ()) -> dict[str, Profile]:
+    """All profiles by name, resolved; raises ``ProfileError`` on the first problem."""
+    profiles, problems = collect_profiles(extra_dirs)
+    if problems:
+        raise problems[0]
+    return profiles
+
+
+def get_profile(name: str, extra_dirs: Sequence[Path] = ()) -> Profile:
+    """One profile by name (or a path to a profile file); suggests a near name on a miss."""
+    if name.endswith(_SUFFIXES) and Path(name).is_file():
+        path = Path(name)
+        profiles = load_profiles([*extra_dirs, path])
+        return profiles[_read_raw(path, 0).name]
+    profiles = load_profiles(extra_dirs)
+    if name in profiles:
+        return profiles[name]
+    near = _suggest(name, profiles)
+    if near:
+        raise ProfileError(f"no profile '{name}' — did you mean '{near}'?")
+    raise ProfileError(f"no profile '{name}'", hint="run `vprof profiles` to list them")

@@ -1,0 +1,113 @@
+"""The Profile: a named vLLM server configuration, resolved (``extends`` already applied)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+ENTRYPOINTS = ("serve", "openai-module", "api-server")
+DEFAULT_PORT = 8000
+DEFAULT_HOST = "127.0.0.1"
+
+
+def flag_key(name: str) -> str:
+    """A vLLM flag name as profiles spell it: no leading dashes, dashes not underscores."""
+    return str(name).lstrip("-").replace("_", "-")
+
+
+@dataclass(frozen=True)
+class Profile:
+    """A resolved server profile.
+
+    ``engine_args`` holds vLLM flag names without dashes (``{"max-model-len": 4096,
+    "enable-chunked-prefill": True}``); ``origins`` maps each setting (``model``,
+    ``entrypoint``, ``description``, a flag name, or ``env.NAME``) to the ``path:line`` that set
+    it, after ``extends`` has been applied, or to the command-line option that overrode it.
+    """
+
+    name: str
+    description: str
+    model: str
+    engine_args: Mapping[str, Any] = field(default_factory=dict)
+    env: Mapping[str, str] = field(default_factory=dict)
+    entrypoint: str = "serve"
+    source: str = ""
+    origins: Mapping[str, str] = field(default_factory=dict)
+    extends: str | None = None
+
+    @property
+    def port(self) -> int:
+        """The port the server listens on (vLLM's default 8000 unless the profile sets one)."""
+        return int(self.engine_args.get("port") or DEFAULT_PORT)
+
+    @property
+    def host(self) -> str:
+        """The host to reach the server on (loopback unless the profile sets one)."""
+        return str(self.engine_args.get("host") or DEFAULT_HOST)
+
+    def with_overrides(
+        self,
+        *,
+        model: str | None = None,
+        port: int | None = None,
+        entrypoint: str | None = None,
+        set_args: Mapping[str, Any] | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> Profile:
+        """A copy with command-line overrides applied; a ``set_args`` value of None drops a flag.
+
+        Origins of overridden values name the option (``--model``, ``--port``, ``--set``, …).
+        Validate the result again: overrides are not checked here.
+        """
+        engine_args = dict(self.engine_args)
+        env_out = dict(self.env)
+        origins = dict(self.origins)
+        changes: dict[str, Any] = {}
+        if model is not None:
+            changes["model"] = model
+            origins["model"] = "--model"
+        if entrypoint is not None:
+            changes["entrypoint"] = entrypoint
+            origins["entrypoint"] = "--entrypoint"
+        for key, value in (set_args or {}).items():
+            key = flag_key(key)
+            if value is None:
+                engine_args.pop(key, None)
+                origins.pop(key, None)
+            else:
+                engine_args[key] = value
+                origins[key] = "--set"
+        if port is not None:
+            engine_args["port"] = int(port)
+            origins["port"] = "--port"
+        for key, value in (env or {}).items():
+            env_out[key] = str(value)
+            origins[f"env.{key}"] = "--env"
+        return replace(self, engine_args=engine_args, env=env_out, origins=origins, **changes)
+
+    def identity(self) -> str:
+        """``name-<hash>``: the name plus a hash of the rendered argv and environment.
+
+        Two runs with the same identity ran the same server command.
+        """
+        from vprof.registry.render import render
+
+        payload = json.dumps([render(self), sorted(self.env.items())], separators=(",", ":"))
+        return f"{self.name}-{hashlib.sha256(payload.encode()).hexdigest()[:12]}"
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain data for JSON/YAML (run directories, ``--format json``)."""
+        return {
+            "name": self.name,
+            "description": self.description,
+            "extends": self.extends,
+            "model": self.model,
+            "entrypoint": self.entrypoint,
+            "engine_args": dict(self.engine_args),
+            "env": dict(self.env),
+            "source": self.source,
+            "origins": dict(self.origins),
+        }
