@@ -31,6 +31,7 @@ CHROMEDRIVER = "/usr/bin/chromedriver"
 # This helper's port range is 18400-18499; the unit tests use none.
 EMULATOR_PORT = int(os.environ.get("VPROF_WEBUI_TEST_EMULATOR_PORT", "18420"))
 WEB_PORT = int(os.environ.get("VPROF_WEBUI_TEST_WEB_PORT", "18421"))
+MASTER_PORT = int(os.environ.get("VPROF_WEBUI_TEST_MASTER_PORT", "18422"))
 EMULATED_TTFT_MS = 40.0
 EMULATED_ITL_MS = 8.0
 WORKLOAD = "tiny-smoke"  # 64 tokens in, exactly 16 out
@@ -68,19 +69,33 @@ def _wait_http(url: str, deadline_s: float, proc: subprocess.Popen, log: Path) -
     )
 
 
+def _stats_report(web_url: str) -> dict:
+    with urllib.request.urlopen(f"{web_url}/stats/requests", timeout=5) as response:
+        return json.load(response)
+
+
 def _stop(proc: subprocess.Popen) -> None:
+    """SIGINT (Locust shuts down cleanly), then SIGKILL to the process group we started."""
     if proc.poll() is None:
-        proc.send_signal(signal.SIGINT)  # let Locust shut down cleanly
+        proc.send_signal(signal.SIGINT)
         try:
             proc.wait(timeout=20)
         except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
+            pass
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)  # anything left in its group (forked workers)
+    except ProcessLookupError:
+        pass
+    proc.wait(timeout=10)
 
 
-@pytest.fixture
-def locust_web(tmp_path: Path) -> Iterator[str]:
-    """The emulator and a Locust web UI in front of it; yields the UI's URL."""
+@pytest.fixture(params=["local", "processes-2"])
+def locust_web(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """The emulator and a Locust web UI in front of it; yields the UI's URL.
+
+    ``local``: one Locust process. ``processes-2``: ``--processes 2``, so the UI is the
+    master's and every record reaches the LLM tab from a worker.
+    """
     if reason := _chromium_missing():
         pytest.skip(reason)
     procs: list[subprocess.Popen] = []
@@ -91,21 +106,35 @@ def locust_web(tmp_path: Path) -> Iterator[str]:
             [str(BIN / "vprof"), "emulate", "--port", str(EMULATOR_PORT),
              "--ttft-ms", str(EMULATED_TTFT_MS), "--itl-ms", str(EMULATED_ITL_MS)],
             stdout=emu_log.open("w"), stderr=subprocess.STDOUT, env=env,
+            start_new_session=True,
         )  # fmt: skip
         procs.append(emulator)
         emulator_url = f"http://127.0.0.1:{EMULATOR_PORT}"
         _wait_http(f"{emulator_url}/v1/models", 60, emulator, emu_log)
 
+        workers = 2 if request.param == "processes-2" else 0
+        extra: list[str] = []
+        if workers:
+            # Children connect to --master-port; keep both inside this helper's port range.
+            port = str(MASTER_PORT)
+            extra = ["--processes", str(workers), "--master-bind-port", port, "--master-port", port]
         locust_log = tmp_path / "locust.log"
         locust = subprocess.Popen(
             [str(BIN / "locust"), "-f", str(LOCUSTFILE), "-H", emulator_url,
              "--web-host", "127.0.0.1", "--web-port", str(WEB_PORT),
-             "--run-dir", str(tmp_path / "run")],
+             "--run-dir", str(tmp_path / "run"), *extra],
             stdout=locust_log.open("w"), stderr=subprocess.STDOUT, env=env, cwd=tmp_path,
+            start_new_session=True,  # its forked workers share the group _stop() kills
         )  # fmt: skip
         procs.append(locust)
         web_url = f"http://127.0.0.1:{WEB_PORT}"
         _wait_http(f"{web_url}/stats/requests", 120, locust, locust_log)
+        if workers:
+            _poll(
+                f"{workers} workers to connect",
+                60,
+                lambda: _stats_report(web_url).get("worker_count") == workers,
+            )
         yield web_url
     finally:
         for proc in reversed(procs):
