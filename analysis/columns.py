@@ -1,0 +1,168 @@
+"""Records as plain numpy columns, from a pandas DataFrame or straight from Arrow.
+
+Summaries read a handful of columns as numpy arrays and the inter-token gaps as flat
+blocks of values with per-request lengths. Reading Arrow directly keeps the list column
+out of Python objects: a million requests × 64 gaps is one buffer per record batch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+FLOAT_COLUMNS = (
+    "scheduled_at",
+    "sent_at",
+    "first_token_at",
+    "last_token_at",
+    "finished_at",
+    "ttft_ms",
+    "e2e_ms",
+    "tpot_ms",
+    "schedule_lag_ms",
+)
+INT_COLUMNS = ("prompt_tokens", "completion_tokens", "cached_tokens", "expected_prompt_tokens")
+
+
+@dataclass(frozen=True)
+class Columns:
+    """Numpy views of the records a summary needs; ``itl_blocks`` are (values, lengths)."""
+
+    n: int
+    floats: dict[str, Any]
+    ints: dict[str, Any]
+    status: Any  # numpy array of str
+    open_loop: Any  # numpy bool array
+    itl_blocks: tuple[tuple[Any, Any], ...]
+
+    def gaps(self, mask: Any) -> tuple[Any, Any]:
+        """(pooled gaps, per-request gap counts) of the requests selected by ``mask``."""
+        import numpy as np
+
+        values, lengths, row = [], [], 0
+        for block_values, block_lengths in self.itl_blocks:
+            m = mask[row : row + block_lengths.size]
+            row += block_lengths.size
+            values.append(block_values[np.repeat(m, block_lengths)])
+            lengths.append(block_lengths[m])
+        if not values:
+            return np.empty(0), np.zeros(int(mask.sum()), dtype=np.int64)
+        return np.concatenate(values), np.concatenate(lengths)
+
+
+def from_records(records: Any) -> Columns:
+    """Build :class:`Columns` from a DataFrame (``read_records``) or a ``pyarrow.Table``."""
+    import pyarrow as pa
+
+    if isinstance(records, pa.Table):
+        return _from_table(records)
+    return _from_frame(records)
+
+
+def _from_frame(df: Any) -> Columns:
+    import numpy as np
+    import pandas as pd
+
+    n = len(df)
+
+    def floats(name: str) -> Any:
+        if name not in df:
+            return np.full(n, np.nan)
+        return pd.to_numeric(df[name], errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
+
+    def ints(name: str) -> Any:
+        if name not in df:
+            return np.full(n, -1, dtype=np.int64)
+        return pd.to_numeric(df[name], errors="coerce").fillna(-1).to_numpy(dtype=np.int64)
+
+    status = (
+        df["status"].astype(str).to_numpy(dtype=object)
+        if "status" in df
+        else np.full(n, "ok", dtype=object)
+    )
+    open_loop = (
+        df["open_loop"].fillna(False).to_numpy(dtype=bool)
+        if "open_loop" in df
+        else np.zeros(n, dtype=bool)
+    )
+    blocks: tuple[tuple[Any, Any], ...] = ()
+    if "itl_ms" in df and n:
+        column = df["itl_ms"]
+        if isinstance(column.dtype, pd.ArrowDtype):
+            blocks = tuple(_list_block(c) for c in _arrow_chunks(column) if len(c))
+        else:
+            lists = [np.asarray(v if v is not None else (), dtype=np.float64) for v in column]
+            lengths = np.fromiter((v.size for v in lists), dtype=np.int64, count=n)
+            blocks = ((np.concatenate(lists), lengths),)
+    return Columns(
+        n,
+        {name: floats(name) for name in FLOAT_COLUMNS},
+        {name: ints(name) for name in INT_COLUMNS},
+        status,
+        open_loop,
+        blocks,
+    )
+
+
+def _arrow_chunks(column: Any) -> list[Any]:
+    import pyarrow as pa
+
+    array = pa.array(column.array)
+    return list(array.chunks) if isinstance(array, pa.ChunkedArray) else [array]
+
+
+def _list_block(chunk: Any) -> tuple[Any, Any]:
+    """(flat values, per-request lengths) of one Arrow list chunk, without Python loops."""
+    import numpy as np
+    import pyarrow.compute as pc
+
+    lengths = pc.list_value_length(chunk).fill_null(0).to_numpy(zero_copy_only=False)
+    values = chunk.flatten()  # respects slicing offsets; null lists contribute nothing
+    if values.null_count:
+        values = values.fill_null(np.nan)
+    return values.to_numpy(zero_copy_only=False).astype(np.float64, copy=False), lengths.astype(
+        np.int64, copy=False
+    )
+
+
+def _from_table(table: Any) -> Columns:
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    n = table.num_rows
+    names = set(table.column_names)
+
+    def floats(name: str) -> Any:
+        if name not in names:
+            return np.full(n, np.nan)
+        col = table.column(name).cast(pa.float64())
+        return col.fill_null(np.nan).to_numpy()
+
+    def ints(name: str) -> Any:
+        if name not in names:
+            return np.full(n, -1, dtype=np.int64)
+        return table.column(name).cast(pa.int64()).fill_null(-1).to_numpy()
+
+    if "status" in names:
+        # Dictionary-encode so a million statuses become small integer codes, not objects.
+        encoded = pc.dictionary_encode(table.column("status").combine_chunks())
+        labels = np.asarray(encoded.dictionary.to_pylist(), dtype=object)
+        codes = encoded.indices.fill_null(0).to_numpy(zero_copy_only=False)
+        status = labels[codes] if labels.size else np.full(n, "ok", dtype=object)
+    else:
+        status = np.full(n, "ok", dtype=object)
+    open_loop = (
+        table.column("open_loop").fill_null(False).to_numpy(zero_copy_only=False).astype(bool)
+        if "open_loop" in names
+        else np.zeros(n, dtype=bool)
+    )
+    chunks = table.column("itl_ms").chunks if "itl_ms" in names else []
+    return Columns(
+        n,
+        {name: floats(name) for name in FLOAT_COLUMNS},
+        {name: ints(name) for name in INT_COLUMNS},
+        status,
+        open_loop,
+        tuple(_list_block(chunk) for chunk in chunks if len(chunk)),
+    )

@@ -1,0 +1,303 @@
+"""Capacity plans: how many replicas of a profile serve a request rate within an SLO.
+
+For each profile, the measured load levels (runs) are ordered by achieved request
+throughput. The sustainable per-replica rate lies between the last level that met the SLO
+and the first that did not; it is interpolated linearly on the constraint that breaks first
+(the *binding* one). Replicas = ceil(target / sustainable × (1 + headroom)). When no level
+met the SLO the answer is unknown, and the plan says so instead of guessing.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from vprof.analysis.slo import Slo, SloError, parse_slo
+from vprof.analysis.stats import pct_key
+
+
+@dataclass(frozen=True)
+class Level:
+    """One measured load level of a profile: a run, its throughput and its SLO checks."""
+
+    run: str
+    rps: float
+    passed: bool
+    checks: tuple[dict[str, Any], ...]
+    state: str = "completed"
+    loadgen_saturated: bool = False
+
+
+@dataclass(frozen=True)
+class ProfilePlan:
+    """The answer for one profile, with the evidence it rests on."""
+
+    profile: str
+    replicas: int | None
+    sustainable_rps: float | None
+    binding: str | None
+    basis: str
+    max_measured_rps: float
+    levels: tuple[Level, ...]
+    notes: tuple[str, ...] = ()
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A capacity plan for ``target_rps`` within ``slo``; ``profiles`` best first."""
+
+    target_rps: float
+    slo: str
+    headroom: float
+    profiles: tuple[ProfilePlan, ...] = field(default_factory=tuple)
+
+    @property
+    def best(self) -> ProfilePlan | None:
+        """The profile needing the fewest replicas, or None when none met the SLO."""
+        known = [p for p in self.profiles if p.replicas is not None]
+        return min(known, key=lambda p: (p.replicas, -(p.sustainable_rps or 0))) if known else None
+
+    def rows(self) -> list[dict[str, Any]]:
+        """One row per profile for ``vprof.cli.output.emit``."""
+        return [
+            {
+                "profile": p.profile,
+                "replicas": p.replicas,
+                "sustainable_rps": p.sustainable_rps,
+                "max_measured_rps": p.max_measured_rps,
+                "binding": p.binding,
+                "levels": len(p.levels),
+                "basis": p.basis,
+                "plan": p.message,
+            }
+            for p in self.profiles
+        ]
+
+    def evidence_rows(self) -> list[dict[str, Any]]:
+        """One row per measured level: the evidence behind each profile's answer."""
+        rows = []
+        for p in self.profiles:
+            for level in p.levels:
+                rows.append(
+                    {
+                        "profile": p.profile,
+                        "run": level.run,
+                        "rps": level.rps,
+                        "state": level.state,
+                        "slo": "met" if level.passed else "missed",
+                        "checks": "; ".join(_check_text(c) for c in level.checks),
+                    }
+                )
+        return rows
+
+
+def plan(
+    runs_or_summaries: Sequence[str | Path | dict[str, Any]],
+    *,
+    target_rps: float,
+    slo: Slo | str,
+    headroom: float = 0.2,
+) -> Plan:
+    """Replicas of each profile needed to serve ``target_rps`` within ``slo``.
+
+    Accepts run folders, loaded runs or summary dicts (``summarize_run``'s output).
+    ``headroom`` (0.2 = 20 %) is spare capacity on top of the measured sustainable rate.
+
+    Example:
+        >>> plan(["runs/a-2rps", "runs/a-4rps"], target_rps=40, slo="ttft_p95=500ms")
+    """
+    slo = parse_slo(slo) if isinstance(slo, str) else slo
+    if target_rps <= 0:
+        raise SloError(f"target rate must be positive, got {target_rps:g}", key="--rps")
+    if headroom < 0:
+        raise SloError(f"headroom must be zero or more, got {headroom:g}", key="--headroom")
+    if not any(t.percentile is not None for t in slo.targets) and slo.max_error_rate is None:
+        raise SloError(
+            "a plan needs percentile targets such as ttft_p95=500ms (or errors=1%)", key="--slo"
+        )
+    summaries = [_summary(item, slo) for item in runs_or_summaries]
+    by_profile: dict[str, list[Level]] = {}
+    for summary in summaries:
+        by_profile.setdefault(str(summary.get("profile") or summary.get("run")), []).append(
+            _level(summary, slo)
+        )
+    plans = [
+        _plan_profile(name, levels, target_rps, headroom, str(slo))
+        for name, levels in by_profile.items()
+    ]
+    plans.sort(key=lambda p: (p.replicas is None, p.replicas or 0, -(p.sustainable_rps or 0)))
+    return Plan(target_rps, str(slo), headroom, tuple(plans))
+
+
+def _summary(item: Any, slo: Slo) -> dict[str, Any]:
+    from vprof.analysis.run import Run, load_run, summarize_loaded
+
+    if isinstance(item, dict):
+        return item
+    run = item if isinstance(item, Run) else load_run(item)
+    return summarize_loaded(run, slo=slo)
+
+
+def _level(summary: dict[str, Any], slo: Slo) -> Level:
+    """Evaluate the SLO on one summary (reusing its own checks when computed for this SLO)."""
+    if summary.get("slo") == str(slo) and summary.get("slo_checks") is not None:
+        checks = [dict(c) for c in summary["slo_checks"]]
+    else:
+        checks = []
+        for target in slo.targets:
+            if target.percentile is None:
+                continue
+            key = f"{pct_key(target.percentile)}_{target.metric}_ms"
+            if key not in summary:
+                raise SloError(
+                    f"summary of {summary.get('run', '?')!r} has no {key}",
+                    key="--slo",
+                    hint="summarise with that percentile, or pass the run folder instead",
+                )
+            value = _num(summary[key])
+            met = value <= target.threshold_ms
+            checks.append({"key": target.key, "threshold_ms": target.threshold_ms,
+                           "value_ms": value, "met": met})  # fmt: skip
+        if slo.max_error_rate is not None:
+            rate = _num(summary.get("error_rate"))
+            checks.append({"key": "errors", "threshold": slo.max_error_rate, "value": rate,
+                           "met": rate <= slo.max_error_rate})  # fmt: skip
+    state = str(summary.get("state") or "completed")
+    passed = all(c["met"] for c in checks) and state not in ("failed",)
+    rps = _num(summary.get("request_throughput"))
+    return Level(
+        run=str(summary.get("run", "?")),
+        rps=rps,
+        passed=passed and not math.isnan(rps),
+        checks=tuple(checks),
+        state=state,
+        loadgen_saturated=bool(summary.get("loadgen_saturated")),
+    )
+
+
+def _num(value: Any) -> float:
+    if value == "inf":
+        return math.inf
+    try:
+        return float(value) if value is not None else math.nan
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def _observed(check: dict[str, Any]) -> tuple[float, float]:
+    if "value_ms" in check:
+        return _num(check["value_ms"]), float(check["threshold_ms"])
+    return _num(check.get("value")), float(check["threshold"])
+
+
+def _check_text(check: dict[str, Any]) -> str:
+    value, threshold = _observed(check)
+    unit = " ms" if "value_ms" in check else ""
+    if unit:
+        shown, limit = f"{value:.1f}{unit}", f"{threshold:g}{unit}"
+    else:
+        shown, limit = f"{value:.2%}", f"{threshold:.2%}"
+    return f"{check['key']} {shown} {'≤' if check['met'] else '>'} {limit}"
+
+
+def _plan_profile(
+    name: str, levels: list[Level], target: float, headroom: float, slo_text: str
+) -> ProfilePlan:
+    levels = sorted(levels, key=lambda lv: (math.isnan(lv.rps), lv.rps))
+    measured = [lv.rps for lv in levels if not math.isnan(lv.rps)]
+    max_rps = max(measured) if measured else math.nan
+    notes: list[str] = []
+    first_fail = next((i for i, lv in enumerate(levels) if not lv.passed), None)
+    if first_fail == 0:
+        worst = levels[0]
+        missed = "; ".join(_check_text(c) for c in worst.checks if not c["met"])
+        why = missed or f"run {worst.state}"
+        return ProfilePlan(
+            name, None, None, None, "no measured level met the SLO", max_rps, tuple(levels),
+            (f"lowest level {worst.rps:.2f} req/s ({worst.run}) missed: {why}",),
+            f"{name}: no measured level met {slo_text} (lowest, {worst.rps:.2f} req/s, missed "
+            f"{why}); replicas unknown: measure lower load levels",
+        )  # fmt: skip
+    if first_fail is None:
+        last = levels[-1]
+        sustainable, binding = last.rps, _closest(last)
+        basis = "highest measured level; every level met the SLO, so capacity may be higher"
+    else:
+        last, fail = levels[first_fail - 1], levels[first_fail]
+        sustainable, binding, basis = _interpolate(last, fail)
+        if any(lv.passed for lv in levels[first_fail + 1 :]):
+            notes.append(
+                f"a level above the first failure passed again; the plan uses the first "
+                f"failure at {fail.rps:.2f} req/s (conservative)"
+            )
+    for lv in levels:
+        if lv.loadgen_saturated:
+            notes.append(f"load generator saturated in {lv.run}: that level may be client-bound")
+    if sustainable <= 0 or math.isnan(sustainable):
+        return ProfilePlan(name, None, None, binding, "no positive sustainable rate measured",
+                           max_rps, tuple(levels), tuple(notes),
+                           f"{name}: no positive sustainable rate measured")  # fmt: skip
+    replicas = math.ceil(target / sustainable * (1.0 + headroom) - 1e-9)
+    if target > max_rps:
+        notes.append(
+            f"one replica was measured up to {max_rps:.2f} req/s; {target:g} req/s assumes "
+            "replicas scale linearly behind a load balancer"
+        )
+    message = (
+        f"to serve {target:g} req/s of this traffic within {slo_text} you need {replicas} "
+        f"replica{'s' if replicas != 1 else ''} of {name} ({sustainable:.2f} req/s each, "
+        f"{binding} binds, {headroom:.0%} headroom)"
+    )
+    return ProfilePlan(name, replicas, sustainable, binding, basis, max_rps, tuple(levels),
+                       tuple(notes), message)  # fmt: skip
+
+
+def _closest(level: Level) -> str | None:
+    """The constraint with the least margin at a passing level."""
+    ratios = []
+    for check in level.checks:
+        value, threshold = _observed(check)
+        if threshold > 0 and not math.isnan(value):
+            ratios.append((value / threshold, check["key"]))
+    return max(ratios)[1] if ratios else None
+
+
+def _interpolate(last: Level, fail: Level) -> tuple[float, str | None, str]:
+    """Sustainable rate between a passing and a failing level, and the binding constraint."""
+    if fail.state == "failed" and all(c["met"] for c in fail.checks):
+        return (
+            last.rps,
+            "run failure",
+            (f"last passing level {last.rps:.2f} req/s; the next run ({fail.run}) failed"),
+        )
+    if not fail.rps > last.rps:
+        binding = next((c["key"] for c in fail.checks if not c["met"]), None)
+        return (
+            last.rps,
+            binding,
+            (f"last passing level {last.rps:.2f} req/s; throughput did not grow beyond it"),
+        )
+    before = {c["key"]: c for c in last.checks}
+    candidates = []
+    for check in fail.checks:
+        if check["met"] or check["key"] not in before:
+            continue
+        v1, threshold = _observed(before[check["key"]])
+        v2, _ = _observed(check)
+        if math.isfinite(v2) and v2 > v1:
+            rate = last.rps + (threshold - v1) / (v2 - v1) * (fail.rps - last.rps)
+        else:  # failures counted as unbounded latency: no slope to follow
+            rate = last.rps
+        candidates.append((min(max(rate, last.rps), fail.rps), check["key"]))
+    if not candidates:
+        return last.rps, None, f"last passing level {last.rps:.2f} req/s"
+    rate, binding = min(candidates)
+    return (
+        rate,
+        binding,
+        (f"interpolated between {last.rps:.2f} req/s (met) and {fail.rps:.2f} req/s (missed)"),
+    )

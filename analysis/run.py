@@ -1,0 +1,222 @@
+"""Reading run folders (the edge around the pure summary code) and writing their summaries.
+
+A run folder holds ``run.json``, ``locust.json``, ``status.json``, ``records.arrow``,
+``metrics.jsonl`` and ``loadgen.jsonl`` (any may be missing in a run that died early). A
+*bench* folder holds several run folders.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from vprof.analysis.slo import Slo
+from vprof.analysis.stats import DEFAULT_PERCENTILES
+from vprof.common.errors import RunError
+
+RECORDS = "records.arrow"
+SUMMARY = "summary.json"
+TIMELINE = "timeline.csv"
+
+
+@dataclass(frozen=True)
+class Run:
+    """A run folder as read from disk; ``records`` is the Arrow table of request records."""
+
+    path: Path
+    meta: dict[str, Any] = field(default_factory=dict)  # run.json
+    locust: dict[str, Any] = field(default_factory=dict)  # locust.json
+    status: dict[str, Any] = field(default_factory=dict)  # status.json
+    records: Any = None  # pyarrow.Table
+    metrics: tuple[dict[str, Any], ...] = ()
+    loadgen: tuple[dict[str, Any], ...] = ()
+
+    @property
+    def name(self) -> str:
+        """The run's name from ``run.json``, else its folder name."""
+        return str(self.meta.get("name") or self.path.name)
+
+    @property
+    def profile(self) -> str:
+        """The profile's name, else the run's name."""
+        profile = self.meta.get("profile")
+        if isinstance(profile, dict) and profile.get("name"):
+            return str(profile["name"])
+        return self.name
+
+    @property
+    def warmup_until(self) -> float | None:
+        value = self.locust.get("warmup_until")
+        return float(value) if value is not None else None
+
+    def frame(self) -> Any:
+        """The records as a pandas DataFrame (``itl_ms`` a list column)."""
+        return self.records.to_pandas()
+
+
+def is_run_dir(path: Path) -> bool:
+    """True when ``path`` looks like a run folder (has run.json or records)."""
+    return (path / "run.json").is_file() or (path / RECORDS).is_file()
+
+
+def expand_runs(paths: Iterable[str | Path]) -> list[Path]:
+    """Run folders named by ``paths``: a run folder itself, or the runs inside a bench folder."""
+    found: list[Path] = []
+    for raw in paths:
+        path = Path(raw)
+        if not path.exists():
+            raise RunError("no such run folder", path=str(path), hint="give a run or bench folder")
+        if is_run_dir(path):
+            found.append(path)
+            continue
+        inner = (
+            sorted(p for p in path.iterdir() if p.is_dir() and is_run_dir(p))
+            if path.is_dir()
+            else []
+        )
+        if not inner:
+            raise RunError(
+                "not a run folder (no run.json or records.arrow) and holds no runs",
+                path=str(path),
+                hint="point at a folder written by `vprof bench`",
+            )
+        found.extend(inner)
+    return found
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    if not path.is_file():
+        return {}
+    try:
+        data = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise RunError(f"not valid JSON: {exc}", path=str(path)) from None
+    return data if isinstance(data, dict) else {}
+
+
+def _read_jsonl(path: Path) -> tuple[dict[str, Any], ...]:
+    if not path.is_file():
+        return ()
+    rows = []
+    for line in path.read_text().splitlines():
+        line = line.strip()
+        if not line:
+            continue
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue  # a sampler killed mid-line leaves a torn last line; keep the rest
+    return tuple(rows)
+
+
+def load_run(path: str | Path) -> Run:
+    """Read a run folder. Raises :class:`RunError` when it is not one."""
+    from vprof.records.schema import arrow_schema
+    from vprof.records.store import read_table
+
+    path = Path(path)
+    if not path.is_dir() or not is_run_dir(path):
+        raise RunError(
+            "not a run folder (no run.json or records.arrow)",
+            path=str(path),
+            hint="point at a folder written by `vprof bench`",
+        )
+    records_path = path / RECORDS
+    records = read_table(records_path) if records_path.is_file() else arrow_schema().empty_table()
+    return Run(
+        path=path,
+        meta=_read_json(path / "run.json"),
+        locust=_read_json(path / "locust.json"),
+        status=_read_json(path / "status.json"),
+        records=records,
+        metrics=_read_jsonl(path / "metrics.jsonl"),
+        loadgen=_read_jsonl(path / "loadgen.jsonl"),
+    )
+
+
+def summarize_loaded(
+    run: Run, *, slo: Slo | str | None = None, percentiles: Sequence[float] = DEFAULT_PERCENTILES
+) -> dict[str, Any]:
+    """The summary of an already loaded :class:`Run`, headed by what the run was."""
+    from vprof.analysis.summary import summarize
+
+    profile = run.meta.get("profile") if isinstance(run.meta.get("profile"), dict) else {}
+    head: dict[str, Any] = {
+        "run": run.name,
+        "path": str(run.path),
+        "profile": run.profile,
+        "profile_identity": profile.get("identity"),
+        "workload": _label(run.meta.get("workload")),
+        "traffic": _label(run.meta.get("traffic")),
+        "state": run.status.get("state", "unknown"),
+        "reason": run.status.get("reason"),
+        "vllm_version": run.meta.get("vllm_version"),
+        "warmup_until": run.warmup_until,
+    }
+    body = summarize(
+        run.records,
+        warmup_until=run.warmup_until,
+        slo=slo,
+        percentiles=percentiles,
+        metrics=run.metrics,
+        loadgen=run.loadgen,
+    )
+    open_loop = run.meta.get("open_loop", run.locust.get("open_loop"))
+    if open_loop is not None:
+        body["open_loop"] = bool(open_loop) or body["open_loop"]
+    return head | body
+
+
+def _label(spec: Any) -> Any:
+    if isinstance(spec, dict):
+        return spec.get("name") or json.dumps(spec, sort_keys=True, default=str)
+    return spec
+
+
+def summarize_run(
+    path: str | Path,
+    *,
+    slo: Slo | str | None = None,
+    percentiles: Sequence[float] = DEFAULT_PERCENTILES,
+) -> dict[str, Any]:
+    """Read a run folder and summarise it; writes nothing.
+
+    Example:
+        >>> summarize_run("runs/chunked-256-steady", slo="ttft_p95=500ms")  # doctest: +SKIP
+    """
+    return summarize_loaded(load_run(path), slo=slo, percentiles=percentiles)
+
+
+def write_summary(
+    path: str | Path, *, slo: Slo | str | None = None, interval_s: float = 5.0
+) -> dict[str, Any]:
+    """Summarise a run folder and write ``summary.json`` and ``timeline.csv`` into it."""
+    from vprof.analysis.summary import timeline
+
+    run = load_run(path)
+    summary = summarize_loaded(run, slo=slo)
+    frame = timeline(run.records, interval_s)
+    (run.path / SUMMARY).write_text(json.dumps(json_safe(summary), indent=2) + "\n")
+    frame.to_csv(run.path / TIMELINE, index=False)
+    return summary
+
+
+def json_safe(value: Any) -> Any:
+    """NaN → null and ±inf → ``"inf"``/``"-inf"`` (as vllm's encoder does): strict JSON."""
+    if isinstance(value, float):
+        if math.isnan(value):
+            return None
+        if math.isinf(value):
+            return "inf" if value > 0 else "-inf"
+        return value
+    if isinstance(value, dict):
+        return {str(k): json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    if hasattr(value, "item"):  # numpy scalar
+        return json_safe(value.item())
+    return value

@@ -1,0 +1,353 @@
+"""One run's records → a summary dict with ``vllm bench serve``'s key names, and a timeline.
+
+Definitions follow ``vllm bench serve`` (``reference/vllm-bench.md`` §1.3) over the requests
+*sent* at or after the warm-up boundary:
+
+- ``completed`` counts status ``ok``; ``failed`` counts ``error`` and ``timeout``; requests
+  ``cancelled`` at the end of a test are counted apart and are not errors;
+- latencies are over completed requests: TTFT, TPOT (requests with more than one output
+  token), ITL (gaps pooled over requests), E2EL; percentiles are numpy ``linear``;
+- ``duration`` is first send → last finish; throughputs divide by it;
+- ``max_output_tokens_per_s`` counts streamed chunks (as vllm does) in 1-s bins from the
+  first completed send; ``max_concurrent_requests`` is the exact peak of [send, last token).
+
+vProf's additions: error rate and statuses, latency from the *schedule* for open-loop runs
+(``*_from_schedule_ms``) and schedule lag, SLO checks and goodput, server-side numbers from
+``/metrics`` samples, load-generator CPU, cached-token share.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from vprof.analysis.columns import Columns, from_records
+from vprof.analysis.samples import loadgen_stats, server_stats
+from vprof.analysis.slo import Slo, SloTarget, parse_slo
+from vprof.analysis.stats import DEFAULT_PERCENTILES, describe, percentile
+
+_FAILED = ("error", "timeout")
+
+
+def summarize(
+    records: Any,
+    *,
+    warmup_until: float | None = None,
+    slo: Slo | str | None = None,
+    percentiles: Sequence[float] = DEFAULT_PERCENTILES,
+    metrics: Sequence[Mapping[str, Any]] | None = None,
+    loadgen: Sequence[Mapping[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """Summarise per-request records (a DataFrame from ``read_records`` or an Arrow table).
+
+    ``warmup_until`` (wall-clock seconds) drops requests sent before it; ``slo`` (an
+    :class:`Slo` or text such as ``"ttft_p95=500ms"``) adds goodput and SLO checks;
+    ``metrics`` and ``loadgen`` are the parsed lines of ``metrics.jsonl``/``loadgen.jsonl``.
+
+    Example:
+        >>> summarize(read_records(run_dir), slo="ttft_p95=500ms")["p95_ttft_ms"]  # doctest: +SKIP
+    """
+    import numpy as np
+
+    cols = records if isinstance(records, Columns) else from_records(records)
+    if isinstance(slo, str):
+        slo = parse_slo(slo)
+    f = cols.floats
+    status = cols.status
+    keep, ok, failed = masks(cols, warmup_until)
+    out: dict[str, Any] = {"requests": int(keep.sum()), "excluded_warmup": int(cols.n - keep.sum())}
+    out["completed"] = int(ok.sum())
+    out["failed"] = int(failed.sum())
+    out["cancelled"] = int((keep & (status == "cancelled")).sum())
+    values, counts = np.unique(status[keep & ~ok].astype(str), return_counts=True)
+    out["errors_by_status"] = {str(v): int(c) for v, c in zip(values, counts, strict=True)}
+    attempted = out["completed"] + out["failed"]
+    out["error_rate"] = out["failed"] / attempted if attempted else math.nan
+
+    first_send = _nanmin(f["sent_at"][keep])
+    ends = np.where(np.isnan(f["finished_at"]), f["last_token_at"], f["finished_at"])
+    duration = _nanmax(ends[keep]) - first_send
+    out["duration"] = duration if duration > 0 else math.nan
+    out.update(_tokens(cols, ok, out["duration"]))
+
+    ttft = f["ttft_ms"][ok & ~np.isnan(f["ttft_ms"])]
+    tpot = f["tpot_ms"][ok & ~np.isnan(f["tpot_ms"])]
+    e2el = f["e2e_ms"][ok & ~np.isnan(f["e2e_ms"])]
+    out.update(describe(ttft, "ttft", percentiles))
+    out.update(describe(tpot, "tpot", percentiles))
+    token_bins, itl = _pool_itl(cols, ok, _nanmin(f["sent_at"][ok]))
+    out.update(describe(e2el, "e2el", percentiles))
+    out["max_output_tokens_per_s"] = float(token_bins.max()) if token_bins.size else math.nan
+    out["max_concurrent_requests"] = _peak_concurrency(f["sent_at"][ok], f["last_token_at"][ok])
+
+    out["open_loop"] = bool(cols.open_loop[keep].any())
+    if out["open_loop"]:
+        out.update(_from_schedule(cols, keep, ok, percentiles))
+    if slo is not None:
+        out.update(_slo(slo, cols, ok, failed, itl, out))
+    # The pooled gaps are reordered in place by the percentile step, so they go last.
+    out.update(describe(itl, "itl", percentiles, overwrite=True))
+    out.update(_cached_share(cols, ok))
+    if metrics:
+        out.update(server_stats(metrics, first_send, _nanmax(ends[keep])))
+    if loadgen:
+        out.update(loadgen_stats(loadgen))
+    return out
+
+
+def masks(cols: Columns, warmup_until: float | None) -> tuple[Any, Any, Any]:
+    """(kept, completed, failed) boolean masks: kept = sent at/after ``warmup_until``.
+
+    A request never sent (no ``sent_at``) is placed by its scheduled time.
+    """
+    import numpy as np
+
+    f = cols.floats
+    started_at = np.where(np.isnan(f["sent_at"]), f["scheduled_at"], f["sent_at"])
+    keep = np.ones(cols.n, dtype=bool)
+    if warmup_until is not None:
+        keep &= ~(started_at < warmup_until)
+    return keep, keep & (cols.status == "ok"), keep & np.isin(cols.status, _FAILED)
+
+
+def _nanmin(x: Any) -> float:
+    import numpy as np
+
+    x = x[~np.isnan(x)]
+    return float(x.min()) if x.size else math.nan
+
+
+def _nanmax(x: Any) -> float:
+    import numpy as np
+
+    x = x[~np.isnan(x)]
+    return float(x.max()) if x.size else math.nan
+
+
+def _tokens(cols: Columns, ok: Any, duration: float) -> dict[str, Any]:
+    import numpy as np
+
+    prompt = cols.ints["prompt_tokens"][ok]
+    expected = cols.ints["expected_prompt_tokens"][ok]
+    output = cols.ints["completion_tokens"][ok]
+    # The server's usage is the truth; without it fall back to what the workload asked for.
+    input_tokens = np.where(prompt >= 0, prompt, np.maximum(expected, 0))
+    total_in, total_out = int(input_tokens.sum()), int(np.maximum(output, 0).sum())
+    per_s = (lambda v: v / duration) if duration > 0 else (lambda v: math.nan)
+    return {
+        "total_input_tokens": total_in,
+        "total_output_tokens": total_out,
+        "requests_without_usage": int(((prompt < 0) | (output < 0)).sum()),
+        "request_throughput": per_s(int(ok.sum())),
+        "output_throughput": per_s(total_out),
+        "total_token_throughput": per_s(total_in + total_out),
+    }
+
+
+def _pool_itl(cols: Columns, mask: Any, t0: float) -> tuple[Any, Any]:
+    """Pool the gaps of the ``mask``ed requests and bin their chunk times into seconds.
+
+    Works block by block (one Arrow record batch at a time) so every temporary stays small;
+    returns (chunks per 1-s bin, pooled gaps as one fresh array).
+    """
+    import numpy as np
+
+    first = cols.floats["first_token_at"]
+    last = cols.floats["last_token_at"]
+    total = 0
+    row = 0
+    for _values, lengths in cols.itl_blocks:
+        total += int(lengths[mask[row : row + lengths.size]].sum())
+        row += lengths.size
+    pooled = np.empty(total, dtype=np.float64)
+    end = _nanmax(last[mask])
+    n_bins = int(math.ceil(end - t0)) + 2 if not math.isnan(end - t0) else 0
+    bins = np.zeros(max(n_bins, 0), dtype=np.int64)
+    if n_bins > 0:  # first chunks of every request, including those with no gaps
+        fb = np.floor(first[mask] - t0)
+        fb = fb[np.isfinite(fb)].astype(np.int64)
+        bins += np.bincount(np.clip(fb, 0, n_bins - 1), minlength=n_bins)
+    row = pos = 0
+    for values, lengths in cols.itl_blocks:
+        k = lengths.size
+        m = mask[row : row + k]
+        if m.all():
+            sel, sel_len, ft = values, lengths, first[row : row + k]
+        else:
+            sel, sel_len, ft = values[np.repeat(m, lengths)], lengths[m], first[row : row + k][m]
+        row += k
+        pooled[pos : pos + sel.size] = sel
+        pos += sel.size
+        if n_bins <= 0 or not sel.size:
+            continue
+        # Chunk times: first token + running sum of this request's gaps.
+        csum = np.cumsum(sel)
+        starts = np.cumsum(sel_len) - sel_len
+        before = np.zeros(sel_len.size)
+        nz = starts > 0
+        before[nz] = csum[starts[nz] - 1]
+        times = np.repeat(ft - t0, sel_len) + (csum - np.repeat(before, sel_len)) / 1000.0
+        idx = np.floor(times[np.isfinite(times)]).astype(np.int64)
+        bins += np.bincount(np.clip(idx, 0, n_bins - 1), minlength=n_bins)
+    return bins, pooled
+
+
+def _peak_concurrency(starts: Any, ends: Any) -> int:
+    """Exact peak of overlapping [start, end) intervals (a sweep line via sorted arrays)."""
+    import numpy as np
+
+    good = np.isfinite(starts) & np.isfinite(ends)
+    if not good.any():
+        return 0
+    s, e = np.sort(starts[good]), np.sort(ends[good])
+    active = np.searchsorted(s, s, side="right") - np.searchsorted(e, s, side="right")
+    return int(active.max())
+
+
+def _from_schedule(cols: Columns, keep: Any, ok: Any, percentiles: Sequence[float]) -> dict:
+    """Latency measured from the intended send time, and how late sends were."""
+    import numpy as np
+
+    f = cols.floats
+    out: dict[str, Any] = {}
+    ttft = (f["first_token_at"] - f["scheduled_at"])[ok] * 1000.0
+    e2el = (f["last_token_at"] - f["scheduled_at"])[ok] * 1000.0
+    out.update(describe(ttft[np.isfinite(ttft)], "ttft_from_schedule", percentiles))
+    out.update(describe(e2el[np.isfinite(e2el)], "e2el_from_schedule", percentiles))
+    lag = f["schedule_lag_ms"][keep & np.isfinite(f["sent_at"])]
+    out.update(describe(lag, "schedule_lag", percentiles))
+    out["max_schedule_lag_ms"] = float(lag.max()) if lag.size else math.nan
+    return out
+
+
+def _request_values(target: SloTarget, cols: Columns) -> Any:
+    """Per-request values for a goodput threshold (TPOT of a ≤1-token request counts as 0)."""
+    import numpy as np
+
+    f = cols.floats
+    if target.metric == "ttft":
+        return f["ttft_ms"]
+    if target.metric == "e2el":
+        return f["e2e_ms"]
+    return np.where(np.isnan(f["tpot_ms"]), 0.0, f["tpot_ms"])
+
+
+def _slo(slo: Slo, cols: Columns, ok: Any, failed: Any, itl: Any, summary: dict) -> dict:
+    """Goodput (requests/s meeting every per-request threshold) and percentile checks.
+
+    When the SLO has no ``errors=`` entry, percentile checks count failed requests as
+    infinitely slow, so an SLO cannot be met by dropping requests. With ``errors=`` the
+    failures are judged by that entry and percentiles are over completed requests, like the
+    ``pNN_*`` keys (which always follow ``vllm bench serve``).
+    """
+    import numpy as np
+
+    good = ok.copy()
+    for target in slo.targets:
+        if target.metric != "itl":  # vllm's goodput has no per-request ITL either
+            good &= _request_values(target, cols) <= target.threshold_ms
+    unbounded = int(failed.sum()) if slo.max_error_rate is None else 0
+    checks = []
+    for target in slo.targets:
+        if target.percentile is None:
+            continue
+        if target.metric == "itl":
+            value = percentile(itl, target.percentile)
+        else:
+            base = _request_values(target, cols)
+            if target.metric == "tpot":  # vllm's TPOT distribution: requests with >1 token
+                base = cols.floats["tpot_ms"]
+            sample = np.concatenate([base[ok & ~np.isnan(base)], np.full(unbounded, np.inf)])
+            value = percentile(sample, target.percentile)
+        check = {
+            "key": target.key,
+            "threshold_ms": target.threshold_ms,
+            "value_ms": value,
+            "met": bool(value <= target.threshold_ms),
+        }
+        if unbounded and target.metric != "itl":
+            check["failed_counted_as_unbounded"] = unbounded
+        checks.append(check)
+    if slo.max_error_rate is not None:
+        rate = summary["error_rate"]
+        checks.append(
+            {
+                "key": "errors",
+                "threshold": slo.max_error_rate,
+                "value": rate,
+                "met": bool(rate <= slo.max_error_rate) if not math.isnan(rate) else False,
+            }
+        )
+    duration = summary["duration"]
+    n_good = int(good.sum())
+    attempted = summary["completed"] + summary["failed"]
+    return {
+        "slo": str(slo),
+        "good_requests": n_good,
+        "good_request_fraction": n_good / attempted if attempted else math.nan,
+        "request_goodput": n_good / duration if duration > 0 else math.nan,
+        "slo_checks": checks,
+        "slo_met": all(c["met"] for c in checks) if checks else None,
+    }
+
+
+def _cached_share(cols: Columns, ok: Any) -> dict[str, Any]:
+    cached = cols.ints["cached_tokens"][ok]
+    prompt = cols.ints["prompt_tokens"][ok]
+    reported = (cached >= 0) & (prompt > 0)
+    denominator = int(prompt[reported].sum())
+    share = int(cached[reported].sum()) / denominator if denominator else None
+    return {"cached_token_share": share}
+
+
+def timeline(records: Any, interval_s: float = 5.0) -> Any:
+    """Per-interval activity (a DataFrame): requests started and finished, throughput, and
+    p50/p95 TTFT and TPOT of the requests *sent* in each interval.
+
+    ``t_s`` is the interval's start in seconds from the first send.
+    """
+    import numpy as np
+    import pandas as pd
+
+    if interval_s <= 0:
+        raise ValueError("interval_s must be positive")
+    cols = records if isinstance(records, Columns) else from_records(records)
+    f = cols.floats
+    columns = [
+        "t_s", "started", "finished", "failed", "request_throughput", "output_throughput",
+        "p50_ttft_ms", "p95_ttft_ms", "p50_tpot_ms", "p95_tpot_ms",
+    ]  # fmt: skip
+    started_at = np.where(np.isnan(f["sent_at"]), f["scheduled_at"], f["sent_at"])
+    t0 = _nanmin(started_at)
+    if math.isnan(t0):
+        return pd.DataFrame(columns=columns)
+    ends = np.where(np.isnan(f["finished_at"]), f["last_token_at"], f["finished_at"])
+    ok = cols.status == "ok"
+    start_bin = np.floor((started_at - t0) / interval_s)
+    end_bin = np.floor((ends - t0) / interval_s)
+    n_bins = int(np.nanmax(np.concatenate([start_bin, end_bin]))) + 1
+
+    def count(bins: Any, mask: Any, weights: Any = None) -> Any:
+        good = mask & np.isfinite(bins)
+        w = None if weights is None else weights[good]
+        return np.bincount(bins[good].astype(np.int64), weights=w, minlength=n_bins)[:n_bins]
+
+    output = np.maximum(cols.ints["completion_tokens"], 0).astype(np.float64)
+    frame = pd.DataFrame(
+        {
+            "t_s": np.arange(n_bins) * interval_s,
+            "started": count(start_bin, np.ones(cols.n, dtype=bool)),
+            "finished": count(end_bin, ok),
+            "failed": count(end_bin, np.isin(cols.status, _FAILED)),
+        }
+    )
+    frame["request_throughput"] = frame["finished"] / interval_s
+    frame["output_throughput"] = count(end_bin, ok, output) / interval_s
+    lat = pd.DataFrame({"bin": start_bin, "ttft": f["ttft_ms"], "tpot": f["tpot_ms"]})[ok]
+    grouped = lat.groupby("bin")
+    for name in ("ttft", "tpot"):
+        for q in (50, 95):
+            series = grouped[name].quantile(q / 100.0)
+            frame[f"p{q}_{name}_ms"] = series.reindex(np.arange(n_bins, dtype=float)).to_numpy()
+    return frame[columns]

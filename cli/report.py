@@ -1,0 +1,136 @@
+"""``vprof summarize``, ``vprof compare`` and ``vprof plan``: read run folders, print tables."""
+
+from __future__ import annotations
+
+import click
+
+from vprof.cli.output import emit, format_option
+
+# The rows shown by `summarize` in a table; --format json prints every key.
+SUMMARY_KEYS = (
+    "profile", "traffic", "state", "open_loop", "completed", "failed", "error_rate", "duration",
+    "request_throughput", "output_throughput", "total_token_throughput", "request_goodput",
+    "mean_ttft_ms", "median_ttft_ms", "p90_ttft_ms", "p95_ttft_ms", "p99_ttft_ms",
+    "p99.9_ttft_ms", "mean_tpot_ms", "median_tpot_ms", "p95_tpot_ms", "p99_tpot_ms",
+    "mean_itl_ms", "median_itl_ms", "p95_itl_ms", "p99_itl_ms", "p99.9_itl_ms",
+    "mean_e2el_ms", "median_e2el_ms", "p95_e2el_ms", "p99_e2el_ms",
+    "p95_ttft_from_schedule_ms", "p99_ttft_from_schedule_ms", "p99_schedule_lag_ms",
+    "max_output_tokens_per_s", "max_concurrent_requests", "prefix_cache_hit_rate",
+    "cached_token_share", "num_preemptions", "max_kv_cache_usage_perc",
+    "max_num_requests_waiting", "loadgen_max_cpu_percent", "loadgen_verdict", "slo", "slo_met",
+)  # fmt: skip
+
+slo_option = click.option(
+    "--slo", default=None, help="Objectives, e.g. ttft_p95=500ms,tpot_p95=50ms,errors=1%."
+)
+
+
+@click.command()
+@click.argument("runs", nargs=-1, required=True, type=click.Path())
+@format_option
+@slo_option
+@click.option("--timeline", "show_timeline", is_flag=True, help="Also print per-interval rows.")
+@click.option("--interval", "interval_s", default=5.0, show_default=True, help="Timeline bin, s.")
+@click.option("--save", is_flag=True, help="Write summary.json and timeline.csv into each run.")
+def summarize(
+    runs: tuple[str, ...], fmt: str, slo: str | None, show_timeline: bool, interval_s: float,
+    save: bool,
+) -> None:  # fmt: skip
+    """Percentile tables for one or more runs (a RUN may be a bench folder of runs).
+
+    \b
+    Example:
+      vprof summarize runs/bench-1/chunked-256-steady --slo ttft_p95=500ms
+      vprof summarize runs/bench-1 --format markdown --timeline
+    """
+    from vprof.analysis.run import expand_runs, json_safe, load_run, summarize_run, write_summary
+    from vprof.analysis.slo import parse_slo
+    from vprof.analysis.summary import timeline
+
+    parsed = parse_slo(slo) if slo else None  # a bad --slo fails before anything is read
+    paths = expand_runs(runs)
+    summaries = [
+        write_summary(p, slo=parsed, interval_s=interval_s)
+        if save
+        else summarize_run(p, slo=parsed)
+        for p in paths
+    ]
+    if fmt in ("json", "ndjson"):
+        emit([json_safe(s) for s in summaries], fmt)
+    else:
+        names = [s["run"] for s in summaries]
+        rows = [
+            {"metric": key, **{name: s.get(key) for name, s in zip(names, summaries, strict=True)}}
+            for key in SUMMARY_KEYS
+            if any(s.get(key) is not None for s in summaries)
+        ]
+        emit(rows, fmt)
+    if show_timeline:
+        for path in paths:
+            run = load_run(path)
+            frame = timeline(run.records, interval_s)
+            frame.insert(0, "run", run.name)
+            click.echo()
+            emit(json_safe(frame.to_dict("records")), fmt)
+
+
+@click.command()
+@click.argument("runs", nargs=-1, required=True, type=click.Path())
+@format_option
+@click.option("--metric", "metrics", multiple=True, help="Summary key to compare (repeatable).")
+@click.option("--n-boot", default=2000, show_default=True, help="Bootstrap resamples.")
+@click.option("--seed", default=0, show_default=True, help="Bootstrap seed.")
+def compare(
+    runs: tuple[str, ...], fmt: str, metrics: tuple[str, ...], n_boot: int, seed: int
+) -> None:
+    """Runs side by side; the first is the baseline. Differences carry bootstrap 95 % CIs.
+
+    \b
+    Example:
+      vprof compare runs/bench-1/baseline-steady runs/bench-1/chunked-256-steady
+      vprof compare runs/bench-1 --metric p95_itl_ms --metric p99_ttft_ms
+    """
+    from vprof.analysis.compare import DEFAULT_METRICS
+    from vprof.analysis.compare import compare as compare_runs
+    from vprof.analysis.run import expand_runs, json_safe
+
+    frame = compare_runs(
+        expand_runs(runs), metrics=metrics or DEFAULT_METRICS, n_boot=n_boot, seed=seed
+    )
+    emit(json_safe(frame.to_dict("records")), fmt)
+
+
+@click.command()
+@click.argument("runs", nargs=-1, required=True, type=click.Path())
+@click.option("--rps", "target_rps", type=float, required=True, help="Request rate to serve.")
+@click.option("--slo", required=True, help="Objectives, e.g. ttft_p95=500ms,tpot_p95=50ms.")
+@click.option("--headroom", default=0.2, show_default=True, help="Spare capacity (0.2 = 20 %).")
+@click.option("--evidence", is_flag=True, help="Also list every measured level and its checks.")
+@format_option
+def plan(
+    runs: tuple[str, ...], target_rps: float, slo: str, headroom: float, evidence: bool, fmt: str
+) -> None:
+    """Replicas of each profile needed to serve --rps within --slo, from measured runs.
+
+    Give several load levels per profile (runs at rising rates) for an interpolated answer.
+
+    \b
+    Example:
+      vprof plan runs/bench-1 --rps 40 --slo ttft_p95=500ms,tpot_p95=50ms
+    """
+    from vprof.analysis.plan import plan as make_plan
+    from vprof.analysis.run import expand_runs, json_safe
+    from vprof.analysis.slo import parse_slo
+
+    parsed = parse_slo(slo)
+    result = make_plan(expand_runs(runs), target_rps=target_rps, slo=parsed, headroom=headroom)
+    emit(json_safe(result.rows()), fmt)
+    if evidence:
+        click.echo()
+        emit(json_safe(result.evidence_rows()), fmt)
+    if fmt in ("table", "markdown"):
+        click.echo()
+        for profile in result.profiles:
+            click.echo(profile.message)
+            for note in profile.notes:
+                click.echo(f"  note: {note}")

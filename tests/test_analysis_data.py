@@ -1,0 +1,106 @@
+"""Synthetic but realistic run folders for the analysis tests (no tests here).
+
+Records are built with the real ``RequestRecord.finalize`` and written with the real
+``RecordWriter``, so the tests exercise the same files a run produces.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from vprof.records import RecordWriter, RequestRecord
+
+T0 = 1_800_000_000.0  # a fixed wall-clock epoch for reproducible files
+
+
+def synth_records(
+    n: int,
+    *,
+    seed: int = 0,
+    rate_rps: float = 4.0,
+    ttft_ms: float = 80.0,
+    itl_ms: float = 20.0,
+    tokens: tuple[int, int] = (1, 40),
+    fail_every: int = 0,
+    cancel_every: int = 0,
+    open_loop: bool = False,
+    lag_ms: float = 0.0,
+    start: float = T0,
+) -> list[RequestRecord]:
+    """``n`` finalised records: lognormal TTFT and gaps, Poisson-ish sends, some failures."""
+    rng = np.random.default_rng(seed)
+    records = []
+    sent = start
+    for i in range(n):
+        scheduled = start + i / rate_rps
+        sent = scheduled + (rng.exponential(lag_ms) if lag_ms else 0.0) / 1000.0
+        rec = RequestRecord(
+            request_id=f"r{i}",
+            user_class="ChatUser",
+            endpoint="completions",
+            worker=f"w{i % 2}",
+            open_loop=open_loop,
+            prefix_group=i % 3,
+            scheduled_at=scheduled if open_loop else float("nan"),
+            sent_at=sent,
+            expected_prompt_tokens=100,
+            expected_output_tokens=tokens[1],
+        )
+        if fail_every and i % fail_every == fail_every - 1:
+            rec.status, rec.http_status, rec.error = "error", 500, "Internal Server Error"
+            rec.finished_at = sent + 0.05
+        elif cancel_every and i % cancel_every == cancel_every - 1:
+            rec.status, rec.error = "cancelled", "test stopped"
+            rec.finished_at = sent + 0.01
+        else:
+            out = int(rng.integers(tokens[0], tokens[1] + 1))
+            gaps = rng.lognormal(np.log(itl_ms), 0.4, size=max(out - 1, 0))
+            rec.first_token_at = sent + rng.lognormal(np.log(ttft_ms), 0.5) / 1000.0
+            rec.itl_ms = [float(g) for g in gaps]
+            rec.last_token_at = rec.first_token_at + float(gaps.sum()) / 1000.0
+            rec.finished_at = rec.last_token_at + 0.002
+            rec.prompt_tokens = int(rng.integers(90, 110))
+            rec.completion_tokens = out
+            rec.cached_tokens = 32 if i % 3 == 0 else 0
+            rec.http_status = 200
+        records.append(rec.finalize())
+    return records
+
+
+def write_run(
+    path: Path,
+    records: list[RequestRecord],
+    *,
+    name: str | None = None,
+    profile: str = "baseline",
+    warmup_until: float | None = None,
+    state: str = "completed",
+    open_loop: bool = False,
+    metrics: list[dict[str, Any]] | None = None,
+    loadgen: list[dict[str, Any]] | None = None,
+) -> Path:
+    """A run folder as the bench orchestrator and the Locust side write it."""
+    path.mkdir(parents=True, exist_ok=True)
+    with RecordWriter(path / "records.arrow", batch_size=64) as writer:
+        writer.extend(records)
+    run = {
+        "name": name or path.name,
+        "profile": {"name": profile, "identity": f"{profile}-abc123", "argv": [], "env": {}},
+        "workload": {"name": "chat"},
+        "traffic": {"name": "steady"},
+        "seed": 0,
+        "open_loop": open_loop,
+        "vllm_version": "0.32.0",
+    }
+    (path / "run.json").write_text(json.dumps(run))
+    locust = {"started_at": T0, "warmup_until": warmup_until, "open_loop": open_loop}
+    (path / "locust.json").write_text(json.dumps(locust))
+    (path / "status.json").write_text(json.dumps({"state": state, "reason": ""}))
+    for file, rows in (("metrics.jsonl", metrics), ("loadgen.jsonl", loadgen)):
+        if rows is not None:
+            (path / file).write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
