@@ -20,7 +20,7 @@ from typing import Any
 from vprof.common.clock import wall_now
 from vprof.locustfiles import collect, run
 from vprof.locustfiles.options import DEFAULT_STOP_TIMEOUT_S, effective_shape, opt
-from vprof.locustfiles.shapes import TrafficShapeBase
+from vprof.locustfiles.shapes import TrafficShapeBase, drain
 from vprof.locustfiles.users import LLMUser
 from vprof.records.schema import RequestRecord, Status
 
@@ -114,3 +114,11 @@ def _on_test_stop(environment: Any, **_: Any) -> None:
     col = collect.collector(environment)
     if col is not None:
         col.write_info(stopped_at=wall_now())
+
+
+@events.quitting.add_listener
+def _on_quitting(environment: Any, **_: Any) -> None:
+    # Ctrl-C or SIGTERM on a master: let workers finish their streams and ship their records
+    # before Locust tells them to quit.
+    if environment.runner is not None:
+        drain(environment.runner)

@@ -25,6 +25,8 @@ from vprof.locustfiles.options import effective_shape, opt
 from vprof.traffic.shape import TrafficShape, arrival_offsets, partition
 
 RUN_MESSAGE = "vprof_run"
+DRAIN_MESSAGE = "vprof_drain"
+DRAINED_MESSAGE = "vprof_drained"
 OPEN_LOOP_LEAD_S = 2.0  # the epoch is this far ahead so every worker has the schedule in time
 CONFIG_WAIT_S = 30.0
 
@@ -231,15 +233,54 @@ def decide(environment: Any) -> RunConfig:
 
 
 def install(environment: Any) -> None:
-    """Register the run-settings message on this runner (call from ``init``)."""
+    """Register vprof's messages on this runner (call from ``init``)."""
     runner = environment.runner
     if isinstance(runner, MasterRunner):
-        return  # the master sends it; it runs no users
+        environment._vprof_drained = set()
+
+        def _on_drained(environment: Any, msg: Any, **_: Any) -> None:
+            environment._vprof_drained.add(msg.node_id)
+
+        runner.register_message(DRAINED_MESSAGE, _on_drained)
+        return  # the master sends the run settings; it runs no users
 
     def _on_run(environment: Any, msg: Any, **_: Any) -> None:
         state(environment).apply(msg.data)
 
     runner.register_message(RUN_MESSAGE, _on_run)
+    if isinstance(runner, WorkerRunner):
+
+        def _on_drain(environment: Any, msg: Any, **_: Any) -> None:
+            # Graceful: users finish their request (up to the stop timeout); test_stop then
+            # ships the last records before we answer.
+            environment.runner.stop()
+            environment.runner.send_message(DRAINED_MESSAGE, None)
+
+        runner.register_message(DRAIN_MESSAGE, _on_drain, concurrent=True)
+
+
+def drain_workers(environment: Any) -> None:
+    """Master: have every worker finish its in-flight requests and ship its records, and wait.
+
+    Headless Locust ends with ``quit()``, which gives workers half a second: streams still in
+    flight, and their records, would be lost. (A plain ``stop()`` would work but makes each
+    worker sleep for the whole stop timeout afterwards.)
+    """
+    runner = environment.runner
+    if not isinstance(runner, MasterRunner):
+        return
+    workers = {c.id for c in runner.clients.all}
+    if not workers:
+        return
+    drained: set[str] = environment._vprof_drained
+    drained.clear()
+    runner.send_message(DRAIN_MESSAGE, None)
+    deadline = wall_now() + float(environment.stop_timeout or 0) + 30.0
+    while not workers <= drained and wall_now() < deadline:
+        workers &= {c.id for c in runner.clients.all}  # a worker that died will not answer
+        gevent.sleep(0.1)
+    if not workers <= drained:
+        log.warning("vprof: %d worker(s) did not finish in time", len(workers - drained))
 
 
 def broadcast(environment: Any, config: RunConfig) -> None:

@@ -8,11 +8,12 @@ the command line.
 
 import locust  # noqa: F401  (first: gevent patching)
 from locust import LoadTestShape
+from locust.runners import STATE_CLEANUP, STATE_STOPPED, STATE_STOPPING, MasterRunner
 
 from typing import Any
 
 from vprof.locustfiles.options import effective_shape, opt
-from vprof.locustfiles.run import OPEN_LOOP_LEAD_S
+from vprof.locustfiles.run import OPEN_LOOP_LEAD_S, drain_workers
 from vprof.traffic.shape import TrafficShape
 
 
@@ -42,11 +43,15 @@ class TrafficShapeBase(LoadTestShape):
         shape = self.traffic()
         t_s = self.get_run_time()
         if shape is None:
-            return self._common_options(t_s)
-        if shape.open_loop:
-            # The schedule's epoch is OPEN_LOOP_LEAD_S after the start; users come up early.
-            t_s -= OPEN_LOOP_LEAD_S
-        return shape.users_at(max(t_s, 0.0))
+            result = self._common_options(t_s)
+        else:
+            if shape.open_loop:
+                # The schedule's epoch is OPEN_LOOP_LEAD_S after the start; users come up early.
+                t_s -= OPEN_LOOP_LEAD_S
+            result = shape.users_at(max(t_s, 0.0))
+        if result is None:
+            drain(self.runner)
+        return result
 
     def _common_options(self, t_s: float) -> tuple[int, float] | None:
         env: Any = self.runner.environment
@@ -55,3 +60,13 @@ class TrafficShapeBase(LoadTestShape):
             return None
         users = int(opt(env, "num_users", 1) or 1)
         return users, float(opt(env, "spawn_rate", 1) or 1)
+
+
+def drain(runner: Any) -> None:
+    """Master: let workers finish their streams and ship their records before a quit."""
+    if isinstance(runner, MasterRunner) and runner.state not in (
+        STATE_STOPPED,
+        STATE_STOPPING,
+        STATE_CLEANUP,
+    ):
+        drain_workers(runner.environment)
