@@ -239,6 +239,8 @@ def test_llm_tab_fills_with_live_percentiles(locust_web, browser, tmp_path):
             <= {f.get_attribute("name") for f in driver.find_elements(By.CSS_SELECTOR, "input")}
         ),
     )
+    names = [f.get_attribute("name") for f in driver.find_elements(By.CSS_SELECTOR, "input")]
+    print("start form inputs:", names)
     fill("workload", WORKLOAD)
     driver.find_element(By.XPATH, "//button[@type='submit']").click()
 
@@ -301,3 +303,7 @@ def test_llm_tab_fills_with_live_percentiles(locust_web, browser, tmp_path):
 
     live_count, disk_count = _poll("live and on-disk record counts to agree", 60, counts_agree)
     print(f"records: {disk_count} on disk, {live_count} in the LLM tab")
+
+    # The workload typed into the start form is the one that ran (the default is another).
+    info = json.loads((tmp_path / "run" / "locust.json").read_text())
+    assert info["workload"]["name"] == WORKLOAD
