@@ -494,3 +494,18 @@ def test_bad_lengths_file_names_its_line(tmp_path):
             default_name="w",
         )
     assert info.value.line == 3 and info.value.path.endswith("l.txt")
+
+
+def test_tokenizer_is_loaded_once_per_file_and_bad_paths_say_so(tiny_model, tmp_path):
+    assert load_tokenizer(tiny_model) is load_tokenizer(tiny_model / "tokenizer.json")
+    with pytest.raises(WorkloadError, match="no tokenizer.json"):
+        load_tokenizer(tmp_path)
+    (tmp_path / "tokenizer.json").write_text("{not json")
+    with pytest.raises(WorkloadError, match="cannot read the tokenizer"):
+        load_tokenizer(tmp_path)
+
+
+def test_workloads_are_hashable_values():
+    a, b = get_workload("rag-shared-prefix"), get_workload("rag-shared-prefix")
+    assert a == b and hash(a) == hash(b)
+    assert len({a, b, get_workload("chat")}) == 2

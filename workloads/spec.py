@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,6 +38,30 @@ _ALLOWED: dict[str, frozenset[str]] = {
 _TAIL_SIGMAS = 4.0
 
 
+class FrozenParams(Mapping[str, float]):
+    """A read-only, hashable parameter mapping, so workloads can be dict keys and set members."""
+
+    __slots__ = ("_data",)
+
+    def __init__(self, data: Mapping[str, float] | None = None) -> None:
+        self._data = dict(data or {})
+
+    def __getitem__(self, key: str) -> float:
+        return self._data[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._data)
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+    def __hash__(self) -> int:
+        return hash(tuple(sorted(self._data.items())))
+
+    def __repr__(self) -> str:
+        return repr(self._data)
+
+
 @dataclass(frozen=True)
 class Distribution:
     """A distribution of token counts: ``fixed``, ``uniform``, ``normal``, ``lognormal`` or
@@ -53,6 +77,8 @@ class Distribution:
     values: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
+        if not isinstance(self.params, FrozenParams):
+            object.__setattr__(self, "params", FrozenParams(self.params))
         problem = _distribution_problem(self)
         if problem is not None:
             key, message = problem
@@ -334,6 +360,11 @@ class Workload:
             )
         if self.conversation is not None and self.endpoint != "chat":
             raise WorkloadError("multi-turn conversations need endpoint: chat", key="conversation")
+        if self.conversation is not None and self.dataset is not None:
+            raise WorkloadError(
+                "real prompts from a file are single-turn; drop the conversation section",
+                key="conversation",
+            )
         if not isinstance(self.seed, int) or isinstance(self.seed, bool):
             raise WorkloadError(f"must be an integer, got {self.seed!r}", key="seed")
 

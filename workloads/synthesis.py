@@ -15,6 +15,7 @@ hold the builder falls back to ``vllm bench``'s decode, re-encode and trim/pad l
 from __future__ import annotations
 
 import bisect
+import functools
 import os
 import random
 import re
@@ -70,9 +71,11 @@ class HFTokenizer:
 
 
 def load_tokenizer(model_dir_or_tokenizer_json: str | os.PathLike[str]) -> HFTokenizer:
-    """The tokenizer of a model folder (its ``tokenizer.json``) or of a ``tokenizer.json`` file."""
-    from tokenizers import Tokenizer as _Tokenizer
+    """The tokenizer of a model folder (its ``tokenizer.json``) or of a ``tokenizer.json`` file.
 
+    Loaded once per file and process: every Locust user of a process shares it (and the
+    vocabulary scan that text building does once per tokenizer).
+    """
     path = Path(model_dir_or_tokenizer_json).expanduser()
     file = path / "tokenizer.json" if path.is_dir() else path
     if not file.is_file():
@@ -80,10 +83,17 @@ def load_tokenizer(model_dir_or_tokenizer_json: str | os.PathLike[str]) -> HFTok
             f"no tokenizer.json at {path}",
             hint="give a model folder that holds tokenizer.json, or the file itself",
         )
+    return _load_tokenizer_file(str(file.resolve()))
+
+
+@functools.lru_cache(maxsize=8)
+def _load_tokenizer_file(file: str) -> HFTokenizer:
+    from tokenizers import Tokenizer as _Tokenizer
+
     try:
-        return HFTokenizer(_Tokenizer.from_file(str(file)), str(file))
+        return HFTokenizer(_Tokenizer.from_file(file), file)
     except Exception as exc:  # the Rust side raises plain Exceptions for bad files
-        raise WorkloadError(f"cannot read the tokenizer: {exc}", path=str(file)) from None
+        raise WorkloadError(f"cannot read the tokenizer: {exc}", path=file) from None
 
 
 @dataclass(frozen=True)
