@@ -102,6 +102,13 @@ def rows_csv(rows: list[dict[str, Any]]) -> str:
     return buffer.getvalue()
 
 
+def _locust_base_path(app: Any) -> str:
+    for rule in app.url_map.iter_rules():
+        if rule.endpoint == "locust.request_stats":
+            return rule.rule.removesuffix("/stats/requests")
+    return ""
+
+
 def install(environment: Any) -> LiveStats | None:
     """Add the LLM tabs to ``environment``'s web UI and feed them from the record collector.
 
@@ -162,10 +169,8 @@ def attach(environment: Any, live: LiveStats) -> LiveStats:
         response.set_data(json.dumps(report))
         return response
 
-    base_path = ""
-    options = getattr(environment, "parsed_options", None)
-    if options is not None and getattr(options, "web_base_path", None):
-        base_path = options.web_base_path.rstrip("/")
+    # Serve beside Locust's own routes, which sit under --web-base-path when one is given.
+    base_path = _locust_base_path(app)
 
     @app.route(f"{base_path}/stats/llm")
     @web_ui.auth_required_if_enabled

@@ -143,3 +143,20 @@ def test_extended_stats_keeps_aggregated_when_truncating():
     (table, _) = webui.extended_stats(live.rows(now=T0 + 700))
     assert len(table["data"]) == webui.MAX_ROWS
     assert table["data"][-1]["name"] == "Aggregated"
+
+
+def test_routes_follow_web_base_path(monkeypatch):
+    monkeypatch.setattr("sys.argv", ["locust"])
+    environment = Environment(user_classes=[_IdleUser], events=Events())
+    environment.create_local_runner()
+    environment.create_web_ui("127.0.0.1", 0, web_base_path="/locust", delayed_start=True)
+    try:
+        live = webui.attach(environment, LiveStats())
+        live.add([_record(1, 30.0, 5.0)])
+        client = environment.web_ui.app.test_client()
+        assert client.get("/locust/stats/llm").get_json()[-1]["requests"] == 1
+        assert client.get("/locust/stats/llm/csv").status_code == 200
+        report = client.get("/locust/stats/requests").get_json()
+        assert {t["key"] for t in report["extended_stats"]} == set(webui.TABLES)
+    finally:
+        environment.runner.quit()
