@@ -82,6 +82,7 @@ class ServerProcess:
         self.env = dict(env or {})
         self._proc: subprocess.Popen[bytes] | None = None
         self._log_offset = 0
+        self._stopped = False
 
     @property
     def url(self) -> str:
@@ -130,6 +131,25 @@ class ServerProcess:
         """The main process's exit code, or None while it runs (or before it starts)."""
         return None if self._proc is None else self._proc.poll()
 
+    def wait(self, timeout_s: float) -> int | None:
+        """Wait up to ``timeout_s`` for the main process to exit; its exit code, or None."""
+        if self._proc is None:
+            return None
+        try:
+            return self._proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            return None
+
+    def death_report(self, when: str) -> str:
+        """Why the server died, for people: its exit code, vLLM's own error, the last log lines."""
+        text = self.log_text()
+        error = find_error(text)
+        tail = "\n".join(text.splitlines()[-15:])
+        what = f"vLLM exited with code {self.returncode} {when}"
+        if error:
+            what += f": {error}"
+        return f"{what}\nlast lines of {self.log_path}:\n{tail}"
+
     def log_text(self) -> str:
         """Everything this run has written to its log so far."""
         try:
@@ -156,9 +176,10 @@ class ServerProcess:
         deadline = time.monotonic() + timeout_s
         health = f"{self.url}/health"
         while True:
-            code = self._proc.poll()
-            if code is not None:
-                raise self._died(code)
+            if self._proc.poll() is not None:
+                report = self.death_report("before it became healthy")
+                self.stop()  # the engine core may outlive a crashed API server
+                raise LaunchError(report)
             try:
                 if requests.get(health, timeout=2).status_code == 200:
                     return
@@ -172,28 +193,15 @@ class ServerProcess:
                     f"(log {self.log_path}; last lines:\n{tail})",
                     hint="raise --timeout if the machine is busy",
                 )
-            try:
-                # Doubles as the poll interval and returns at once if the server dies.
-                self._proc.wait(timeout=_POLL_INTERVAL_S)
-            except subprocess.TimeoutExpired:
-                pass
-
-    def _died(self, code: int) -> LaunchError:
-        text = self.log_text()
-        error = find_error(text)
-        tail = "\n".join(text.splitlines()[-15:])
-        self.stop()  # the engine core may outlive a crashed API server
-        what = f"vLLM exited with code {code} before it became healthy"
-        if error:
-            what += f": {error}"
-        return LaunchError(f"{what}\nlast lines of {self.log_path}:\n{tail}")
+            # Doubles as the poll interval and returns at once if the server dies.
+            self.wait(_POLL_INTERVAL_S)
 
     def stop(self, grace_s: float = 15.0) -> None:
         """SIGTERM the process group, SIGKILL whatever survives the grace, reap everything."""
         import psutil
 
         proc = self._proc
-        if proc is None:
+        if proc is None or self._stopped:
             return
         # Collect descendants first: once the parent exits they are re-parented and lost.
         try:
@@ -215,6 +223,8 @@ class ServerProcess:
                 _signal_process(member, signal.SIGKILL)
             psutil.wait_procs(alive, timeout=5)
         proc.wait()
+        # Once reaped, the pid may be reused: never signal this group again.
+        self._stopped = True
 
     def __enter__(self) -> ServerProcess:
         self.start()

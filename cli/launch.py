@@ -1,0 +1,247 @@
+"""`vprof launch`: start a profile's vLLM server, keep it in the foreground; `vprof model`."""
+
+from __future__ import annotations
+
+import shlex
+import signal
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import click
+
+from vprof.common.errors import LaunchError, ProfileError
+
+
+class _Stop(BaseException):
+    """Raised in the main thread by SIGTERM/SIGHUP so cleanup runs as it does for Ctrl-C."""
+
+
+@contextmanager
+def _stop_on_signals() -> Iterator[None]:
+    def handler(signum: int, frame: FrameType | None) -> None:
+        raise _Stop(signal.Signals(signum).name)
+
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
+def parse_set_args(items: Sequence[str]) -> dict[str, Any]:
+    """``["max-num-batched-tokens=512", "enable-chunked-prefill=false"]`` → typed values.
+
+    Values are read as YAML scalars, as in a profile file: ``512`` is an int, ``false`` a bool;
+    an empty value (``key=``) drops the flag.
+    """
+    import yaml
+
+    parsed: dict[str, Any] = {}
+    for item in items:
+        key, sep, text = item.partition("=")
+        key = key.strip().lstrip("-")
+        if not sep or not key:
+            raise ProfileError(
+                f"--set {item!r} is not KEY=VALUE", hint="e.g. --set max-num-batched-tokens=512"
+            )
+        try:
+            value = yaml.safe_load(text) if text.strip() else None
+        except yaml.YAMLError:
+            value = text
+        parsed[key] = value
+    return parsed
+
+
+def _default_log_path(name: str) -> Path:
+    from vprof.common.paths import cache_dir
+
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    return cache_dir() / "logs" / f"{name}-{stamp}.log"
+
+
+@click.command()
+@click.argument("name")
+@click.option("--model", help="Serve this model instead of the profile's (kept as given).")
+@click.option("--port", type=click.IntRange(1, 65535), help="Listen on this port.")
+@click.option(
+    "--set",
+    "set_args",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Override an engine argument, e.g. --set max-num-batched-tokens=512 (repeatable).",
+)
+@click.option(
+    "--profiles-dir",
+    multiple=True,
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Another folder of profile YAML files (repeatable; later ones win).",
+)
+@click.option(
+    "--timeout",
+    "timeout_s",
+    type=click.FloatRange(min=1),
+    default=600.0,
+    show_default=True,
+    help="Seconds to wait for /health.",
+)
+@click.option(
+    "--log",
+    "log_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Server log file (default: a new file under vprof's cache, logs/).",
+)
+@click.option(
+    "--detach",
+    is_flag=True,
+    help="Return once healthy and leave the server running (stop it with the printed kill).",
+)
+def launch(
+    name: str,
+    model: str | None,
+    port: int | None,
+    set_args: tuple[str, ...],
+    profiles_dir: tuple[Path, ...],
+    timeout_s: float,
+    log_path: Path | None,
+    detach: bool,
+) -> None:
+    """Start profile NAME's vLLM server, wait until healthy, and serve until Ctrl-C.
+
+    On a machine without a GPU the CPU build of vLLM runs the profile's engine settings on
+    vprof's tiny model; each change is printed in one line (--model keeps your model).
+
+    \b
+    Example:
+      vprof launch chunked-256 --port 8001
+      vprof launch baseline --model /models/llama-3-8b --set max-model-len=8192
+    """
+    from vprof.registry import get_profile, render, validate
+    from vprof.server.host import adapt_for_host, detect_engine
+    from vprof.server.process import ServerProcess
+
+    profile = get_profile(name, extra_dirs=list(profiles_dir))
+    overrides = parse_set_args(set_args)
+    if model is not None or port is not None or overrides:
+        profile = profile.with_overrides(model=model, port=port, set_args=overrides or None)
+    for note in validate(profile):
+        click.echo(f"note: {note}", err=True)
+
+    engine = detect_engine()
+    if engine.distribution is None:
+        raise LaunchError(
+            "vLLM is not installed in this Python environment",
+            hint="install vprof[cpu] on a machine without a GPU, vprof[gpu] with one",
+        )
+    adapted, changes = adapt_for_host(profile, model_overridden=model is not None, engine=engine)
+    if changes:
+        click.echo(f"adapted for this host ({engine.describe()}):")
+    for change in changes:
+        click.echo(f"  {change}")
+    if changes:
+        validate(adapted)  # the host's changes must still be a profile vLLM accepts
+
+    argv = render(adapted, python=sys.executable)
+    log_path = log_path or _default_log_path(adapted.name)
+    server = ServerProcess(
+        argv, env=dict(adapted.env), log_path=log_path, host=adapted.host, port=adapted.port
+    )
+    env_text = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(adapted.env.items()))
+    click.echo(f"command: {(env_text + ' ') if env_text else ''}{shlex.join(argv)}")
+    click.echo(f"log: {log_path}")
+
+    detached = False
+    with _stop_on_signals():
+        try:
+            server.start()
+            click.echo(f"waiting up to {timeout_s:g} s for {server.url}/health (pid {server.pid})")
+            started = time.monotonic()
+            try:
+                server.wait_healthy(timeout_s=timeout_s)
+            except (KeyboardInterrupt, _Stop):
+                _stop_quietly(server)
+                click.echo("interrupted before the server was healthy; stopped it", err=True)
+                sys.exit(130)
+            _print_ready(server, adapted, time.monotonic() - started)
+            if detach:
+                detached = True
+                click.echo(f"detached: stop it with  kill -TERM -{server.pid}")
+                return
+            try:
+                _serve_until_stopped(server)
+            except (KeyboardInterrupt, _Stop) as why:
+                reason = "Ctrl-C" if isinstance(why, KeyboardInterrupt) else str(why)
+                click.echo(f"{reason}: stopping the server ...")
+                _stop_quietly(server)
+                click.echo("stopped; no server process is left")
+        finally:
+            if not detached:
+                _stop_quietly(server)
+
+
+def _stop_quietly(server: Any) -> None:
+    """Stop the server with Ctrl-C and SIGTERM ignored, so a second Ctrl-C cannot orphan it."""
+    sigs = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in sigs}
+    try:
+        server.stop()
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
+def _print_ready(server: Any, profile: Any, took_s: float) -> None:
+    served = profile.engine_args.get("served-model-name") or profile.model
+    if isinstance(served, list | tuple):
+        served = served[0]
+    click.echo(f"ready after {took_s:.1f} s: {server.url}  (model name in requests: {served})")
+    for line in server.effective_settings().lines():
+        click.echo(f"  {line}")
+    example = {"model": served, "prompt": "Hello", "max_tokens": 16, "stream": True}
+    click.echo(
+        "try: curl -N "
+        + shlex.join(
+            [
+                f"{server.url}/v1/completions",
+                "-H",
+                "Content-Type: application/json",
+                "-d",
+                _json(example),
+            ]
+        )
+    )
+    click.echo("Ctrl-C stops the server.")
+
+
+def _json(data: dict[str, Any]) -> str:
+    import json
+
+    return json.dumps(data, separators=(",", ":"))
+
+
+def _serve_until_stopped(server: Any) -> None:
+    """Block until the server dies (an error) or a signal interrupts us (the normal end)."""
+    while server.wait(1.0) is None:
+        pass  # still serving; wait() returns at once if the server dies
+    report = server.death_report("while serving")
+    _stop_quietly(server)  # the engine core may outlive the API server
+    raise LaunchError(report)
+
+
+@click.command()
+def model() -> None:
+    """Print the folder of vprof's embedded tiny model, writing it first if needed.
+
+    \b
+    Example:
+      vprof model
+      python -m vllm.entrypoints.openai.api_server --model "$(vprof model)" --load-format dummy
+    """
+    from vprof.tinymodel.build import ensure_tiny_model
+
+    click.echo(str(ensure_tiny_model()))
