@@ -509,3 +509,16 @@ def test_workloads_are_hashable_values():
     a, b = get_workload("rag-shared-prefix"), get_workload("rag-shared-prefix")
     assert a == b and hash(a) == hash(b)
     assert len({a, b, get_workload("chat")}) == 2
+
+
+@pytest.mark.parametrize("name", PRESETS)
+def test_planned_lengths_agree_with_the_built_plans(tokenizer, name):
+    synth = RequestSynthesizer(get_workload(name), tokenizer)
+    for i in range(10):
+        group, prompt_tokens, output_tokens = synth.planned_lengths(i)
+        plan = synth.plan(i)
+        assert (group, prompt_tokens, output_tokens) == (
+            plan.prefix_group,
+            plan.expected_prompt_tokens,
+            plan.max_tokens,
+        )
