@@ -319,7 +319,8 @@ class ConversationSpec:
 @dataclass(frozen=True)
 class PromptDataset:
     """Real prompts from a JSONL file (``{"prompt": ..., "output_tokens": ...}`` per line),
-    sent as they are; their token counts are measured with the tokenizer."""
+    sent as they are (the salt changes only a generated prefix, never a real prompt); their
+    token counts are measured with the tokenizer."""
 
     path: str
     prompts: tuple[str, ...]
