@@ -260,7 +260,9 @@ def _row(
     significant = has_ci and (low > 0 or high < 0)
     higher_better = any(word in metric for word in _HIGHER_IS_BETTER)
     better = ""
-    if math.isnan(diff):
+    if base_value == value:
+        verdict, diff = f"{label}: identical", 0.0
+    elif math.isnan(diff):
         verdict = f"{label}: not comparable (missing or zero baseline)"
     elif has_ci and not significant:
         interval = f"[{low:+.1f} %, {high:+.1f} %]"

@@ -1,9 +1,10 @@
 """Capacity plans: how many replicas of a profile serve a request rate within an SLO.
 
-For each profile, the measured load levels (runs) are ordered by achieved request
-throughput. The sustainable per-replica rate lies between the last level that met the SLO
-and the first that did not; it is interpolated linearly on the constraint that breaks first
-(the *binding* one). Replicas = ceil(target / sustainable × (1 + headroom)). When no level
+For each profile, the measured load levels (runs) are ordered by the load their traffic
+shape offered (open-loop rate or user count), else by achieved request throughput. The
+sustainable per-replica rate lies between the last level that met the SLO and the first
+that did not; it is interpolated linearly on the constraint that breaks first (the
+*binding* one). Replicas = ceil(target / sustainable × (1 + headroom)). When no level
 met the SLO the answer is unknown, and the plan says so instead of guessing.
 """
 
@@ -29,6 +30,7 @@ class Level:
     checks: tuple[dict[str, Any], ...]
     state: str = "completed"
     loadgen_saturated: bool = False
+    offered: tuple[float, str] | None = None  # (load, unit) the traffic shape asked for
 
 
 @dataclass(frozen=True)
@@ -176,6 +178,11 @@ def _level(summary: dict[str, Any], slo: Slo) -> Level:
         checks=tuple(checks),
         state=state,
         loadgen_saturated=bool(summary.get("loadgen_saturated")),
+        offered=(
+            (float(summary["offered_load"]), str(summary.get("offered_load_unit", "")))
+            if summary.get("offered_load") is not None
+            else None
+        ),
     )
 
 
@@ -207,7 +214,13 @@ def _check_text(check: dict[str, Any]) -> str:
 def _plan_profile(
     name: str, levels: list[Level], target: float, headroom: float, slo_text: str
 ) -> ProfilePlan:
-    levels = sorted(levels, key=lambda lv: (math.isnan(lv.rps), lv.rps))
+    # Order by the load that was asked for when every level says it in the same unit: past
+    # saturation the achieved rate can fall while the offered load still rises.
+    units = {lv.offered[1] if lv.offered else None for lv in levels}
+    if len(units) == 1 and None not in units:
+        levels = sorted(levels, key=lambda lv: (lv.offered or (0.0, ""))[0])
+    else:
+        levels = sorted(levels, key=lambda lv: (math.isnan(lv.rps), lv.rps))
     measured = [lv.rps for lv in levels if not math.isnan(lv.rps)]
     max_rps = max(measured) if measured else math.nan
     notes: list[str] = []

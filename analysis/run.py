@@ -156,6 +156,7 @@ def summarize_loaded(
         "reason": run.status.get("reason"),
         "vllm_version": run.meta.get("vllm_version"),
         "warmup_until": run.warmup_until,
+        **_offered(run.meta.get("traffic")),
     }
     body = summarize(
         run.records,
@@ -169,6 +170,17 @@ def summarize_loaded(
     if open_loop is not None:
         body["open_loop"] = bool(open_loop) or body["open_loop"]
     return head | body
+
+
+def _offered(traffic: Any) -> dict[str, Any]:
+    """The load the traffic shape asked for: a rate (open loop) or a user count (steady)."""
+    if not isinstance(traffic, dict):
+        return {}
+    if traffic.get("kind") == "open-loop" and traffic.get("rate_rps"):
+        return {"offered_load": float(traffic["rate_rps"]), "offered_load_unit": "req/s"}
+    if traffic.get("kind") == "steady" and traffic.get("users"):
+        return {"offered_load": float(traffic["users"]), "offered_load_unit": "users"}
+    return {}
 
 
 def _label(spec: Any) -> Any:

@@ -124,7 +124,10 @@ def plan(
 
     parsed = parse_slo(slo)
     result = make_plan(expand_runs(runs), target_rps=target_rps, slo=parsed, headroom=headroom)
-    emit(json_safe(result.rows()), fmt)
+    rows = json_safe(result.rows())
+    # In a table the sentence is printed below each row's numbers rather than as a column.
+    columns = [c for c in rows[0] if c != "plan"] if fmt in ("table", "markdown") else None
+    emit(rows, fmt, columns)
     if evidence:
         click.echo()
         emit(json_safe(result.evidence_rows()), fmt)

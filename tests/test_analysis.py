@@ -1,0 +1,304 @@
+"""Summaries against an independent recomputation from the records, SLOs, goodput, warm-up,
+failures, open-loop metrics, server and load-generator samples."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+from test_analysis_data import T0, synth_records, write_run
+
+from vprof.analysis import (
+    SloError,
+    load_run,
+    parse_slo,
+    summarize,
+    summarize_run,
+    timeline,
+    write_summary,
+)
+from vprof.records import read_records
+
+PCTS = (50, 90, 95, 99, 99.9)
+
+
+def _key(q: float) -> str:
+    return f"p{int(q)}" if float(q).is_integer() else f"p{q}"
+
+
+def _close(a: float, b: float) -> bool:
+    return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-9)
+
+
+def test_summary_percentiles_equal_a_recomputation_from_the_records(tmp_path):
+    run = write_run(tmp_path / "a", synth_records(400, fail_every=25, tokens=(1, 30)))
+    df = read_records(run)
+    s = summarize(df)
+
+    # Independent recomputation, request by request, the way vllm bench serve does it.
+    ok = [r for r in df.itertuples() if r.status == "ok"]
+    ttft = np.array([r.ttft_ms for r in ok])
+    e2el = np.array([(r.last_token_at - r.sent_at) * 1000 for r in ok])
+    tpot = np.array(
+        [
+            ((r.last_token_at - r.sent_at) * 1000 - r.ttft_ms) / (r.completion_tokens - 1)
+            for r in ok
+            if r.completion_tokens > 1
+        ]
+    )
+    itl = np.array([g for r in ok for g in r.itl_ms])
+    assert s["completed"] == len(ok) == 384
+    assert s["failed"] == 16
+    for name, values in (("ttft", ttft), ("tpot", tpot), ("itl", itl), ("e2el", e2el)):
+        assert _close(s[f"mean_{name}_ms"], values.mean())
+        assert _close(s[f"median_{name}_ms"], np.median(values))
+        assert _close(s[f"std_{name}_ms"], values.std())
+        for q in PCTS:
+            assert _close(s[f"{_key(q)}_{name}_ms"], np.percentile(values, q)), (name, q)
+
+    start = df["sent_at"].min()
+    end = max(r.finished_at for r in df.itertuples())
+    duration = end - start
+    assert _close(s["duration"], duration)
+    out_tokens = sum(r.completion_tokens for r in ok)
+    in_tokens = sum(r.prompt_tokens for r in ok)
+    assert s["total_output_tokens"] == out_tokens
+    assert s["total_input_tokens"] == in_tokens
+    assert _close(s["request_throughput"], len(ok) / duration)
+    assert _close(s["output_throughput"], out_tokens / duration)
+    assert _close(s["total_token_throughput"], (in_tokens + out_tokens) / duration)
+
+    # Peak concurrency by brute force over [send, last token) intervals.
+    spans = [(r.sent_at, r.last_token_at) for r in ok]
+    peak = max(sum(a <= t < b for a, b in spans) for t, _ in spans)
+    assert s["max_concurrent_requests"] == peak
+    # Peak chunks per second, reconstructed per request like vllm bench serve.
+    t0 = min(r.sent_at for r in ok)
+    bins: dict[int, int] = {}
+    for r in ok:
+        t = r.first_token_at
+        times = [t]
+        for gap in r.itl_ms:
+            t += gap / 1000
+            times.append(t)
+        for t in times:
+            bins[int(t - t0)] = bins.get(int(t - t0), 0) + 1
+    assert s["max_output_tokens_per_s"] == max(bins.values())
+
+
+def test_arrow_table_and_dataframe_give_the_same_summary(tmp_path):
+    run = write_run(tmp_path / "a", synth_records(300, fail_every=7))
+    from_table = summarize(load_run(run).records)
+    from_frame = summarize(read_records(run))
+    assert from_table.keys() == from_frame.keys()
+    for key, value in from_table.items():
+        if isinstance(value, float) and math.isnan(value):
+            assert math.isnan(from_frame[key]), key
+        else:
+            assert from_frame[key] == pytest.approx(value, rel=1e-12), key
+
+
+def test_warmup_requests_are_excluded_by_send_time(tmp_path):
+    warm = synth_records(40, ttft_ms=5000, start=T0, rate_rps=10)
+    steady = synth_records(200, seed=3, ttft_ms=50, start=T0 + 10, rate_rps=10)
+    for i, rec in enumerate(steady):
+        rec.request_id = f"s{i}"
+    run = write_run(tmp_path / "w", warm + steady, warmup_until=T0 + 10)
+    s = summarize_run(run)
+    assert s["excluded_warmup"] == 40
+    assert s["requests"] == s["completed"] == 200
+    expected = np.percentile([r.ttft_ms for r in steady], 99)
+    assert _close(s["p99_ttft_ms"], expected)
+    assert s["p99_ttft_ms"] < 1000  # the slow warm-up requests are gone
+    assert _close(s["duration"], max(r.finished_at for r in steady) - steady[0].sent_at)
+
+
+def test_failed_and_cancelled_requests_are_counted_apart_from_latencies():
+    records = synth_records(100, fail_every=10, cancel_every=25)
+    import pandas as pd
+
+    df = pd.DataFrame([r.to_dict() for r in records])
+    s = summarize(df)
+    assert s["failed"] == 10
+    assert s["cancelled"] == 2  # requests 24 and 74 (49 and 99 failed first)
+    assert s["errors_by_status"] == {"cancelled": 2, "error": 10}
+    assert s["completed"] == 88
+    assert _close(s["error_rate"], 10 / 98)  # cancelled requests are not errors
+    ok_ttft = [r.ttft_ms for r in records if r.status == "ok"]
+    assert _close(s["mean_ttft_ms"], float(np.mean(ok_ttft)))
+
+
+def test_open_loop_latency_from_the_schedule_includes_the_send_lag(tmp_path):
+    records = synth_records(300, open_loop=True, lag_ms=40.0, seed=5)
+    run = write_run(tmp_path / "o", records, open_loop=True)
+    s = summarize_run(run)
+    assert s["open_loop"] is True
+    from_schedule = np.array([(r.first_token_at - r.scheduled_at) * 1000 for r in records])
+    lag = np.array([(r.sent_at - r.scheduled_at) * 1000 for r in records])
+    assert _close(s["p99_ttft_from_schedule_ms"], np.percentile(from_schedule, 99))
+    assert _close(s["p50_schedule_lag_ms"], np.percentile(lag, 50))
+    assert _close(s["max_schedule_lag_ms"], lag.max())
+    assert s["p99_ttft_from_schedule_ms"] > s["p99_ttft_ms"]
+
+
+def test_closed_loop_summary_has_no_schedule_keys(tmp_path):
+    s = summarize_run(write_run(tmp_path / "c", synth_records(50)))
+    assert s["open_loop"] is False
+    assert "p99_ttft_from_schedule_ms" not in s
+
+
+def test_goodput_counts_requests_meeting_every_threshold():
+    records = synth_records(500, seed=11, tokens=(1, 30), fail_every=50)
+    import pandas as pd
+
+    df = pd.DataFrame([r.to_dict() for r in records])
+    s = summarize(df, slo="ttft_p95=120ms,tpot_p95=25ms")
+    good = [
+        r
+        for r in records
+        if r.status == "ok"
+        and r.ttft_ms <= 120
+        and (0.0 if math.isnan(r.tpot_ms) else r.tpot_ms) <= 25  # ≤1 token: TPOT 0
+    ]
+    assert s["good_requests"] == len(good)
+    assert _close(s["request_goodput"], len(good) / s["duration"])
+    assert 0 < s["good_requests"] < s["completed"]
+    # Without errors= a failure counts as unbounded latency: 2 % failures spoil no p95 ...
+    ttft_check = next(c for c in s["slo_checks"] if c["key"] == "ttft_p95")
+    with_failures = np.concatenate(
+        [[r.ttft_ms for r in records if r.status == "ok"], np.full(10, np.inf)]
+    )
+    assert _close(ttft_check["value_ms"], np.percentile(with_failures, 95))
+    assert ttft_check["met"] == (ttft_check["value_ms"] <= 120)
+
+
+def test_slo_met_and_missed_are_reported_per_objective():
+    import pandas as pd
+
+    df = pd.DataFrame([r.to_dict() for r in synth_records(300, seed=2, fail_every=30)])
+    loose = summarize(df, slo="ttft_p95=10s,tpot_p99=1s,errors=5%")
+    assert loose["slo_met"] is True
+    assert [c["met"] for c in loose["slo_checks"]] == [True, True, True]
+    assert loose["slo_checks"][0]["value_ms"] == loose["p95_ttft_ms"]
+    strict = summarize(df, slo="ttft_p95=10s,errors=1%")
+    assert strict["slo_met"] is False
+    assert strict["slo_checks"][-1] == {
+        "key": "errors",
+        "threshold": 0.01,
+        "value": pytest.approx(10 / 300),
+        "met": False,
+    }
+    # Without errors=, 3.3 % failed requests make p99 TTFT unbounded.
+    unbounded = summarize(df, slo="ttft_p99=10s")
+    assert unbounded["slo_checks"][0]["value_ms"] == math.inf
+    assert unbounded["slo_met"] is False
+
+
+def test_parse_slo_units_percentiles_and_errors():
+    slo = parse_slo("ttft_p95=0.5s, tpot_p99.9=50, e2e=2s, itl_p99=40000us, errors=1%")
+    assert [(t.metric, t.percentile, t.threshold_ms) for t in slo.targets] == [
+        ("ttft", 95.0, 500.0),
+        ("tpot", 99.9, 50.0),
+        ("e2el", None, 2000.0),
+        ("itl", 99.0, 40.0),
+    ]
+    assert slo.max_error_rate == 0.01
+    assert slo.targets[1].key == "tpot_p99.9"
+
+
+@pytest.mark.parametrize(
+    "text, fragment",
+    [
+        ("", "empty SLO"),
+        ("ttft_p95", "is not key=value"),
+        ("speed_p95=5ms", "unknown SLO key 'speed_p95'"),
+        ("ttft_p101=5ms", "percentile must be in (0, 100]"),
+        ("ttft_p95=fast", "is not a duration"),
+        ("ttft_p95=5ms,ttft_p95=6ms", "given twice"),
+        ("errors=150%", "between 0 and 100"),
+        ("errors=lots", "is not a rate"),
+    ],
+)
+def test_parse_slo_errors_say_what_and_how(text, fragment):
+    with pytest.raises(SloError) as info:
+        parse_slo(text)
+    message = str(info.value)
+    assert fragment in message
+    assert message.startswith("--slo: ")
+
+
+def test_server_metrics_and_loadgen_samples_are_summarised(tmp_path):
+    records = synth_records(100, rate_rps=10)
+    end = max(r.finished_at for r in records)
+    metrics = [
+        {"t": T0 - 5, "values": {"vllm:prefix_cache_hits_total": 100.0,
+                                 "vllm:prefix_cache_queries_total": 1000.0,
+                                 "vllm:num_preemptions_total": 2.0}},
+        {"t": T0 + 5, "values": {"vllm:kv_cache_usage_perc": 0.4,
+                                 "vllm:num_requests_waiting": 6.0,
+                                 "vllm:num_requests_running": 3.0}},
+        {"t": end - 0.1, "values": {"vllm:prefix_cache_hits_total": 400.0,
+                                    "vllm:prefix_cache_queries_total": 1600.0,
+                                    "vllm:num_preemptions_total": 5.0,
+                                    "vllm:kv_cache_usage_perc": 0.1,
+                                    "vllm:num_requests_waiting": 2.0}},
+        {"t": end + 60, "values": {"vllm:kv_cache_usage_perc": 0.99}},  # after the run
+    ]  # fmt: skip
+    loadgen = [{"t": T0 + i, "worker": "w0", "cpu_percent": c} for i, c in enumerate([95, 97, 99])]
+    loadgen += [{"t": T0 + i, "worker": "w1", "cpu_percent": 30.0} for i in range(3)]
+    s = summarize_run(write_run(tmp_path / "m", records, metrics=metrics, loadgen=loadgen))
+    assert s["prefix_cache_hit_rate"] == pytest.approx(300 / 600)
+    assert s["num_preemptions"] == 3
+    assert s["max_kv_cache_usage_perc"] == 0.4
+    assert s["max_num_requests_waiting"] == 6.0
+    assert s["mean_num_requests_waiting"] == 4.0
+    assert s["loadgen_cpu"]["w0"]["mean_cpu_percent"] == pytest.approx(97.0)
+    assert s["loadgen_saturated"] is True
+    assert "w0" in s["loadgen_verdict"] and "saturated" in s["loadgen_verdict"]
+    cached = sum(r.cached_tokens for r in records)
+    prompt = sum(r.prompt_tokens for r in records)
+    assert s["cached_token_share"] == pytest.approx(cached / prompt)
+
+
+def test_write_summary_writes_strict_json_and_a_timeline(tmp_path):
+    records = synth_records(120, rate_rps=6, fail_every=12)
+    run = write_run(tmp_path / "t", records)
+    before = sorted(p.name for p in run.iterdir())
+    summarize_run(run)
+    assert sorted(p.name for p in run.iterdir()) == before  # summarize_run writes nothing
+    write_summary(run, slo="ttft_p95=1ms")
+    data = json.loads((run / "summary.json").read_text(), parse_constant=_reject)
+    assert data["completed"] == 110
+    assert data["slo_checks"][0]["value_ms"] == "inf"
+    import pandas as pd
+
+    frame = pd.read_csv(run / "timeline.csv")
+    assert frame["started"].sum() == 120
+    assert frame["finished"].sum() == 110
+    assert frame["failed"].sum() == 10
+
+
+def _reject(name: str) -> None:
+    raise AssertionError(f"non-standard JSON constant {name}")
+
+
+def test_timeline_intervals_add_up_and_show_per_interval_latency():
+    import pandas as pd
+
+    records = synth_records(200, rate_rps=10, seed=4)
+    df = pd.DataFrame([r.to_dict() for r in records])
+    frame = timeline(df, interval_s=5)
+    assert list(frame["t_s"][:3]) == [0.0, 5.0, 10.0]
+    assert frame["started"].sum() == 200
+    assert frame["started"].iloc[0] == 50  # 10 req/s × 5 s
+    first = [r.ttft_ms for r in records if r.sent_at < T0 + 5]
+    assert frame["p95_ttft_ms"].iloc[0] == pytest.approx(np.percentile(first, 95))
+    assert frame["request_throughput"].sum() * 5 == frame["finished"].sum()
+
+
+def test_empty_run_summarises_to_zero_counts_without_crashing(tmp_path):
+    s = summarize_run(write_run(tmp_path / "e", [], state="failed"))
+    assert s["completed"] == 0 and s["state"] == "failed"
+    assert math.isnan(s["p99_ttft_ms"])

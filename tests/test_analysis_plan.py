@@ -1,0 +1,131 @@
+"""Capacity-plan arithmetic: interpolation, the binding constraint, honesty when nothing
+passed, and run folders as evidence."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from test_analysis_data import synth_records, write_run
+
+from vprof.analysis import SloError, plan
+
+
+def _level(run: str, rps: float, ttft: float, tpot: float = 10.0, profile: str = "p", **kw):
+    return {
+        "run": run,
+        "profile": profile,
+        "request_throughput": rps,
+        "p95_ttft_ms": ttft,
+        "p95_tpot_ms": tpot,
+        "error_rate": 0.0,
+        "state": "completed",
+        **kw,
+    }
+
+
+def test_plan_interpolates_between_last_pass_and_first_fail():
+    levels = [_level("r1", 1.0, 100), _level("r3", 3.0, 700), _level("r2", 2.0, 300)]
+    result = plan(levels, target_rps=40, slo="ttft_p95=500ms", headroom=0.2)
+    (p,) = result.profiles
+    # 2 + (500 − 300) / (700 − 300) × (3 − 2) = 2.5 req/s; ceil(40 / 2.5 × 1.2) = ceil(19.2)
+    assert p.sustainable_rps == pytest.approx(2.5)
+    assert p.replicas == 20
+    assert p.binding == "ttft_p95"
+    assert "interpolated between 2.00 req/s (met) and 3.00 req/s (missed)" == p.basis
+    assert "you need 20 replicas of p" in p.message
+    assert [lv.run for lv in p.levels] == ["r1", "r2", "r3"]
+    assert any("scale linearly" in note for note in p.notes)
+
+
+def test_plan_names_the_constraint_that_breaks_first():
+    levels = [_level("a", 2.0, 200, tpot=20), _level("b", 4.0, 600, tpot=60)]
+    p = plan(levels, target_rps=10, slo="ttft_p95=500ms,tpot_p95=30ms", headroom=0).profiles[0]
+    # TTFT would allow 2 + 300/400·2 = 3.5; TPOT only 2 + 10/40·2 = 2.5: TPOT binds.
+    assert p.binding == "tpot_p95"
+    assert p.sustainable_rps == pytest.approx(2.5)
+    assert p.replicas == 4
+
+
+def test_plan_says_so_when_no_level_met_the_slo():
+    levels = [_level("a", 2.0, 900), _level("b", 4.0, 1500)]
+    p = plan(levels, target_rps=10, slo="ttft_p95=500ms").profiles[0]
+    assert p.replicas is None and p.sustainable_rps is None
+    assert "no measured level met" in p.message and "replicas unknown" in p.message
+    assert "ttft_p95 900.0 ms > 500 ms" in p.message
+
+
+def test_plan_when_every_level_passed_is_a_lower_bound_on_capacity():
+    levels = [_level("a", 2.0, 100), _level("b", 4.0, 200)]
+    p = plan(levels, target_rps=10, slo="ttft_p95=500ms", headroom=0.25).profiles[0]
+    assert p.sustainable_rps == 4.0
+    assert p.replicas == math.ceil(10 / 4 * 1.25)  # 3.125 → 4
+    assert "capacity may be higher" in p.basis
+
+
+def test_plan_does_not_extrapolate_past_a_throughput_plateau():
+    # Overloaded: 16 users achieved less throughput than 8 users, and missed the SLO.
+    levels = [
+        _level("u16", 2.8, 2000, offered_load=16, offered_load_unit="users"),
+        _level("u8", 3.0, 300, offered_load=8, offered_load_unit="users"),
+    ]
+    p = plan(levels, target_rps=6, slo="ttft_p95=500ms", headroom=0).profiles[0]
+    assert [lv.run for lv in p.levels] == ["u8", "u16"]  # ordered by offered load
+    assert p.sustainable_rps == 3.0
+    assert "throughput did not grow beyond it" in p.basis
+    assert p.replicas == 2
+
+
+def test_plan_ranks_profiles_by_replicas_needed():
+    levels = [
+        _level("a1", 2.0, 100, profile="baseline"),
+        _level("a2", 4.0, 900, profile="baseline"),
+        _level("b1", 2.0, 100, profile="chunked-256"),
+        _level("b2", 4.0, 300, profile="chunked-256"),
+    ]
+    result = plan(levels, target_rps=20, slo="ttft_p95=500ms", headroom=0)
+    assert [p.profile for p in result.profiles] == ["chunked-256", "baseline"]
+    assert result.best.profile == "chunked-256" and result.best.replicas == 5
+    assert result.profiles[1].replicas == math.ceil(20 / 3.0)  # 2 + 400/800·2 = 3 req/s
+    rows = result.rows()
+    assert rows[0]["profile"] == "chunked-256" and rows[0]["replicas"] == 5
+
+
+def test_plan_treats_a_failed_run_and_error_rate_as_failures():
+    levels = [
+        _level("a", 2.0, 100),
+        _level("b", 4.0, 100, error_rate=0.2),
+    ]
+    p = plan(levels, target_rps=8, slo="ttft_p95=500ms,errors=5%", headroom=0).profiles[0]
+    assert p.binding == "errors"
+    assert p.sustainable_rps == pytest.approx(2.0 + 0.05 / 0.2 * 2.0)
+    crashed = [_level("a", 2.0, 100), _level("b", 4.0, 100, state="failed")]
+    q = plan(crashed, target_rps=8, slo="ttft_p95=500ms", headroom=0).profiles[0]
+    assert q.sustainable_rps == 2.0 and q.binding == "run failure"
+
+
+def test_plan_reads_run_folders(tmp_path):
+    runs = [
+        write_run(tmp_path / f"r{i}", synth_records(200, seed=i, rate_rps=rate, ttft_ms=ttft))
+        for i, (rate, ttft) in enumerate([(2.0, 50), (4.0, 120), (8.0, 900)])
+    ]
+    result = plan(runs, target_rps=40, slo="ttft_p95=300ms")
+    (p,) = result.profiles
+    assert p.profile == "baseline"
+    assert [lv.passed for lv in p.levels] == [True, True, False]
+    assert 3.9 < p.sustainable_rps < 8.0
+    assert p.replicas == math.ceil(40 / p.sustainable_rps * 1.2)
+    assert result.evidence_rows()[2]["slo"] == "missed"
+
+
+@pytest.mark.parametrize(
+    "kwargs, fragment",
+    [
+        ({"target_rps": 0, "slo": "ttft_p95=1s"}, "target rate must be positive"),
+        ({"target_rps": 1, "slo": "ttft=1s"}, "a plan needs percentile targets"),
+        ({"target_rps": 1, "slo": "ttft_p95=1s", "headroom": -1}, "headroom"),
+    ],
+)
+def test_plan_rejects_what_it_cannot_answer(kwargs, fragment):
+    with pytest.raises(SloError, match=fragment):
+        plan([_level("a", 1.0, 1.0)], **kwargs)

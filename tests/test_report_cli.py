@@ -1,0 +1,86 @@
+"""`vprof summarize`, `vprof compare` and `vprof plan` through the real click group."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+from test_analysis_data import synth_records, write_run
+
+from vprof.cli.main import cli
+
+
+@pytest.fixture()
+def bench(tmp_path):
+    """A bench folder with a baseline and a faster candidate."""
+    root = tmp_path / "bench"
+    write_run(root / "1-baseline", synth_records(300, seed=1, ttft_ms=100), profile="baseline")
+    write_run(root / "2-chunked", synth_records(300, seed=2, ttft_ms=60), profile="chunked-256")
+    return root
+
+
+def _invoke(*args: str):
+    return CliRunner().invoke(cli, list(args), catch_exceptions=False)
+
+
+def test_summarize_json_has_vllm_key_names_for_every_run_in_a_bench(bench):
+    result = _invoke("summarize", str(bench), "--format", "json", "--slo", "ttft_p95=150ms")
+    assert result.exit_code == 0, result.output
+    rows = json.loads(result.output)
+    assert [r["run"] for r in rows] == ["1-baseline", "2-chunked"]
+    for key in ("median_ttft_ms", "p99_tpot_ms", "p99.9_itl_ms", "mean_e2el_ms",
+                "request_throughput", "request_goodput", "max_concurrent_requests"):  # fmt: skip
+        assert key in rows[0]
+    assert rows[1]["slo_met"] is True
+
+
+def test_summarize_table_puts_runs_side_by_side(bench):
+    result = _invoke("summarize", str(bench / "1-baseline"), str(bench / "2-chunked"))
+    assert result.exit_code == 0, result.output
+    header, rule, *lines = result.output.splitlines()
+    assert header.split() == ["metric", "1-baseline", "2-chunked"]
+    assert any(line.startswith("p95_ttft_ms ") for line in lines)
+
+
+def test_summarize_markdown_timeline_and_save(bench):
+    run = bench / "1-baseline"
+    result = _invoke("summarize", str(run), "--format", "markdown", "--timeline", "--save")
+    assert result.exit_code == 0, result.output
+    assert "| metric | 1-baseline |" in result.output
+    assert "| run | t_s | started |" in result.output
+    assert json.loads((run / "summary.json").read_text())["completed"] == 300
+    assert (run / "timeline.csv").is_file()
+
+
+def test_bad_slo_exits_2_with_one_clear_line(bench):
+    result = CliRunner().invoke(cli, ["summarize", str(bench), "--slo", "ttft_p95=fast"])
+    assert result.exit_code == 2
+    assert result.output.strip().splitlines() == [
+        "Error: --slo: ttft_p95='fast' is not a duration (write a number with ms, s or us, "
+        "e.g. 500ms)"
+    ]
+
+
+def test_missing_run_folder_exits_2(tmp_path):
+    result = CliRunner().invoke(cli, ["summarize", str(tmp_path / "nope")])
+    assert result.exit_code == 2
+    assert "no such run folder" in result.output and "Traceback" not in result.output
+
+
+def test_compare_prints_verdicts_with_intervals(bench):
+    result = _invoke("compare", str(bench), "--metric", "p95_ttft_ms", "--n-boot", "300",
+                     "--format", "json")  # fmt: skip
+    assert result.exit_code == 0, result.output
+    (row,) = json.loads(result.output)
+    assert row["baseline"] == "1-baseline" and row["run"] == "2-chunked"
+    assert row["significant"] is True
+    assert row["verdict"].startswith("2-chunked lowers p95 TTFT by ")
+
+
+def test_plan_prints_replicas_and_the_sentence(bench):
+    result = _invoke("plan", str(bench), "--rps", "40", "--slo", "ttft_p95=150ms", "--evidence")
+    assert result.exit_code == 0, result.output
+    assert "replicas of chunked-256" in result.output
+    assert "sustainable_rps" in result.output
+    assert "1-baseline" in result.output  # evidence rows
