@@ -323,6 +323,8 @@ class LiveStats:
             "duration_s": duration_s,
             "request_throughput": total.completed / duration_s if duration_s else None,
             "output_throughput": total.output_tokens / duration_s if duration_s else None,
+            "current_requests": recent.requests,
+            "current_failed": recent.failed,
             "current_request_throughput": (
                 recent.completed / window_len_s if window_len_s else None
             ),

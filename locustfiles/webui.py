@@ -35,6 +35,13 @@ _COUNT_COLUMNS: tuple[tuple[str, str, int | None], ...] = (
     ("current_request_throughput", "Req/s", 2),
     ("current_output_throughput", "Output tok/s", 1),
 )
+_RECENT_COUNT_COLUMNS: tuple[tuple[str, str, int | None], ...] = (
+    ("name", "Name", None),
+    ("current_requests", "Requests", None),
+    ("current_failed", "Fails", None),
+    ("current_request_throughput", "Req/s", 2),
+    ("current_output_throughput", "Output tok/s", 1),
+)
 _LATENCY_COLUMNS: tuple[tuple[str, str, int], ...] = (
     ("ttft", "TTFT", 1),
     ("tpot", "TPOT", 2),
@@ -57,7 +64,10 @@ def _percentile_columns(prefix: str) -> list[tuple[str, str, int]]:
 # tab; "LLM (last 10 s)": the same columns over the recent window, like its charts.
 TABLES: dict[str, tuple[str, list[tuple[str, str, int | None]]]] = {
     TAB_KEY: ("LLM", [*_COUNT_COLUMNS, *_percentile_columns("")]),
-    RECENT_TAB_KEY: ("LLM (last 10 s)", [*_COUNT_COLUMNS, *_percentile_columns("current_")]),
+    RECENT_TAB_KEY: (
+        "LLM (last 10 s)",
+        [*_RECENT_COUNT_COLUMNS, *_percentile_columns("current_")],
+    ),
 }
 
 

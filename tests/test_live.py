@@ -187,6 +187,8 @@ def test_current_window_covers_recent_seconds_only():
     agg = live.rows(now=now)[-1]
     in_window = [r for r in recent if T0 + 108 <= math.floor(r["finished_at"]) < T0 + 118]
     assert agg["current_count_ttft"] == len(in_window) == 10
+    assert agg["current_requests"] == 10 and agg["current_failed"] == 0
+    assert agg["requests"] == 70
     assert agg["current_median_ttft_ms"] == pytest.approx(20.0, rel=0.01)
     assert agg["median_ttft_ms"] == pytest.approx(500.0, rel=0.01)  # 50 old vs 20 new
     assert agg["current_request_throughput"] == pytest.approx(1.0)

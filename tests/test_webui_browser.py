@@ -279,6 +279,7 @@ def test_llm_tab_fills_with_live_percentiles(locust_web, browser, tmp_path):
             r.get("Name") == "Aggregated" and _number(r.get("ITL p50 ms")) for r in _table(driver)
         ),
     )
+    driver.save_screenshot(str(tmp_path / "llm_recent_tab.png"))
 
     # The CSV download holds the same statistics at full precision.
     with urllib.request.urlopen(locust_web + "/stats/llm/csv", timeout=5) as response:
@@ -303,6 +304,25 @@ def test_llm_tab_fills_with_live_percentiles(locust_web, browser, tmp_path):
 
     live_count, disk_count = _poll("live and on-disk record counts to agree", 60, counts_agree)
     print(f"records: {disk_count} on disk, {live_count} in the LLM tab")
+
+    # Live percentiles agree with numpy over the run's own records (the offline summary's way).
+    import numpy as np
+
+    from vprof.records import read_records
+
+    with urllib.request.urlopen(locust_web + "/stats/llm", timeout=5) as response:
+        live_total = json.load(response)[-1]
+    ok = read_records(tmp_path / "run").query("status == 'ok'")
+    series = {
+        "ttft": ok["ttft_ms"].dropna(),
+        "tpot": ok["tpot_ms"].dropna(),
+        "itl": np.concatenate(ok["itl_ms"].to_list()),
+    }
+    for metric, values in series.items():
+        for key, p in (("median", 50), ("p90", 90), ("p99", 99)):
+            expected = float(np.percentile(values, p))
+            got = live_total[f"{key}_{metric}_ms"]
+            assert got == pytest.approx(expected, rel=0.01), (metric, key, got, expected)
 
     # The workload typed into the start form is the one that ran (the default is another).
     info = json.loads((tmp_path / "run" / "locust.json").read_text())
