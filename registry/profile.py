@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -93,6 +92,8 @@ class Profile:
 
         Two runs with the same identity ran the same server command.
         """
+        import hashlib
+
         from vprof.registry.render import render
 
         payload = json.dumps([render(self), sorted(self.env.items())], separators=(",", ":"))

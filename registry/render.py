@@ -102,6 +102,13 @@ def render_docker(profile: Profile, *, image: str = DOCKER_IMAGE, gpus: str = "a
     return " ".join([shlex.join(head), volume, shlex.join([image, *tail])])
 
 
+class _NoAliasDumper(yaml.SafeDumper):
+    """Writes shared dicts (the labels) out in full: kubectl users read these files."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
+
+
 def k8s_name(profile_name: str) -> str:
     """A DNS-1123 name for the profile's Kubernetes objects (``vllm-chunked-256``)."""
     cleaned = re.sub(r"[^a-z0-9-]+", "-", profile_name.lower()).strip("-")
@@ -201,5 +208,5 @@ def render_k8s(profile: Profile, *, replicas: int = 1, image: str = DOCKER_IMAGE
         f"# {replicas} replica(s) × {gpus} GPU(s); replace the hf-cache emptyDir with a "
         "PersistentVolumeClaim to keep weights across restarts.\n"
     )
-    body = yaml.safe_dump_all([deployment, service], sort_keys=False, default_flow_style=False)
+    body = yaml.dump_all([deployment, service], Dumper=_NoAliasDumper, sort_keys=False)
     return header + body

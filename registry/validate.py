@@ -24,9 +24,8 @@ _POSITIVE_INTS = (
     "tensor-parallel-size",
     "pipeline-parallel-size",
     "data-parallel-size",
+    "max-num-active-seqs",
     "block-size",
-    "max-num-partial-prefills",
-    "max-long-partial-prefills",
 )
 
 
@@ -191,25 +190,20 @@ class _Checker:
                 hint="raise max-num-batched-tokens or lower max-num-seqs",
             )
         if tokens and seqs and model_len and tokens > seqs * model_len:
-            self.note(tokens_key, "exceeds max-num-seqs × max-model-len; vLLM warns and caps it")
-        partial = ints.get("max-num-partial-prefills")
-        if partial is not None and partial > 1 and chunked is False:
+            self.note(
+                tokens_key, "exceeds max-num-seqs × max-model-len; vLLM warns this may misbehave"
+            )
+        active = ints.get("max-num-active-seqs")
+        if active is not None and seqs is not None and active > seqs:
             self.error(
-                self._written("max-num-partial-prefills"),
-                "concurrent partial prefills need chunked prefill",
-                hint="enable chunked prefill or set it to 1",
+                self._written("max-num-active-seqs"),
+                f"{active} exceeds max-num-seqs ({seqs}); vLLM refuses to start",
             )
         threshold = ints.get("long-prefill-token-threshold")
         if threshold and model_len and threshold > model_len:
             self.error(
                 self._written("long-prefill-token-threshold"),
                 f"{threshold} exceeds max-model-len ({model_len})",
-            )
-        long_partial = ints.get("max-long-partial-prefills")
-        if long_partial is not None and long_partial > (partial or 1):
-            self.error(
-                self._written("max-long-partial-prefills"),
-                f"{long_partial} exceeds max-num-partial-prefills ({partial or 1})",
             )
 
     # ------------------------------------------------------------------ where the guide is old

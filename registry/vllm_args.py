@@ -5,11 +5,10 @@
 
 from __future__ import annotations
 
-import difflib
 import json
 from dataclasses import dataclass
 from functools import cache
-from importlib import resources
+from pathlib import Path
 from typing import Any
 
 
@@ -43,6 +42,8 @@ class FlagTable:
 
     def suggest(self, name: str) -> str | None:
         """The closest known flag name, for a did-you-mean."""
+        import difflib  # only needed when something is wrong
+
         close = difflib.get_close_matches(name, list(self.flags) + list(self.aliases), n=1)
         if not close:
             return None
@@ -52,7 +53,7 @@ class FlagTable:
 @cache
 def flag_table() -> FlagTable:
     """Load the committed flag table (cached; about 100 KB of JSON)."""
-    text = resources.files("vprof.registry").joinpath("vllm_args.json").read_text("utf-8")
+    text = Path(__file__).with_name("vllm_args.json").read_text("utf-8")
     data = json.loads(text)
     flags: dict[str, FlagSpec] = {}
     aliases: dict[str, str] = {}
