@@ -50,7 +50,7 @@ def _short(where: str) -> str:
     return f"{path}:{line}" if line else path
 
 
-def _dirs(ctx: click.Context, own: Sequence[Path]) -> list[Path]:
+def _dirs(ctx: click.Context | None, own: Sequence[Path]) -> list[Path]:
     """``--profiles-dir`` given to the group and to the subcommand, in that order."""
     inherited = (ctx.obj or {}).get("profiles_dirs", []) if ctx else []
     return [*inherited, *own]

@@ -90,7 +90,8 @@ class Profile:
     def identity(self) -> str:
         """``name-<hash>``: the name plus a hash of the rendered argv and environment.
 
-        Two runs with the same identity ran the same server command.
+        Two runs with the same identity ran the same server command. The argv is rendered with
+        the default ``python3``, so the interpreter's path does not change the identity.
         """
         import hashlib
 

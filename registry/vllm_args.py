@@ -53,7 +53,16 @@ class FlagTable:
 @cache
 def flag_table() -> FlagTable:
     """Load the committed flag table (cached; about 100 KB of JSON)."""
-    text = Path(__file__).with_name("vllm_args.json").read_text("utf-8")
+    path = Path(__file__).with_name("vllm_args.json")
+    try:
+        text = path.read_text("utf-8")
+    except OSError:
+        from vprof.common.errors import ProfileError
+
+        raise ProfileError(
+            f"vLLM's flag table {path} is missing, so profiles cannot be checked",
+            hint="reinstall vprof, or run scripts/gen_vllm_args.py in a checkout",
+        ) from None
     data = json.loads(text)
     flags: dict[str, FlagSpec] = {}
     aliases: dict[str, str] = {}

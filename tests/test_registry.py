@@ -490,3 +490,26 @@ def test_k8s_and_docker_drop_a_loopback_host(isolated):
         "containers"
     ][0]
     assert "--host" not in container["args"]
+
+
+def test_inside_a_checkout_the_shipped_folder_is_read_once(monkeypatch):
+    import vprof.profiles
+
+    shipped = next(Path(p) for p in vprof.profiles.__path__ if Path(p).is_dir())
+    monkeypatch.chdir(shipped.resolve().parent)
+    monkeypatch.delenv("VPROF_PROFILES_DIR", raising=False)
+    profiles = load_profiles()  # a second copy of each would be "also defined in" errors
+    assert Path(profiles["base"].source).resolve() == (shipped / "base.yaml").resolve()
+
+
+def test_profiles_dir_variable_takes_several_folders(isolated, monkeypatch):
+    import os
+
+    first, second = isolated / "one", isolated / "two"
+    write(first, "x.yaml", "description: first\nmodel: a\n")
+    write(second, "x.yaml", "description: second\nmodel: b\n")
+    write(second, "y.yaml", "description: y\nextends: x\n")
+    monkeypatch.setenv("VPROF_PROFILES_DIR", os.pathsep.join([str(first), str(second)]))
+    profiles = load_profiles()
+    assert profiles["x"].model == "b"
+    assert profiles["y"].model == "b"
