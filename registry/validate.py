@@ -30,7 +30,8 @@ _POSITIVE_INTS = (
 
 
 def _origin(profile: Profile, key: str) -> tuple[str | None, int | None]:
-    where = profile.origins.get(key) or profile.source or None
+    # a key the profile never set (e.g. a missing model) is located at the profile itself
+    where = profile.origins.get(key) or profile.origins.get("name") or profile.source or None
     if where and ":" in where:
         path, _, line = where.rpartition(":")
         if line.isdigit():

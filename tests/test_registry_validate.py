@@ -214,3 +214,11 @@ def test_validator_agrees_with_vllms_own_scheduler_checks(isolated):
         except ProfileError:
             vprof_accepts = False
         assert vprof_accepts == vllm_accepts, (chunked, tokens, model_len, seqs)
+
+
+def test_missing_model_points_at_the_profile_file(isolated):
+    profile = profile_file(isolated, "description: no model here\n")
+    (error,) = errors_of(profile)
+    assert error.format() == (
+        "profiles/p.yaml:1: model: no model set (add 'model: <hub id or path>')"
+    )
