@@ -27,6 +27,7 @@ class EmulatorConfig:
     max_model_len: int = 2048
     tokenizer_path: str | None = None  # tokenizer.json (or a model dir holding one)
     seed: int = 0
+    precise_timers: bool = True  # spin out the last <0.5 ms before a deadline (see http.py)
 
     def __post_init__(self) -> None:
         for name in ("ttft_ms", "itl_ms", "jitter_ms", "prefill_ms_per_token"):

@@ -7,7 +7,9 @@ emulator shares two cores with the load generator it is measuring.
 from __future__ import annotations
 
 import asyncio
+import math
 import selectors
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from email.utils import formatdate
@@ -193,20 +195,27 @@ class _Connection(asyncio.Protocol):
 
 
 class PreciseEpollSelector(selectors.EpollSelector):
-    """epoll with its timeout rounded to the nearest millisecond instead of up.
+    """epoll whose waits end on time instead of up to 1 ms late.
 
-    The stock selector rounds every wait up to the next whole millisecond, so each token
-    would leave up to 1 ms late. Rounding to nearest wakes at most 0.5 ms early, and the
-    event loop then polls with a zero timeout until the deadline: tokens leave within
-    tens of microseconds of it, for a little CPU.
+    epoll counts in whole milliseconds and the stock selector rounds every wait up, so each
+    token would leave up to 1 ms late. Here a wait of 1 ms or more is rounded *down*, and
+    the sub-millisecond rest is slept with ``time.sleep`` (nanosecond timer) once a poll
+    shows no I/O waiting: tokens leave within tens of microseconds of their deadline and no
+    CPU is spent spinning. The price: I/O that lands during that last sub-millisecond
+    sleep waits for it to end.
     """
 
     def select(self, timeout: float | None = None):  # type: ignore[override]
-        if timeout is not None and timeout > 0:
-            whole_ms = round(timeout * 1e3)
-            # just under whole_ms so the parent's ceil() keeps it
-            timeout = whole_ms * 1e-3 - 1e-7 if whole_ms else 0
-        return super().select(timeout)
+        if timeout is None or timeout <= 0:
+            return super().select(timeout)
+        if timeout < 1e-3:
+            ready = super().select(0)
+            if ready:
+                return ready
+            time.sleep(timeout)
+            return super().select(0)
+        # just under whole_ms, so the parent's ceil() keeps it and we wake before the deadline
+        return super().select(math.floor(timeout * 1e3) * 1e-3 - 1e-7)
 
 
 def new_event_loop(precise: bool = True) -> asyncio.AbstractEventLoop:

@@ -438,7 +438,7 @@ class Emulator:
         self.stop()
 
     def _main(self) -> None:
-        loop = new_event_loop()
+        loop = new_event_loop(self.config.precise_timers)
         self._loop = loop
         try:
             loop.run_until_complete(self._serve(lambda: None))
@@ -464,7 +464,7 @@ class Emulator:
 
     def serve_forever(self, on_ready: Callable[[str], None] | None = None) -> None:
         """Serve on this thread until SIGINT or SIGTERM (what ``vprof emulate`` runs)."""
-        loop = new_event_loop()
+        loop = new_event_loop(self.config.precise_timers)
         self._loop = loop
 
         def ready() -> None:
