@@ -222,3 +222,20 @@ def test_missing_model_points_at_the_profile_file(isolated):
     assert error.format() == (
         "profiles/p.yaml:1: model: no model set (add 'model: <hub id or path>')"
     )
+
+
+def test_vllms_own_parser_reads_every_rendered_profile_back(isolated):
+    """Rendered flags parse with vLLM's server parser into the profile's values."""
+    pytest.importorskip("vllm")
+    from vllm.entrypoints.launchers.cli_args import make_arg_parser
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    from vprof.registry import render
+
+    parser = make_arg_parser(FlexibleArgumentParser())
+    for profile in load_profiles().values():
+        module_form = profile.with_overrides(entrypoint="openai-module")
+        parsed = parser.parse_args(render(module_form)[3:])  # after "python3 -m <module>"
+        assert parsed.model == profile.model
+        for key, value in profile.engine_args.items():
+            assert getattr(parsed, key.replace("-", "_")) == value, (profile.name, key)
