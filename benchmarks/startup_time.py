@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -32,17 +34,37 @@ def _vprof() -> str:
     return found
 
 
-def time_command(argv: list[str], runs: int, cwd: str) -> list[float]:
-    """Wall seconds of ``runs`` fresh runs of ``argv`` (after one unmeasured warm-up)."""
-    samples = []
-    for i in range(runs + 1):
-        start = time.perf_counter()
-        subprocess.run(
-            argv, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True
-        )
-        if i:  # the first run warms the page cache and .pyc files
-            samples.append(time.perf_counter() - start)
-    return samples
+def _run_once(argv: list[str], cwd: str) -> tuple[float, float]:
+    """Wall seconds and CPU seconds (user + system) of one fresh run of ``argv``."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    subprocess.run(argv, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+    wall_s = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu_s = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return wall_s, cpu_s
+
+
+def measure(commands: dict[str, list[str]], runs: int, cwd: str) -> dict[str, dict[str, float]]:
+    """Median and best wall/CPU seconds per command.
+
+    Runs are interleaved (each round runs every command once) so that load from other
+    processes on the machine falls on all commands alike; one unmeasured round warms caches.
+    """
+    samples: dict[str, list[tuple[float, float]]] = {name: [] for name in commands}
+    for round_ in range(runs + 1):
+        for name, argv in commands.items():
+            result = _run_once(argv, cwd)
+            if round_:
+                samples[name].append(result)
+    return {
+        name: {
+            "median_wall_s": statistics.median(w for w, _ in values),
+            "best_wall_s": min(w for w, _ in values),
+            "median_cpu_s": statistics.median(c for _, c in values),
+        }
+        for name, values in samples.items()
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -60,31 +82,37 @@ def main(argv: list[str] | None = None) -> int:
     }
     # an empty folder, so no ./profiles/ of the caller's is read
     with tempfile.TemporaryDirectory() as cwd:
-        medians = {
-            name: statistics.median(time_command(cmd, options.runs, cwd))
-            for name, cmd in commands.items()
-        }
-    base = medians["python -c pass"]
+        stats = measure(commands, options.runs, cwd)
+    base = stats["python -c pass"]["median_wall_s"]
+    base_cpu = stats["python -c pass"]["median_cpu_s"]
     rows = [
         {
             "command": name,
-            "median_s": round(seconds, 4),
-            "ratio_to_python": round(seconds / base, 2),
-            "under_target": seconds < TARGET_S,
+            **{key: round(value, 4) for key, value in values.items()},
+            "ratio_to_python": round(values["median_wall_s"] / base, 2),
+            "cpu_ratio_to_python": round(values["median_cpu_s"] / base_cpu, 2),
+            "under_target": values["median_wall_s"] < TARGET_S,
         }
-        for name, seconds in medians.items()
+        for name, values in stats.items()
     ]
     if options.json:
         print(json.dumps({"runs": options.runs, "target_s": TARGET_S, "rows": rows}, indent=2))
     else:
-        print(f"{'command':<26} {'median s':>9} {'× python':>9}  target {TARGET_S} s")
+        print(
+            f"{'command':<26} {'median s':>9} {'best s':>7} {'× python':>9} "
+            f"{'cpu s':>7} {'cpu × py':>9}  target {TARGET_S} s"
+        )
         for row in rows:
-            mark = "ok" if row["under_target"] else "SLOW"
             print(
-                f"{row['command']:<26} {row['median_s']:>9.3f} {row['ratio_to_python']:>9.2f}"
-                f"  {mark}"
+                f"{row['command']:<26} {row['median_wall_s']:>9.3f} {row['best_wall_s']:>7.3f} "
+                f"{row['ratio_to_python']:>9.2f} {row['median_cpu_s']:>7.3f} "
+                f"{row['cpu_ratio_to_python']:>9.2f}  {'ok' if row['under_target'] else 'SLOW'}"
             )
-        print(f"({options.runs} runs each, median; machine load affects absolute numbers)")
+        load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+        print(
+            f"({options.runs} interleaved runs each; wall medians; 1-min load average {load:.2f} "
+            f"on {os.cpu_count()} CPUs — other processes inflate wall time, CPU time less so)"
+        )
     return 0 if all(row["under_target"] for row in rows) else 1
 
 
