@@ -205,19 +205,14 @@ def validate(
 # ---------------------------------------------------------------------------- render
 
 
-def _parse_assignments(values: Sequence[str], option: str) -> dict[str, Any]:
-    """``key=value`` pairs; values are read as YAML scalars (256, true, 0.9, null)."""
-    import yaml
-
-    parsed: dict[str, Any] = {}
+def _parse_env(values: Sequence[str]) -> dict[str, str]:
+    """``NAME=value`` pairs, taken literally (environment values are strings)."""
+    parsed: dict[str, str] = {}
     for item in values:
-        key, sep, text = item.partition("=")
-        if not sep or not key.strip():
-            raise click.BadParameter(f"expected key=value, got {item!r}", param_hint=option)
-        try:
-            parsed[key.strip()] = yaml.safe_load(text) if text.strip() else ""
-        except yaml.YAMLError:
-            parsed[key.strip()] = text
+        name, sep, value = item.partition("=")
+        if not sep or not name.strip():
+            raise click.BadParameter(f"expected NAME=VALUE, got {item!r}", param_hint="--env")
+        parsed[name.strip()] = value
     return parsed
 
 
@@ -236,7 +231,7 @@ RENDER_FORMATS = ("shell", "argv", "docker", "k8s")
     "set_args",
     multiple=True,
     metavar="KEY=VALUE",
-    help="Set an engine argument (value read as YAML; null removes it); repeatable.",
+    help="Set an engine argument (value read as YAML; empty or null removes it); repeatable.",
 )
 @click.option("--env", "env_args", multiple=True, metavar="NAME=VALUE", help="Set an env var.")
 @click.option("--entrypoint", type=click.Choice(ENTRYPOINTS), help="Launcher to render.")
@@ -274,14 +269,15 @@ def render(
       vprof render baseline --set max-num-seqs=64 --set enable-prefix-caching=null
       vprof render chunked-1024 --format k8s --replicas 4 | kubectl apply -f -
     """
+    from vprof.cli.launch import parse_set_args  # one --set syntax for render and launch
+
     profile = registry.get_profile(name, profiles_dirs)
-    env = {k: str(v) for k, v in _parse_assignments(env_args, "--env").items()}
     profile = profile.with_overrides(
         model=model,
         port=port,
         entrypoint=entrypoint,
-        set_args=_parse_assignments(set_args, "--set"),
-        env=env,
+        set_args=parse_set_args(set_args),
+        env=_parse_env(env_args),
     )
     registry.validate(profile)
     image_kw = {"image": image} if image else {}

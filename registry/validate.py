@@ -103,11 +103,9 @@ class _Checker:
     def check_value(self, key: str, spec: FlagSpec, value: Any) -> bool:
         kind = spec.kind
         expected = None
-        if kind in ("bool", "flag"):
+        if kind in ("bool", "flag"):  # a False store_true flag is simply left out
             if not isinstance(value, bool):
                 expected = "true or false"
-            elif kind == "flag" and value is False:
-                pass  # store_true flags are simply left out
         elif kind in ("int", "int_or_auto"):
             number = _as_int(value, spec)
             if number is None:

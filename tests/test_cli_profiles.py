@@ -138,10 +138,16 @@ def test_render_validates_overrides_first(run):
     assert result.output.startswith("Error: --set: max-num-batched-tokens: 256 is below")
 
 
-def test_render_set_without_equals_is_a_usage_error(run):
+def test_render_set_without_equals_is_an_error(run):
     result = run("render", "baseline", "--set", "max-num-seqs")
     assert result.exit_code == 2
-    assert "expected key=value" in result.output
+    assert result.output.startswith("Error: --set 'max-num-seqs' is not KEY=VALUE")
+
+
+def test_render_env_and_empty_set_value(run):
+    result = run("render", "chunked-256", "--env", "A=x y", "--set", "enable-chunked-prefill=")
+    assert result.output.startswith("A='x y' vllm serve ")
+    assert "chunked" not in result.output
 
 
 def test_render_docker_and_k8s(run):
