@@ -5,11 +5,22 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
 import re
+import sys
 
 import pytest
 
-locust = pytest.importorskip("locust")
+if "locust" not in sys.modules:
+    # Earlier test modules in a full session have imported ssl (requests, aiohttp), and gevent
+    # patching ssl after that recurses forever (locust.md §6.1). These tests need no patching:
+    # they use Flask's test client, no sockets. Restore the variable at once so the Locust
+    # subprocesses other tests start are patched as usual.
+    os.environ["LOCUST_SKIP_MONKEY_PATCH"] = "1"
+    try:
+        import locust  # noqa: F401
+    finally:
+        del os.environ["LOCUST_SKIP_MONKEY_PATCH"]
 
 from locust import User, task  # noqa: E402
 from locust.env import Environment  # noqa: E402
