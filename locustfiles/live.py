@@ -40,7 +40,8 @@ FAILED_STATUSES = frozenset({"error", "timeout"})
 CANCELLED_STATUS = "cancelled"
 
 
-def _percentile_key(p: int) -> str:
+def percentile_key(p: int) -> str:
+    """How a percentile is spelled in row keys, as ``vllm bench serve`` does: median, p90, p99."""
     return "median" if p == 50 else f"p{p}"
 
 
@@ -337,10 +338,10 @@ class LiveStats:
             row[f"count_{metric}"] = hist.count
             row[f"mean_{metric}_ms"] = hist.mean()
             for p, value in zip(PERCENTILES, hist.percentiles(PERCENTILES), strict=True):
-                row[f"{_percentile_key(p)}_{metric}_ms"] = value
+                row[f"{percentile_key(p)}_{metric}_ms"] = value
             row[f"max_{metric}_ms"] = hist.max if hist.count else None
             current = recent.hists[metric]
             row[f"current_count_{metric}"] = current.count
             for p, value in zip(PERCENTILES, current.percentiles(PERCENTILES), strict=True):
-                row[f"current_{_percentile_key(p)}_{metric}_ms"] = value
+                row[f"current_{percentile_key(p)}_{metric}_ms"] = value
         return row

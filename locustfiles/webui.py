@@ -20,7 +20,7 @@ import io
 import json
 from typing import Any
 
-from vprof.locustfiles.live import PERCENTILES, LiveStats
+from vprof.locustfiles.live import PERCENTILES, LiveStats, percentile_key
 
 TAB_KEY = "llm"
 RECENT_TAB_KEY = "llm-recent"
@@ -53,10 +53,10 @@ def _percentile_columns(prefix: str) -> list[tuple[str, str, int]]:
     columns = []
     for metric, title, decimals in _LATENCY_COLUMNS:
         for p in PERCENTILES:
-            key = "median" if p == 50 else f"p{p}"
-            columns.append((f"{prefix}{key}_{metric}_ms", f"{title} p{p} ms", decimals))
-    for p, key in ((50, "median"), (99, "p99")):
-        columns.append((f"{prefix}{key}_e2el_ms", f"E2E p{p} ms", 0))
+            key = f"{prefix}{percentile_key(p)}_{metric}_ms"
+            columns.append((key, f"{title} p{p} ms", decimals))
+    for p in (50, 99):
+        columns.append((f"{prefix}{percentile_key(p)}_e2el_ms", f"E2E p{p} ms", 0))
     return columns
 
 
