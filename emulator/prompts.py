@@ -16,10 +16,7 @@ def estimate_tokens(text: str) -> int:
     return max(len(text.split()), (len(text.encode()) + 3) // 4)
 
 
-def load_counter(tokenizer_path: str | None) -> Callable[[str], int]:
-    """A function text -> token count: the tokenizer's if a path is given, else the estimate."""
-    if tokenizer_path is None:
-        return estimate_tokens
+def _load_tokenizer(tokenizer_path: str):  # -> tokenizers.Tokenizer
     path = Path(tokenizer_path)
     if path.is_dir():
         path = path / "tokenizer.json"
@@ -31,7 +28,14 @@ def load_counter(tokenizer_path: str | None) -> Callable[[str], int]:
         )
     from tokenizers import Tokenizer  # lazy: only when a tokenizer is asked for
 
-    tokenizer = Tokenizer.from_file(str(path))
+    return Tokenizer.from_file(str(path))
+
+
+def load_counter(tokenizer_path: str | None) -> Callable[[str], int]:
+    """A function text -> token count: the tokenizer's if a path is given, else the estimate."""
+    if tokenizer_path is None:
+        return estimate_tokens
+    tokenizer = _load_tokenizer(tokenizer_path)
     # vLLM adds the model's special tokens (BOS) to completion prompts
     return lambda text: len(tokenizer.encode(text, add_special_tokens=True).ids)
 
@@ -49,3 +53,17 @@ def chat_prompt_text(messages: Any) -> str:
             content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
         parts.append(f"{message.get('role', 'user')}: {content}\n")
     return "".join(parts)
+
+
+def output_vocabulary(tokenizer_path: str | None, words: tuple[str, ...]) -> tuple[str, ...]:
+    """The words the emulator emits, one token each.
+
+    With a tokenizer, only the words it encodes as a single token are kept, so a client
+    that counts generated text with the same tokenizer (the legacy ``/generate`` API sends
+    no usage) counts exactly the tokens that were streamed.
+    """
+    if tokenizer_path is None:
+        return words
+    tokenizer = _load_tokenizer(tokenizer_path)
+    single = tuple(w for w in words if len(tokenizer.encode(w, add_special_tokens=False).ids) == 1)
+    return single if len(single) >= 4 else words

@@ -16,7 +16,7 @@ from vprof.common.errors import VprofError
 from vprof.emulator import wire
 from vprof.emulator.config import EmulatorConfig
 from vprof.emulator.http import Request, Responder, new_event_loop, start_server
-from vprof.emulator.prompts import chat_prompt_text, load_counter
+from vprof.emulator.prompts import chat_prompt_text, load_counter, output_vocabulary
 from vprof.emulator.timing import token_deadlines
 
 SSE_TYPE = "text/event-stream; charset=utf-8"
@@ -58,6 +58,7 @@ class _App:
     def __init__(self, config: EmulatorConfig) -> None:
         self.config = config
         self.count_tokens = load_counter(config.tokenizer_path)
+        self.vocabulary = output_vocabulary(config.tokenizer_path, wire.VOCABULARY)
         self.counters = _Counters()
         self.rng = random.Random(config.seed)
         self.started_at = int(time.time())
@@ -240,7 +241,7 @@ class _App:
                 if out.closed:
                     self._finish(plan, k, "abort")
                     return
-                text += wire.token_text(k)
+                text += wire.token_text(k, self.vocabulary)
                 if plan.stream:
                     out.chunk(wire.generate_line(prompt, text))
             if plan.stream:
@@ -343,7 +344,9 @@ class _App:
         try:
             if not plan.stream:
                 await _sleep_until(deadlines[-1])
-                text = "".join(wire.token_text(k) for k in range(plan.output_tokens))
+                text = "".join(
+                    wire.token_text(k, self.vocabulary) for k in range(plan.output_tokens)
+                )
                 out.send(200, wire.dumps(whole(text)).encode(), JSON_TYPE)
                 sent = plan.output_tokens
                 self._finish(plan, sent, "length")
@@ -356,7 +359,9 @@ class _App:
                     self._finish(plan, sent, "abort")
                     return
                 last = k == last_index
-                event = (chunks.first if k == 0 else chunks.token)(wire.token_text(k), last)
+                event = (chunks.first if k == 0 else chunks.token)(
+                    wire.token_text(k, self.vocabulary), last
+                )
                 sent += 1
                 if not last:
                     out.chunk(event)

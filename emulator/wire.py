@@ -44,9 +44,9 @@ def sse(payload: str) -> bytes:
     return b"data: " + payload.encode() + b"\n\n"
 
 
-def token_text(index: int) -> str:
+def token_text(index: int, vocabulary: tuple[str, ...] = VOCABULARY) -> str:
     """The text of output token ``index`` (deterministic, so tests can predict it)."""
-    return VOCABULARY[index % len(VOCABULARY)]
+    return vocabulary[index % len(vocabulary)]
 
 
 def new_request_id(kind: str, given: str | None = None) -> str:

@@ -65,6 +65,19 @@ def test_jitter_stays_within_bounds_and_keeps_order():
     assert len({round(d - g, 9) for g, d in zip(grid, deadlines, strict=True)}) > 100
 
 
+def test_with_a_tokenizer_every_emitted_word_is_one_token():
+    from tokenizers import Tokenizer
+
+    from vprof.emulator.prompts import output_vocabulary
+    from vprof.tinymodel.build import ensure_tiny_model
+
+    path = str(ensure_tiny_model() / "tokenizer.json")
+    words = output_vocabulary(path, wire.VOCABULARY)
+    assert len(words) >= 4
+    text = "".join(wire.token_text(k, words) for k in range(40))
+    assert len(Tokenizer.from_file(path).encode(text, add_special_tokens=False).ids) == 40
+
+
 def test_negative_timing_is_refused_with_the_field_named():
     with pytest.raises(VprofError, match="itl_ms"):
         EmulatorConfig(itl_ms=-1)
@@ -302,7 +315,7 @@ def test_a_client_that_hangs_up_aborts_its_request(emu):
     before = scrape(emu.url)
     with requests.post(
         emu.url + "/v1/completions",
-        json={"prompt": "x", "max_tokens": 200, "stream": True},
+        json={"prompt": "x", "max_tokens": 2000, "stream": True},
         stream=True,
     ) as resp:
         next(resp.iter_lines(chunk_size=None))
