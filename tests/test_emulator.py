@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import random
 import socket
 import statistics
@@ -349,8 +350,8 @@ def test_keep_alive_serves_several_requests_on_one_connection(emu):
 # -- timing ------------------------------------------------------------------------------
 
 
-def timed_stream(sock: socket.socket, body: dict) -> tuple[float, list[float]]:
-    """Send one request on a raw keep-alive socket; (send time, arrival of each content event)."""
+def timed_stream(sock: socket.socket, body: dict) -> tuple[float, float, list[float]]:
+    """One request on a raw keep-alive socket: (sent, headers arrived, each content event)."""
     payload = json.dumps(body).encode()
     request = (
         b"POST /v1/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
@@ -358,20 +359,28 @@ def timed_stream(sock: socket.socket, body: dict) -> tuple[float, list[float]]:
     )
     sent = time.perf_counter()
     sock.sendall(request)
+    headers_at = math.nan
     stamps: list[float] = []
     received = b""
     while not received.endswith(b"0\r\n\r\n"):
         data = sock.recv(65536)
         now = time.perf_counter()
         received += data
+        if math.isnan(headers_at) and b"\r\n\r\n" in received:
+            headers_at = now
         stamps += [now] * data.count(b"data: {")
-    return sent, stamps
+    return sent, headers_at, stamps
 
 
 def test_timing_matches_the_configuration_within_a_millisecond():
-    """TTFT and gaps as a minimal client sees them; the machine is shared, so p50."""
+    """TTFT and gaps as a minimal client sees them.
+
+    The emulator sends its headers as it takes the request (as uvicorn does), so "first
+    token minus headers" is its own TTFT with the request's trip and the client's wake-ups
+    cancelled out; on a shared machine those trips alone can take milliseconds.
+    """
     config = EmulatorConfig(ttft_ms=40, itl_ms=8)
-    ttft_errors, itl_errors, span_errors = [], [], []
+    ttft_errors, server_ttft_errors, itl_errors, span_errors = [], [], [], []
     body = {"prompt": "x", "max_tokens": 25, "stream": True}
     with (
         Emulator(config) as emulator,
@@ -379,16 +388,18 @@ def test_timing_matches_the_configuration_within_a_millisecond():
     ):
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         for _ in range(12):
-            sent, stamps = timed_stream(sock, body)
+            sent, headers_at, stamps = timed_stream(sock, body)
             assert len(stamps) == 25
             ttft_errors.append((stamps[0] - sent) * 1000 - config.ttft_ms)
+            server_ttft_errors.append((stamps[0] - headers_at) * 1000 - config.ttft_ms)
             itl_errors += [
                 (b - a) * 1000 - config.itl_ms for a, b in zip(stamps, stamps[1:], strict=False)
             ]
             # absolute deadlines: token 24 is due 24·itl after token 0, whatever came between
             span_errors.append((stamps[-1] - stamps[0]) * 1000 - 24 * config.itl_ms)
     assert min(ttft_errors) >= 0  # never early
-    assert statistics.median(ttft_errors) < 2.0, ttft_errors
+    assert statistics.median(ttft_errors) < 5.0, ttft_errors
+    assert abs(statistics.median(server_ttft_errors)) < 1.0, server_ttft_errors
     assert abs(statistics.median(itl_errors)) < 1.0, itl_errors
     assert abs(statistics.median(span_errors)) < 1.0, span_errors
 
