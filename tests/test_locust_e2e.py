@@ -1,0 +1,151 @@
+"""Real Locust (``locust -f locustfiles/locustfile.py``) against the real vLLM CPU server.
+
+Each test runs Locust as a subprocess, exactly as a user would, and checks its records
+against what the server itself counted in ``/metrics``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from vprof.records import read_records
+from vprof.server.metrics import scrape
+
+LOCUSTFILE = Path(__file__).resolve().parents[1] / "locustfiles" / "locustfile.py"
+MASTER_PORT = 18170  # inside this suite's port range (18100-18199)
+RUN_TIMEOUT_S = 240
+
+pytestmark = pytest.mark.e2e
+
+
+def run_locust(server, run_dir: Path, *args: str) -> subprocess.CompletedProcess:
+    argv = [
+        sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--headless", "--only-summary",
+        "-H", server.url, "--model", server.model, "--tokenizer", str(server.model_dir),
+        "--run-dir", str(run_dir), "--master-bind-port", str(MASTER_PORT), *args,
+    ]  # fmt: skip
+    if "--processes" in args:  # forked workers connect to --master-port, not the bind port
+        argv += ["--master-port", str(MASTER_PORT)]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    # Its own process group, so forked workers never outlive a timed-out run.
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=env, cwd=run_dir.parent, start_new_session=True)  # fmt: skip
+    try:
+        out, err = proc.communicate(timeout=RUN_TIMEOUT_S)
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait()
+    assert proc.returncode == 0, out[-3000:] + err[-3000:]
+    return subprocess.CompletedProcess(argv, proc.returncode, out, err)
+
+
+def counters(server) -> dict[str, float]:
+    m = scrape(server.url)
+    keys = ("vllm:request_success_total", "vllm:prompt_tokens_total",
+            "vllm:generation_tokens_total", "vllm:prefix_cache_hits_total",
+            "vllm:prefix_cache_queries_total")  # fmt: skip
+    return {k: m.get(k, 0.0) for k in keys}
+
+
+def delta(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    return {k: after[k] - before[k] for k in before}
+
+
+def workload_file(tmp_path: Path, name: str, body: str) -> Path:
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(f"description: {name}\nendpoint: completions\nseed: 0\n{body}")
+    return path
+
+
+def test_shared_prefix_run_records_every_request_and_lowers_ttft(vllm_server, tmp_path: Path):
+    # 1024 of ~1100 prompt tokens shared: the prefix cache should serve most of each prompt.
+    shared = workload_file(tmp_path, "shared", "prefix: {groups: 1, length_tokens: 1024, "
+                           "popularity: uniform, share: 1.0}\nprompt_tokens: 76\n"
+                           "output_tokens: 8\nfixed_output: true\n")  # fmt: skip
+    plain = workload_file(tmp_path, "plain", "prompt_tokens: 1100\noutput_tokens: 8\n"
+                          "fixed_output: true\n")  # fmt: skip
+    results = {}
+    for name, workload in (("shared", shared), ("plain", plain)):
+        run_dir = tmp_path / f"run-{name}"
+        before = counters(vllm_server)
+        run_locust(vllm_server, run_dir, "--workload", str(workload), "-u", "1", "-t", "12s")
+        server_delta = delta(before, counters(vllm_server))
+        df = read_records(run_dir)
+        results[name] = df
+        # A record for every request the server completed, and nothing failed.
+        assert (df.status == "ok").all(), df[df.status != "ok"][["status", "error"]]
+        assert len(df) == server_delta["vllm:request_success_total"] >= 20
+        # Token counts: ours come from the server's usage, and match the workload and /metrics.
+        assert (df.prompt_tokens == df.expected_prompt_tokens).all()
+        assert (df.completion_tokens == 8).all()
+        assert df.prompt_tokens.sum() == server_delta["vllm:prompt_tokens_total"]
+        assert df.completion_tokens.sum() == server_delta["vllm:generation_tokens_total"]
+        info = json.loads((run_dir / "locust.json").read_text())
+        assert info["records"] == len(df) and info["salt"] and not info["open_loop"]
+        results[name + "_hits"] = server_delta["vllm:prefix_cache_hits_total"]
+    shared_df, plain_df = results["shared"], results["plain"]
+    assert results["shared_hits"] >= 1024 * (len(shared_df) - 1) * 0.9
+    assert (shared_df.prefix_group == 0).all() and (plain_df.prefix_group == -1).all()
+    assert shared_df.cached_tokens.iloc[1:].median() >= 1008  # whole 16-token blocks
+    shared_ttft, plain_ttft = shared_df.ttft_ms.median(), plain_df.ttft_ms.median()
+    print(f"\nTTFT p50 shared prefix {shared_ttft:.1f} ms ({len(shared_df)} requests) vs "
+          f"no prefix {plain_ttft:.1f} ms ({len(plain_df)} requests); prefix cache hits "
+          f"{results['shared_hits']:.0f} tokens")  # fmt: skip
+    assert shared_ttft < plain_ttft
+
+
+def test_processes_2_write_one_records_file_with_both_workers(vllm_server, tmp_path: Path):
+    run_dir = tmp_path / "run"
+    before = counters(vllm_server)
+    run_locust(vllm_server, run_dir, "--workload", "tiny-smoke", "-u", "4", "-r", "4",
+               "-t", "8s", "--processes", "2")  # fmt: skip
+    server_delta = delta(before, counters(vllm_server))
+    df = read_records(run_dir)
+    assert sorted(df.worker.str.rsplit(":", n=1).str[-1].unique()) == ["worker0", "worker1"]
+    assert len(df) == server_delta["vllm:request_success_total"] > 0
+    assert (df.status == "ok").all()
+    assert not df.request_id.duplicated().any()  # indices are disjoint across workers
+    info = json.loads((run_dir / "locust.json").read_text())
+    assert info["workers"] == 2 and info["records"] == len(df)
+    cpu = [json.loads(line) for line in (run_dir / "loadgen.jsonl").read_text().splitlines()]
+    assert {s["worker"].rsplit(":", 1)[-1] for s in cpu} >= {"master", "worker0", "worker1"}
+
+
+def test_open_loop_schedule_is_shared_by_two_processes_and_met(vllm_server, tmp_path: Path):
+    rate_rps, total_s = 8.0, 8.0
+    traffic = tmp_path / "ol.yaml"
+    traffic.write_text(f"kind: open-loop\nprocess: poisson\nrate_rps: {rate_rps}\n"
+                       f"max_in_flight: 8\nduration_s: {total_s}\n")  # fmt: skip
+    run_dir = tmp_path / "run"
+    run_locust(vllm_server, run_dir, "--workload", "tiny-smoke", "--traffic", str(traffic),
+               "--processes", "2", "--seed", "11")  # fmt: skip
+    df = read_records(run_dir)
+    expected = round(rate_rps * total_s)
+    # Every index of the one schedule was sent exactly once, split between both workers.
+    assert sorted(df.request_id.astype(int)) == list(range(expected))
+    assert (df.status == "ok").all() and df.open_loop.all()
+    residues = df.groupby("worker").request_id.apply(lambda ids: {int(i) % 2 for i in ids})
+    assert sorted(map(sorted, residues)) == [[0], [1]]  # i % 2 picks the worker
+    info = json.loads((run_dir / "locust.json").read_text())
+    assert info["open_loop"] and df.scheduled_at.min() == pytest.approx(info["epoch"])
+    sent = df.sent_at.sort_values()
+    achieved = (len(sent) - 1) / (sent.iloc[-1] - sent.iloc[0])
+    scheduled = df.scheduled_at.sort_values()
+    intended = (len(scheduled) - 1) / (scheduled.iloc[-1] - scheduled.iloc[0])
+    lag = df.schedule_lag_ms.quantile([0.5, 0.99])
+    print(
+        f"\nopen loop target {rate_rps} req/s: schedule {intended:.2f}, achieved "
+        f"{achieved:.2f} req/s; lag p50 {lag[0.5]:.1f} ms p99 {lag[0.99]:.1f} ms"
+    )
+    assert achieved == pytest.approx(intended, rel=0.05)
+    assert lag[0.5] < 20
