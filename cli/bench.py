@@ -157,29 +157,27 @@ def _profiles(names: tuple[str, ...], opts: dict[str, Any]):
 
 
 def _report(outcomes, fmt: str, slo: str | None) -> None:
+    """Print what ran, the summaries and the comparison; exit 1 if any run failed."""
     from vprof.cli.report import show_comparison, show_summaries
-    from vprof.runs.bench import require_completed
 
     click.echo("", err=True)
     emit(
         [
-            {
-                "profile": o.profile,
-                "traffic": o.traffic,
-                "state": o.state,
-                "run": str(o.run.path),
-                "reason": o.reason.splitlines()[0] if o.reason else "",
-            }
+            {"profile": o.profile, "traffic": o.traffic, "state": o.state, "run": str(o.run.path),
+             "reason": o.reason.splitlines()[0] if o.reason else ""}
             for o in outcomes
         ],
         fmt,
-    )
-    runs = require_completed(outcomes)
-    click.echo()
-    show_summaries([r.path for r in runs], fmt=fmt, slo=slo)
+    )  # fmt: skip
+    runs = [o.run.path for o in outcomes if o.state in ("completed", "skipped")]
+    if runs:
+        click.echo()
+        show_summaries(runs, fmt=fmt, slo=slo)
     if len(runs) > 1:
         click.echo()
-        show_comparison([r.path for r in runs], fmt=fmt)
+        show_comparison(runs, fmt=fmt)
+    if any(o.state not in ("completed", "skipped") for o in outcomes):
+        raise SystemExit(1)
 
 
 @click.command()

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from vprof.common.errors import LaunchError, RunError
+from vprof.common.errors import LaunchError
 from vprof.runs.environment import client_versions, hardware, vllm_version
 from vprof.runs.loadgen import LoadProcess, LoadSpec
 from vprof.runs.rundir import RunDir
@@ -142,8 +142,7 @@ class _Server:
     def death_note(self) -> str:
         if self.process is None:
             return f"the server at {self.url} stopped answering"
-        tail = "\n".join(self.process.log_tail(15))
-        return f"the vLLM server exited (code {self.process.returncode}); last log lines:\n{tail}"
+        return self.process.death_report("during the run")
 
     def log_offset(self) -> int:
         try:
@@ -188,7 +187,7 @@ def _run_meta(server: _Server, spec: BenchSpec, traffic: str, salt: str) -> dict
         "traffic": _asdict(shape),
         "seed": spec.seed,
         "salt": salt,
-        "open_loop": getattr(shape, "kind", "") == "open-loop",
+        "open_loop": shape.open_loop,
         "vllm_version": vllm_version() if not spec.url else None,
         "hardware": hardware(),
         "client": client_versions(),
@@ -210,11 +209,10 @@ def _asdict(obj: Any) -> Any:
     return obj
 
 
-def _duration_s(traffic: str) -> float | None:
+def _duration_s(traffic: str) -> float:
     from vprof.traffic import get_shape
 
-    shape = get_shape(traffic)
-    return getattr(shape, "duration_s", None)
+    return get_shape(traffic).total_s
 
 
 def _run_one(
@@ -293,11 +291,17 @@ def _summarize(run: RunDir, spec: BenchSpec, say: Progress) -> None:
 def run_bench(
     profiles: Sequence[Profile], spec: BenchSpec, say: Progress = print
 ) -> list[RunOutcome]:
-    """Run every profile × traffic shape; return one outcome per cell."""
+    """Run every profile × traffic shape; return one outcome per cell, in order."""
     spec.out_dir.mkdir(parents=True, exist_ok=True)
     outcomes: list[RunOutcome] = []
+    stopped = ""  # why the bench stopped early (--on-failure stop)
     for profile in profiles:
         runs = {t: RunDir(spec.out_dir / run_key(profile, spec, t)) for t in spec.traffic}
+        if stopped:
+            outcomes += [
+                RunOutcome(r, profile.name, t, "not-started", stopped) for t, r in runs.items()
+            ]
+            continue
         pending = [t for t, r in runs.items() if r.state != "completed"]
         for t in spec.traffic:
             if t not in pending:
@@ -308,34 +312,33 @@ def run_bench(
         say(f"{profile.name}: starting its server")
         server = _Server(profile, spec, spec.out_dir / f"{_slug(profile.name)}.server.log", say)
         try:
-            try:
-                server.start()
-            except LaunchError as exc:
-                say(f"{profile.name}: server did not start: {exc}")
-                for t in pending:
-                    outcomes.append(RunOutcome(runs[t], profile.name, t, "not-started", str(exc)))
-                if spec.on_failure == "stop":
-                    break
-                continue
+            server.start()
+        except LaunchError as exc:
+            server.stop()
+            say(f"{profile.name}: the server did not start: {exc}")
+            outcomes += [
+                RunOutcome(runs[t], profile.name, t, "not-started", str(exc)) for t in pending
+            ]
+            if spec.on_failure == "stop":
+                stopped = f"the bench stopped after {profile.name} failed (--on-failure stop)"
+            continue
+        try:
             for t in pending:
+                if stopped:
+                    outcomes.append(RunOutcome(runs[t], profile.name, t, "not-started", stopped))
+                    continue
                 if runs[t].path.exists():
                     runs[t].retire()
                 say(f"{profile.name} × {t}: running")
                 outcome = _run_one(server, spec, t, runs[t], say)
                 outcomes.append(outcome)
-                if outcome.state == "failed" and (spec.on_failure == "stop" or not server.alive()):
-                    break
+                if outcome.state == "failed":
+                    if spec.on_failure == "stop":
+                        stopped = f"the bench stopped after {outcome.run.name} failed"
+                    elif not server.alive():
+                        stopped = f"the server of {profile.name} died"
         finally:
             server.stop()
-        if spec.on_failure == "stop" and any(
-            o.state in ("failed", "not-started") for o in outcomes
-        ):
-            break
+        if stopped and spec.on_failure != "stop":
+            stopped = ""  # only this profile's remaining shapes are lost; go on with the next
     return outcomes
-
-
-def require_completed(outcomes: Sequence[RunOutcome]) -> list[RunDir]:
-    runs = [o.run for o in outcomes if o.state in ("completed", "skipped")]
-    if not runs:
-        raise RunError("no run completed", hint="see the run folders' status.json and logs")
-    return runs

@@ -6,18 +6,20 @@ from vprof and a run from plain Locust measure the same way.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import signal
 import subprocess
 import sys
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 
 
 def locustfile_path() -> Path:
     """Path of the shipped locustfile (Locust's ``-f`` takes a path, not a module)."""
-    return Path(str(resources.files("vprof.locustfiles").joinpath("locustfile.py")))
+    spec = importlib.util.find_spec("vprof.locustfiles.locustfile")
+    assert spec is not None and spec.origin, "vprof.locustfiles.locustfile is not installed"
+    return Path(spec.origin)
 
 
 @dataclass(frozen=True)

@@ -30,12 +30,28 @@ def test_ladder_stops_at_failure_oom_or_preemption():
 
 def test_recommendation_prefers_throughput_then_ttft_and_names_evidence():
     rows = [
-        {"rung": "r1", "state": "completed", "request_throughput": 10.0, "p95_ttft_ms": 90.0,
-         "p95_itl_ms": 5.0},
-        {"rung": "r2", "state": "completed", "request_throughput": 12.0, "p95_ttft_ms": 80.0,
-         "p95_itl_ms": 6.0},
-        {"rung": "r3", "state": "completed", "request_throughput": 12.2, "p95_ttft_ms": 70.0,
-         "p95_itl_ms": 7.0, "preemptions": 2},
+        {
+            "rung": "r1",
+            "state": "completed",
+            "request_throughput": 10.0,
+            "p95_ttft_ms": 90.0,
+            "p95_itl_ms": 5.0,
+        },
+        {
+            "rung": "r2",
+            "state": "completed",
+            "request_throughput": 12.0,
+            "p95_ttft_ms": 80.0,
+            "p95_itl_ms": 6.0,
+        },
+        {
+            "rung": "r3",
+            "state": "completed",
+            "request_throughput": 12.2,
+            "p95_ttft_ms": 70.0,
+            "p95_itl_ms": 7.0,
+            "preemptions": 2,
+        },
     ]
     text = recommend(rows)
     assert text.startswith("Recommended: r2")

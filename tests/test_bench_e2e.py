@@ -1,0 +1,244 @@
+"""`vprof bench` and `vprof sweep` end to end: real vLLM (CPU build), real Locust.
+
+Each test launches real servers through the CLI, so they are the slowest in the suite; they use
+the tiny workload and short traffic so that each run takes seconds once the server is up.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import psutil
+import pytest
+
+from vprof.records import read_records
+from vprof.server.process import free_port
+
+pytestmark = pytest.mark.e2e
+
+FAST = ["--workload", "tiny-smoke", "--set", "enforce-eager=true", "--set", "max-model-len=2048"]
+
+
+def vprof(*args: str) -> list[str]:
+    return [sys.executable, "-m", "vprof.cli.main", *args]
+
+
+def run_dirs(out: Path) -> list[Path]:
+    return sorted(p.parent for p in out.glob("*/run.json"))
+
+
+def status(run: Path) -> dict:
+    return json.loads((run / "status.json").read_text())
+
+
+def long_traffic(tmp_path: Path, seconds: int = 120) -> str:
+    path = tmp_path / "long.yaml"
+    path.write_text(
+        f"description: long enough to interrupt\nkind: steady\nusers: 2\nduration_s: {seconds}\n"
+    )
+    return str(path)
+
+
+class Watcher:
+    """Start a command and remember every process it ever spawned."""
+
+    def __init__(self, argv: list[str], log: Path) -> None:
+        self.log = log.open("wb")
+        self.proc = subprocess.Popen(argv, stdout=self.log, stderr=subprocess.STDOUT)
+        self.seen: set[int] = set()
+
+    def descendants(self) -> list[psutil.Process]:
+        try:
+            children = psutil.Process(self.proc.pid).children(recursive=True)
+        except psutil.NoSuchProcess:
+            return []
+        self.seen.update(c.pid for c in children)
+        return children
+
+    def wait_for(self, predicate, timeout_s: float, what: str) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            self.descendants()
+            if predicate():
+                return
+            assert self.proc.poll() is None, f"vprof exited early while waiting for {what}"
+            time.sleep(0.5)
+        raise AssertionError(f"timed out waiting for {what}")
+
+    def finish(self, timeout_s: float = 300) -> int:
+        rc = self.proc.wait(timeout=timeout_s)
+        self.log.close()
+        return rc
+
+    def leftovers(self) -> list[int]:
+        alive = []
+        for pid in self.seen:
+            try:
+                if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                    alive.append(pid)
+            except psutil.NoSuchProcess:
+                pass
+        return alive
+
+
+def records_arriving(out: Path):
+    def check() -> bool:
+        return any(
+            (r / "records.arrow").exists() and (r / "records.arrow").stat().st_size > 2000
+            for r in run_dirs(out)
+        )
+
+    return check
+
+
+def test_two_profiles_one_shape_give_two_runs_whose_summaries_match_their_records(tmp_path):
+    out = tmp_path / "runs"
+    port = free_port(lo=18900, hi=18999)
+    proc = subprocess.run(
+        vprof(
+            "bench",
+            "chunked-256",
+            "baseline",
+            "--traffic",
+            "smoke",
+            *FAST,
+            "--port",
+            str(port),
+            "--out",
+            str(out),
+        ),
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    runs = run_dirs(out)
+    assert [json.loads((r / "run.json").read_text())["profile"]["name"] for r in runs] == [
+        "baseline",
+        "chunked-256",
+    ]
+    for run in runs:
+        assert status(run)["state"] == "completed"
+        meta = json.loads((run / "run.json").read_text())
+        assert meta["vllm_version"].startswith("0.32")
+        assert "--max-num-batched-tokens" in meta["profile"]["argv"]
+        summary = json.loads((run / "summary.json").read_text())
+        records = read_records(run)
+        ok = records[records.status == "ok"]
+        assert summary["completed"] == len(ok) > 5
+        # percentiles recomputed from the per-request records, independently
+        for metric, column in (("ttft", "ttft_ms"), ("e2el", "e2e_ms"), ("tpot", "tpot_ms")):
+            values = ok[column].dropna().to_numpy()
+            for q in (50, 90, 95, 99):
+                key = f"p{q}_{metric}_ms" if q != 50 else f"median_{metric}_ms"
+                assert summary[key] == pytest.approx(np.percentile(values, q), rel=1e-9)
+        itl = np.concatenate([np.asarray(x, dtype=float) for x in ok.itl_ms])
+        assert summary["p99_itl_ms"] == pytest.approx(np.percentile(itl, 99), rel=1e-9)
+        assert (ok.completion_tokens == 16).all()
+        assert (run / "server.log").stat().st_size > 0
+        assert (run / "metrics.jsonl").read_text().count("\n") >= 2
+    # the comparison names both runs and the baseline for the differences
+    assert "chunked-256" in proc.stdout and "baseline" in proc.stdout
+    assert "p95" in proc.stdout
+
+
+def test_killing_the_server_mid_run_fails_that_run_keeps_records_and_leaves_no_process(tmp_path):
+    out = tmp_path / "runs"
+    port = free_port(lo=18900, hi=18999)
+    watcher = Watcher(
+        vprof(
+            "bench",
+            "chunked-256",
+            "chunked-512",
+            "--traffic",
+            long_traffic(tmp_path),
+            *FAST,
+            "--port",
+            str(port),
+            "--out",
+            str(out),
+            "--on-failure",
+            "stop",
+        ),
+        tmp_path / "bench.log",
+    )
+    watcher.wait_for(records_arriving(out), 600, "the first records")
+    servers = [
+        p
+        for p in watcher.descendants()
+        if "vllm.entrypoints.openai.api_server" in " ".join(p.cmdline())
+    ]
+    assert servers, "the vLLM server process was not found"
+    servers[0].send_signal(signal.SIGKILL)
+    rc = watcher.finish()
+    log = (tmp_path / "bench.log").read_text()
+    assert rc == 1, log
+    (run,) = run_dirs(out)  # --on-failure stop: chunked-512 never started
+    state = status(run)
+    assert state["state"] == "failed" and "vLLM exited" in state["reason"], state
+    assert len(read_records(run)) > 0
+    assert "chunked-512" in log and "not-started" in log
+    assert watcher.leftovers() == []
+
+
+def test_ctrl_c_stops_cleanly_keeps_the_partial_run_and_leaves_no_process(tmp_path):
+    out = tmp_path / "runs"
+    port = free_port(lo=18900, hi=18999)
+    watcher = Watcher(
+        vprof(
+            "bench",
+            "chunked-256",
+            "--traffic",
+            long_traffic(tmp_path),
+            *FAST,
+            "--port",
+            str(port),
+            "--out",
+            str(out),
+        ),
+        tmp_path / "bench.log",
+    )
+    watcher.wait_for(records_arriving(out), 600, "the first records")
+    watcher.proc.send_signal(signal.SIGINT)
+    rc = watcher.finish()
+    assert rc == 130, (tmp_path / "bench.log").read_text()
+    (run,) = run_dirs(out)
+    assert status(run)["state"] == "interrupted"
+    records = read_records(run)
+    assert len(records) > 0 and (records.status == "ok").any()
+    assert watcher.leftovers() == []
+
+
+def test_sweep_batched_tokens_walks_three_rungs_and_recommends_one(tmp_path):
+    out = tmp_path / "runs"
+    port = free_port(lo=18900, hi=18999)
+    proc = subprocess.run(
+        vprof(
+            "sweep",
+            "batched-tokens",
+            "baseline",
+            "--rungs",
+            "3",
+            "--traffic",
+            "smoke",
+            *FAST,
+            "--port",
+            str(port),
+            "--out",
+            str(out),
+        ),
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    for value in ("2048", "4096", "6144"):
+        assert f"mnbt={value}" in proc.stdout
+    assert "Recommended: baseline@mnbt=" in proc.stdout
+    assert len(run_dirs(out)) == 3
