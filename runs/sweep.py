@@ -118,8 +118,8 @@ def rung_row(rung: Rung, outcome: RunOutcome | None) -> dict[str, Any]:
         "p95_ttft_ms",
         "p95_itl_ms",
         "p95_tpot_ms",
-        "preemptions",
-        "peak_kv_cache_usage",
+        "num_preemptions",
+        "max_kv_cache_usage_perc",
         "failed",
     ):
         row[key] = summary.get(key)
@@ -139,8 +139,8 @@ def should_stop(row: Mapping[str, Any]) -> str | None:
         return "the server failed to start"
     if row.get("oom"):
         return "the server ran out of memory"
-    if (row.get("preemptions") or 0) > 0:
-        return f"the server reported {row['preemptions']:.0f} preemptions"
+    if (row.get("num_preemptions") or 0) > 0:
+        return f"the server reported {row['num_preemptions']:.0f} preemptions"
     if row.get("state") == "failed":
         return "the run failed"
     return None
@@ -157,7 +157,7 @@ def recommend(rows: Sequence[Mapping[str, Any]], *, prefer: str = "throughput") 
         for r in rows
         if r.get("state") == "completed"
         and not r.get("oom")
-        and not (r.get("preemptions") or 0)
+        and not (r.get("num_preemptions") or 0)
         and isinstance(r.get("request_throughput"), (int, float))
         and r["request_throughput"] > 0
     ]

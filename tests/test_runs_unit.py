@@ -23,7 +23,7 @@ def test_run_folder_records_state_and_keeps_earlier_attempts(tmp_path):
 
 def test_ladder_stops_at_failure_oom_or_preemption():
     assert should_stop({"state": "completed", "preemptions": 0}) is None
-    assert "preemptions" in should_stop({"state": "completed", "preemptions": 3})
+    assert "preemptions" in should_stop({"state": "completed", "num_preemptions": 3})
     assert "start" in should_stop({"state": "not-started"})
     assert "memory" in should_stop({"state": "completed", "oom": True})
 
@@ -50,7 +50,7 @@ def test_recommendation_prefers_throughput_then_ttft_and_names_evidence():
             "request_throughput": 12.2,
             "p95_ttft_ms": 70.0,
             "p95_itl_ms": 7.0,
-            "preemptions": 2,
+            "num_preemptions": 2,
         },
     ]
     text = recommend(rows)
