@@ -80,9 +80,16 @@ def _usage(result: StreamResult, usage: dict) -> None:
         result.cached_tokens = int(cached)
 
 
-def read_sse(lines: Iterable[bytes], now: Callable[[], float] = time.perf_counter) -> StreamResult:
-    """Read an OpenAI-style SSE stream (completions or chat) and time it."""
-    result = StreamResult()
+def read_sse(
+    lines: Iterable[bytes],
+    now: Callable[[], float] = time.perf_counter,
+    into: StreamResult | None = None,
+) -> StreamResult:
+    """Read an OpenAI-style SSE stream (completions or chat) and time it.
+
+    ``into`` is filled as the stream goes, so a stream cut off half-way keeps its timings.
+    """
+    result = into if into is not None else StreamResult()
     for data, at_s in _sse_messages(lines, now):
         if data.strip() == "[DONE]":
             result.done = True
@@ -112,10 +119,20 @@ def read_sse(lines: Iterable[bytes], now: Callable[[], float] = time.perf_counte
     return result
 
 
+def _ndjson_lines(lines: Iterable[bytes]) -> Iterable[str]:
+    # Older vLLM api_servers ended each JSON with NUL instead of a newline: accept both.
+    for raw in lines:
+        text = raw.decode("utf-8") if isinstance(raw, bytes | bytearray) else raw
+        for part in text.split("\0"):
+            if part.strip():
+                yield part.strip()
+
+
 def read_ndjson(
     lines: Iterable[bytes],
     now: Callable[[], float] = time.perf_counter,
     prompt: str = "",
+    into: StreamResult | None = None,
 ) -> StreamResult:
     """Read the legacy ``/generate`` stream: one JSON per line, ``text`` cumulative.
 
@@ -123,12 +140,8 @@ def read_ndjson(
     text; it is stripped so ``text`` is the generated part only. No usage is sent: the caller
     counts tokens with the tokenizer.
     """
-    result = StreamResult()
-    for raw in lines:
-        line = raw.decode("utf-8") if isinstance(raw, bytes | bytearray) else raw
-        line = line.strip().rstrip("\0")
-        if not line:
-            continue
+    result = into if into is not None else StreamResult()
+    for line in _ndjson_lines(lines):
         at_s = now()
         try:
             message = json.loads(line)

@@ -181,7 +181,7 @@ class LLMUser(HttpUser):
             open_loop=open_loop,
             scheduled_at=scheduled_at,
         )
-        result: StreamResult | None = None
+        result = StreamResult()  # filled as the stream arrives: a cut-off keeps its timings
         timeout_s = self.request_timeout_s or float(
             opt(self.environment, "request_timeout_s", DEFAULT_REQUEST_TIMEOUT_S)
         )
@@ -208,11 +208,13 @@ class LLMUser(HttpUser):
                     record.status = Status.ERROR.value
                     record.error = f"HTTP {response.status_code}: {response.text[:300]}"
                 elif endpoint == "generate":
-                    result = read_ndjson(response.iter_lines(), now=mono.now, prompt=body["prompt"])
+                    read_ndjson(
+                        response.iter_lines(), now=mono.now, prompt=body["prompt"], into=result
+                    )
                 else:
-                    result = read_sse(response.iter_lines(), now=mono.now)
+                    read_sse(response.iter_lines(), now=mono.now, into=result)
             record.finished_at = clock.now()
-            if result is not None:
+            if record.http_status == 200:
                 self._fill(record, result, endpoint)
         except _RequestTimeout:
             record.status, record.error = Status.TIMEOUT.value, f"no full answer in {timeout_s:g} s"
@@ -220,6 +222,9 @@ class LLMUser(HttpUser):
             record.status, record.error = Status.TIMEOUT.value, f"{type(exc).__name__}: {exc}"
         except (requests.RequestException, StreamError, OSError, ValueError) as exc:
             record.status, record.error = Status.ERROR.value, f"{type(exc).__name__}: {exc}"
+        except Exception as exc:  # a bug: still one record, and Locust shows the traceback
+            record.status, record.error = Status.ERROR.value, f"{type(exc).__name__}: {exc}"
+            raise
         except BaseException as exc:  # GreenletExit at the end of a test, Ctrl-C
             record.status = Status.CANCELLED.value
             record.error = f"cut off: {type(exc).__name__}"
@@ -229,6 +234,11 @@ class LLMUser(HttpUser):
                 response.close()
             if math.isnan(record.finished_at):
                 record.finished_at = clock.now()
+            if record.status != Status.OK.value and result.first_token_s is not None:
+                # Cut off, timed out or broken half-way: keep what was measured.
+                record.first_token_at = result.first_token_s
+                record.last_token_at = result.last_token_s  # type: ignore[assignment]
+                record.itl_ms = result.itl_ms
             record.finalize()
             collect.emit(self.environment, record.to_dict())
             if record.status != Status.CANCELLED.value:

