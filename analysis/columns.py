@@ -116,13 +116,13 @@ def _list_block(chunk: Any) -> tuple[Any, Any]:
     import numpy as np
     import pyarrow.compute as pc
 
-    lengths = pc.list_value_length(chunk).fill_null(0).to_numpy(zero_copy_only=False)
+    lengths = pc.list_value_length(chunk).to_numpy(zero_copy_only=False)
+    if chunk.null_count:  # a null list has no gaps
+        lengths = np.nan_to_num(lengths, nan=0)
     values = chunk.flatten()  # respects slicing offsets; null lists contribute nothing
-    if values.null_count:
-        values = values.fill_null(np.nan)
-    return values.to_numpy(zero_copy_only=False).astype(np.float64, copy=False), lengths.astype(
-        np.int64, copy=False
-    )
+    # Zero-copy when there are no null gaps; nulls (never written by vprof) become NaN.
+    flat = values.to_numpy(zero_copy_only=False).astype(np.float64, copy=False)
+    return flat, lengths.astype(np.int64, copy=False)
 
 
 def _from_table(table: Any) -> Columns:
@@ -136,24 +136,29 @@ def _from_table(table: Any) -> Columns:
     def floats(name: str) -> Any:
         if name not in names:
             return np.full(n, np.nan)
+        # Nulls become NaN in to_numpy; fill_null is avoided (it costs a pandas import).
         col = table.column(name).cast(pa.float64())
-        return col.fill_null(np.nan).to_numpy()
+        return col.to_numpy().astype(np.float64, copy=False)
 
     def ints(name: str) -> Any:
         if name not in names:
             return np.full(n, -1, dtype=np.int64)
-        return table.column(name).cast(pa.int64()).fill_null(-1).to_numpy()
+        col = table.column(name).cast(pa.int64())
+        if col.null_count:
+            return np.nan_to_num(col.to_numpy().astype(np.float64), nan=-1).astype(np.int64)
+        return col.to_numpy()
 
     if "status" in names:
         # Dictionary-encode so a million statuses become small integer codes, not objects.
         encoded = pc.dictionary_encode(table.column("status").combine_chunks())
         labels = np.asarray(encoded.dictionary.to_pylist(), dtype=object)
-        codes = encoded.indices.fill_null(0).to_numpy(zero_copy_only=False)
+        codes = encoded.indices.to_numpy(zero_copy_only=False)
+        codes = np.nan_to_num(codes, nan=0).astype(np.int64, copy=False)
         status = labels[codes] if labels.size else np.full(n, "ok", dtype=object)
     else:
         status = np.full(n, "ok", dtype=object)
     open_loop = (
-        table.column("open_loop").fill_null(False).to_numpy(zero_copy_only=False).astype(bool)
+        table.column("open_loop").to_numpy(zero_copy_only=False) == True  # noqa: E712 (nulls)
         if "open_loop" in names
         else np.zeros(n, dtype=bool)
     )

@@ -74,3 +74,174 @@ def percentile(values: Any, q: float) -> float:
         value = float(np.percentile(x, q))
     # Interpolating between two infinite values gives NaN; the percentile is unbounded.
     return math.inf if math.isnan(value) and np.isinf(x).any() else value
+
+
+class BlockQuantiles:
+    """Exact numpy-``linear`` percentiles, mean and std of data seen in blocks.
+
+    For tens of millions of pooled gaps, sorting (or ``np.partition``) one big copy is the
+    slow part of a summary. Instead, pass one counts values per bucket of their float64 bit
+    pattern (for non-negative floats the bits sort like the values) and accumulates sums;
+    pass two keeps only the values in the few buckets that hold a wanted rank, and those
+    are partitioned exactly. No copy of the data is ever held.
+
+    Usage: optionally ``guess(sample, qs)``; ``add(block)`` for every block; ``plan(qs)``,
+    and if it returns True, ``collect(block)`` for the same blocks again; then
+    ``describe(name, percentiles)``. With a good guess, ``add`` already keeps the candidates
+    and the second pass is skipped. Negative or NaN values switch to a plain partition of
+    all collected values (correct, just slower).
+    """
+
+    SHIFT = 46  # keep sign, exponent and 6 mantissa bits: buckets 1/64 of an octave wide
+
+    def __init__(self) -> None:
+        import numpy as np
+
+        self._np = np
+        self.n = 0
+        self.total = 0.0
+        self.total_sq = 0.0
+        self.counts = np.zeros(1 << (64 - self.SHIFT - 1), dtype=np.int64)
+        self.fallback = False
+        self._ranks: list[int] = []
+        self._wanted = None
+        self._parts: list = []
+        self._keys = np.empty(0, dtype=np.int64)  # reused: fresh big arrays cost page faults
+        self._guessed = False
+
+    def add(self, x) -> None:
+        np = self._np
+        if not x.size:
+            return
+        self.n += x.size
+        self.total += float(x.sum())
+        self.total_sq += float(np.dot(x, x))
+        if self.fallback:
+            return
+        keys = self._key(x)
+        try:  # negative floats (and -0.0) have negative keys: bincount refuses them
+            found = np.bincount(keys, minlength=self.counts.size)
+        except ValueError:
+            self.fallback = True
+            return
+        if found.size > self.counts.size:  # NaN or inf: top exponent
+            self.fallback = True
+            return
+        self.counts += found
+        if self._guessed:
+            self._parts.append(x[self._wanted[keys]])
+
+    def guess(self, sample, qs) -> None:
+        """Before any ``add``: pick buckets from a sample so ``add`` keeps candidates at once.
+
+        When the guess holds (it does unless the sample misrepresents the data), ``plan``
+        reports that no second ``collect`` pass is needed.
+        """
+        np = self._np
+        sample = np.asarray(sample, dtype=np.float64)
+        if not sample.size or not np.isfinite(sample).all() or (sample < 0).any():
+            return
+        wanted = np.zeros(self.counts.size, dtype=bool)
+        for q in qs:
+            # ±0.5 percentage points around each percentile: a sample of ~10⁵ values puts
+            # the true rank inside with overwhelming probability.
+            lo, hi = np.percentile(sample, [max(float(q) - 0.5, 0.0), min(float(q) + 0.5, 100.0)])
+            k_lo, k_hi = (int(np.float64(v).view(np.int64) >> self.SHIFT) for v in (lo, hi))
+            wanted[k_lo : k_hi + 1] = True
+        self._wanted = wanted
+        self._guessed = True
+
+    def plan(self, qs) -> bool:
+        """Fix the ranks to find, after every ``add``; True when a ``collect`` pass is needed."""
+        np = self._np
+        n = self.n
+        ranks = set()
+        for q in qs:
+            h = (n - 1) * (float(q) / 100.0)
+            lo = int(math.floor(h))
+            ranks.update((min(lo, n - 1), min(lo + 1, n - 1)))
+        self._ranks = sorted(r for r in ranks if r >= 0)
+        if not n:
+            return False
+        if self.fallback:
+            self._parts = []
+            return True
+        cum = np.cumsum(self.counts)
+        buckets = np.searchsorted(cum, self._ranks, side="right")
+        self._cum_before = {int(b): int(cum[b - 1]) if b else 0 for b in buckets}
+        self._bucket_of = dict(zip(self._ranks, (int(b) for b in buckets), strict=True))
+        if self._guessed and self._wanted[buckets].all():
+            return False
+        self._parts = []
+        self._wanted = np.zeros(self.counts.size, dtype=bool)
+        self._wanted[buckets] = True
+        self._guessed = False
+        return True
+
+    def collect(self, x) -> None:
+        np = self._np
+        if not x.size:
+            return
+        if self.fallback:
+            self._parts.append(np.array(x, copy=True))
+            return
+        self._parts.append(x[self._wanted[self._key(x)]])
+
+    def _key(self, x):
+        np = self._np
+        if self._keys.size < x.size:
+            self._keys = np.empty(x.size, dtype=np.int64)
+        return np.right_shift(x.view(np.int64), self.SHIFT, out=self._keys[: x.size])
+
+    def _values_at_ranks(self) -> dict[int, float]:
+        if getattr(self, "_at", None) is None:
+            self._at = self._find_ranks()
+        return self._at
+
+    def _find_ranks(self) -> dict[int, float]:
+        np = self._np
+        kept = np.concatenate(self._parts) if self._parts else np.empty(0)
+        if self.fallback:
+            kept.partition(self._ranks)
+            return {r: float(kept[r]) for r in self._ranks}
+        keys = kept.view(np.int64) >> self.SHIFT
+        out: dict[int, float] = {}
+        for bucket in sorted(set(self._bucket_of.values())):
+            inside = kept[keys == bucket]
+            local = [r - self._cum_before[bucket] for r in self._ranks
+                     if self._bucket_of[r] == bucket]  # fmt: skip
+            inside.partition(local)
+            for r, i in zip(
+                [r for r in self._ranks if self._bucket_of[r] == bucket], local, strict=True
+            ):
+                out[r] = float(inside[i])
+        return out
+
+    def describe(self, name: str, percentiles: Sequence[float]) -> dict[str, float]:
+        """The same keys and values as :func:`describe` over all blocks."""
+        if not self.n:
+            return describe([], name, percentiles)
+        n = self.n
+        at = self._values_at_ranks()
+        mean = self.total / n
+        out = {
+            f"mean_{name}_ms": mean,
+            f"median_{name}_ms": self._linear(50.0, at),
+            f"std_{name}_ms": math.sqrt(max(self.total_sq / n - mean * mean, 0.0)),
+        }
+        for q in percentiles:
+            out[f"{pct_key(q)}_{name}_ms"] = self._linear(float(q), at)
+        return out
+
+    def percentile(self, q: float) -> float:
+        """One percentile that was included in ``plan``."""
+        return self._linear(float(q), self._values_at_ranks()) if self.n else math.nan
+
+    def _linear(self, q: float, at: dict[int, float]) -> float:
+        h = (self.n - 1) * (q / 100.0)
+        lo = int(math.floor(h))
+        a, b = at[min(lo, self.n - 1)], at[min(lo + 1, self.n - 1)]
+        t = h - lo
+        diff = b - a
+        # numpy's _lerp, so results match np.percentile bit for bit
+        return b - diff * (1 - t) if t >= 0.5 else a + diff * t

@@ -25,7 +25,7 @@ from typing import Any
 from vprof.analysis.columns import Columns, from_records
 from vprof.analysis.samples import loadgen_stats, server_stats
 from vprof.analysis.slo import Slo, SloTarget, parse_slo
-from vprof.analysis.stats import DEFAULT_PERCENTILES, describe, percentile
+from vprof.analysis.stats import DEFAULT_PERCENTILES, BlockQuantiles, describe, percentile
 
 _FAILED = ("error", "timeout")
 
@@ -76,7 +76,9 @@ def summarize(
     e2el = f["e2e_ms"][ok & ~np.isnan(f["e2e_ms"])]
     out.update(describe(ttft, "ttft", percentiles))
     out.update(describe(tpot, "tpot", percentiles))
-    token_bins, itl = _pool_itl(cols, ok, _nanmin(f["sent_at"][ok]))
+    itl_slo = [t.percentile for t in (slo.targets if slo else ()) if t.metric == "itl"]
+    itl_slo = [q for q in itl_slo if q is not None]
+    itl, token_bins = _itl(cols, ok, _nanmin(f["sent_at"][ok]), [*percentiles, *itl_slo])
     out.update(describe(e2el, "e2el", percentiles))
     out["max_output_tokens_per_s"] = float(token_bins.max()) if token_bins.size else math.nan
     out["max_concurrent_requests"] = _peak_concurrency(f["sent_at"][ok], f["last_token_at"][ok])
@@ -86,8 +88,7 @@ def summarize(
         out.update(_from_schedule(cols, keep, ok, percentiles))
     if slo is not None:
         out.update(_slo(slo, cols, ok, failed, itl, out))
-    # The pooled gaps are reordered in place by the percentile step, so they go last.
-    out.update(describe(itl, "itl", percentiles, overwrite=True))
+    out.update(itl.describe("itl", percentiles))
     out.update(_cached_share(cols, ok))
     if metrics:
         out.update(server_stats(metrics, first_send, _nanmax(ends[keep])))
@@ -145,52 +146,125 @@ def _tokens(cols: Columns, ok: Any, duration: float) -> dict[str, Any]:
     }
 
 
-def _pool_itl(cols: Columns, mask: Any, t0: float) -> tuple[Any, Any]:
-    """Pool the gaps of the ``mask``ed requests and bin their chunk times into seconds.
+def _itl(
+    cols: Columns, mask: Any, t0: float, percentiles: Sequence[float]
+) -> tuple[BlockQuantiles, Any]:
+    """Pooled-gap statistics of the ``mask``ed requests, and their chunks per 1-s bin.
 
-    Works block by block (one Arrow record batch at a time) so every temporary stays small;
-    returns (chunks per 1-s bin, pooled gaps as one fresh array).
+    Two streaming passes over the gap blocks (see :class:`BlockQuantiles`); no copy of all
+    the gaps is ever made. Returns the planned quantile state and the bins from ``t0``.
+    """
+    import numpy as np
+
+    end = _nanmax(cols.floats["last_token_at"][mask])
+    n_bins = int(math.ceil(end - t0)) + 2 if not math.isnan(end - t0) else 0
+    bins = np.zeros(n_bins, dtype=np.int64)
+    quantiles = BlockQuantiles()
+    if not cols.itl_blocks:  # no gaps recorded: every request is its first chunk only
+        rel = cols.floats["first_token_at"][mask] - t0
+        if n_bins:
+            _bin_chunks(bins, np.empty(0), np.zeros(rel.size, dtype=np.int64), rel, np.empty(0))
+        quantiles.plan(percentiles)
+        return quantiles, bins
+    cumsum_scratch = np.empty(0)
+    wanted = [50.0, *percentiles]
+    step = max(1, sum(v.size for v, _ in cols.itl_blocks) // 200_000)
+    quantiles.guess(np.concatenate([v[::step] for v, _ in cols.itl_blocks]), wanted)
+    for gaps, lengths, first_s in _gap_groups(cols, mask, t0):
+        quantiles.add(gaps)
+        if n_bins:
+            if cumsum_scratch.size < gaps.size:
+                cumsum_scratch = np.empty(gaps.size)
+            _bin_chunks(bins, gaps, lengths, first_s, cumsum_scratch)
+    if quantiles.plan(wanted):  # the sample's guess missed a rank: one more pass
+        for gaps, _, _ in _gap_groups(cols, mask, t0):
+            quantiles.collect(gaps)
+    return quantiles, bins
+
+
+_GROUP_VALUES = 1 << 22  # gaps per step (32 MB): measured faster than cache-sized steps
+
+
+def _gap_groups(cols: Columns, mask: Any, t0: float):
+    """Yield (gaps, per-request lengths, first-chunk s from ``t0``) for runs of blocks.
+
+    The gaps array is a reused buffer: each yielded view is valid until the next step.
     """
     import numpy as np
 
     first = cols.floats["first_token_at"]
-    last = cols.floats["last_token_at"]
-    total = 0
-    row = 0
-    for _values, lengths in cols.itl_blocks:
-        total += int(lengths[mask[row : row + lengths.size]].sum())
-        row += lengths.size
-    pooled = np.empty(total, dtype=np.float64)
-    end = _nanmax(last[mask])
-    n_bins = int(math.ceil(end - t0)) + 2 if not math.isnan(end - t0) else 0
-    bins = np.zeros(max(n_bins, 0), dtype=np.int64)
-    if n_bins > 0:  # first chunks of every request, including those with no gaps
-        fb = np.floor(first[mask] - t0)
-        fb = fb[np.isfinite(fb)].astype(np.int64)
-        bins += np.bincount(np.clip(fb, 0, n_bins - 1), minlength=n_bins)
-    row = pos = 0
-    for values, lengths in cols.itl_blocks:
-        k = lengths.size
+    biggest = max(v.size for v, _ in cols.itl_blocks)
+    buffer = np.empty(max(_GROUP_VALUES, biggest))
+    pos = row = 0
+    lengths_parts: list[Any] = []
+    first_parts: list[Any] = []
+    for values, block_lengths in cols.itl_blocks:
+        k = block_lengths.size
         m = mask[row : row + k]
-        if m.all():
-            sel, sel_len, ft = values, lengths, first[row : row + k]
-        else:
-            sel, sel_len, ft = values[np.repeat(m, lengths)], lengths[m], first[row : row + k][m]
+        ft = first[row : row + k]
         row += k
-        pooled[pos : pos + sel.size] = sel
-        pos += sel.size
-        if n_bins <= 0 or not sel.size:
-            continue
-        # Chunk times: first token + running sum of this request's gaps.
-        csum = np.cumsum(sel)
-        starts = np.cumsum(sel_len) - sel_len
-        before = np.zeros(sel_len.size)
-        nz = starts > 0
-        before[nz] = csum[starts[nz] - 1]
-        times = np.repeat(ft - t0, sel_len) + (csum - np.repeat(before, sel_len)) / 1000.0
-        idx = np.floor(times[np.isfinite(times)]).astype(np.int64)
-        bins += np.bincount(np.clip(idx, 0, n_bins - 1), minlength=n_bins)
-    return bins, pooled
+        whole = bool(m.all())
+        if whole:
+            lengths, n = block_lengths, values.size
+        else:
+            lengths, ft = block_lengths[m], ft[m]
+            n = int(lengths.sum())
+            # Failed requests usually streamed no gaps: then every gap is kept, no compress.
+            whole = n == values.size
+        if pos + n > buffer.size:
+            yield buffer[:pos], np.concatenate(lengths_parts), np.concatenate(first_parts) - t0
+            pos, lengths_parts, first_parts = 0, [], []
+        if whole:
+            buffer[pos : pos + n] = values
+        else:
+            np.compress(np.repeat(m, block_lengths), values, out=buffer[pos : pos + n])
+        pos += n
+        lengths_parts.append(lengths)
+        first_parts.append(ft)
+    if lengths_parts:
+        yield buffer[:pos], np.concatenate(lengths_parts), np.concatenate(first_parts) - t0
+
+
+def _bin_chunks(bins: Any, gaps: Any, lengths: Any, first_s: Any, scratch: Any) -> None:
+    """Add each request's chunks to 1-s ``bins`` (chunk j at first + Σ its first j gaps).
+
+    Instead of materialising a time per chunk, count per request the chunks before each
+    whole second it spans, with one binary search per (request, second) in the running sum
+    of gaps. That sum rises monotonically because gaps are never negative.
+    """
+    import numpy as np
+
+    good = np.isfinite(first_s)
+    csum = np.cumsum(gaps, out=scratch[: gaps.size])
+    ends = np.cumsum(lengths)
+    starts = ends - lengths
+    base = np.zeros(lengths.size)
+    base[starts > 0] = csum[starts[starts > 0] - 1]
+    span_ms = np.zeros(lengths.size)
+    has = lengths > 0
+    span_ms[has] = csum[ends[has] - 1] - base[has]
+    if not good.all():
+        lengths, first_s, base, span_ms, starts = (
+            a[good] for a in (lengths, first_s, base, span_ms, starts)
+        )
+    if not lengths.size:
+        return
+    lo = np.floor(first_s).astype(np.int64)
+    spans = np.floor(first_s + span_ms / 1000.0).astype(np.int64) - lo  # whole seconds crossed
+    reps = spans + 1
+    req = np.repeat(np.arange(lengths.size), reps)
+    offset = np.arange(req.size) - np.repeat(np.cumsum(reps) - reps, reps)
+    bin_idx = lo[req] + offset
+    # chunks strictly before the end of each bin: the first chunk plus gaps that end earlier
+    target = (bin_idx + 1 - first_s[req]) * 1000.0 + base[req]
+    before = np.searchsorted(csum, target, side="left") - starts[req]
+    upto = 1 + np.clip(before, 0, lengths[req])
+    last = offset == spans[req]
+    upto[last] = lengths[req][last] + 1
+    counts = upto.copy()
+    counts[1:] -= upto[:-1]
+    counts[offset == 0] = upto[offset == 0]
+    np.add.at(bins, np.clip(bin_idx, 0, bins.size - 1), counts)
 
 
 def _peak_concurrency(starts: Any, ends: Any) -> int:
@@ -233,7 +307,7 @@ def _request_values(target: SloTarget, cols: Columns) -> Any:
     return np.where(np.isnan(f["tpot_ms"]), 0.0, f["tpot_ms"])
 
 
-def _slo(slo: Slo, cols: Columns, ok: Any, failed: Any, itl: Any, summary: dict) -> dict:
+def _slo(slo: Slo, cols: Columns, ok: Any, failed: Any, itl: BlockQuantiles, summary: dict) -> dict:
     """Goodput (requests/s meeting every per-request threshold) and percentile checks.
 
     When the SLO has no ``errors=`` entry, percentile checks count failed requests as
@@ -253,7 +327,7 @@ def _slo(slo: Slo, cols: Columns, ok: Any, failed: Any, itl: Any, summary: dict)
         if target.percentile is None:
             continue
         if target.metric == "itl":
-            value = percentile(itl, target.percentile)
+            value = itl.percentile(target.percentile)
         else:
             base = _request_values(target, cols)
             if target.metric == "tpot":  # vllm's TPOT distribution: requests with >1 token

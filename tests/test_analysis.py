@@ -88,6 +88,27 @@ def test_summary_percentiles_equal_a_recomputation_from_the_records(tmp_path):
     assert s["max_output_tokens_per_s"] == max(bins.values())
 
 
+def _naive_peak_chunks_per_s(records) -> int:
+    ok = [r for r in records if r.status == "ok"]
+    t0 = min(r.sent_at for r in ok)
+    bins: dict[int, int] = {}
+    for r in ok:
+        t = r.first_token_at
+        bins[int(t - t0)] = bins.get(int(t - t0), 0) + 1
+        for gap in r.itl_ms:
+            t += gap / 1000
+            bins[int(t - t0)] = bins.get(int(t - t0), 0) + 1
+    return max(bins.values())
+
+
+@pytest.mark.parametrize("itl_ms, rate_rps", [(300.0, 2.0), (5.0, 50.0), (900.0, 0.5)])
+def test_peak_chunks_per_second_matches_per_chunk_reconstruction(tmp_path, itl_ms, rate_rps):
+    # Slow streams cross many whole seconds; fast ones pile into a few bins.
+    records = synth_records(150, seed=8, itl_ms=itl_ms, rate_rps=rate_rps, fail_every=9)
+    s = summarize(load_run(write_run(tmp_path / "p", records)).records)
+    assert s["max_output_tokens_per_s"] == _naive_peak_chunks_per_s(records)
+
+
 def test_arrow_table_and_dataframe_give_the_same_summary(tmp_path):
     run = write_run(tmp_path / "a", synth_records(300, fail_every=7))
     from_table = summarize(load_run(run).records)
@@ -302,3 +323,37 @@ def test_empty_run_summarises_to_zero_counts_without_crashing(tmp_path):
     s = summarize_run(write_run(tmp_path / "e", [], state="failed"))
     assert s["completed"] == 0 and s["state"] == "failed"
     assert math.isnan(s["p99_ttft_ms"])
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        np.random.default_rng(0).lognormal(3, 0.4, 100_003),
+        np.round(np.random.default_rng(1).lognormal(3, 0.4, 50_000), 1),  # many ties
+        np.random.default_rng(2).normal(0, 1, 5_000),  # negatives: the fallback path
+        np.array([7.0]),
+        np.array([0.0, 0.0, 3.0]),
+    ],
+)
+@pytest.mark.parametrize(
+    "guess",
+    [None, lambda v: v[::7], lambda v: v[: max(1, v.size // 50)] * 3.0],  # none, good, wrong
+)
+def test_block_quantiles_equal_numpy_percentiles(values, guess):
+    from vprof.analysis.stats import BlockQuantiles
+
+    blocks = np.array_split(values, 9)
+    quantiles = BlockQuantiles()
+    if guess is not None:
+        quantiles.guess(guess(values), [50, *PCTS])
+    for block in blocks:
+        quantiles.add(block)
+    if quantiles.plan([50, *PCTS]):
+        for block in blocks:
+            quantiles.collect(block)
+    got = quantiles.describe("x", PCTS)
+    assert got["median_x_ms"] == np.percentile(values, 50)
+    for q in PCTS:
+        assert got[f"{_key(q)}_x_ms"] == np.percentile(values, q), q
+    assert got["mean_x_ms"] == pytest.approx(values.mean(), rel=1e-12)
+    assert got["std_x_ms"] == pytest.approx(values.std(), rel=1e-9, abs=1e-12)

@@ -1,0 +1,133 @@
+"""How long does summarising one million request records take? (target: under 2 s)
+
+Writes a run folder with one million realistic records through ``RecordWriter`` (open
+loop at 200 req/s with schedule lag, lognormal TTFT, 64 inter-token gaps per completed
+request — 65 output tokens — 1 % failures with no gaps, Arrow batches of 1000 as the
+Locust side writes them), then times ``summarize_run`` and its two halves: reading the
+folder (``load_run``) and computing (``summarize``).
+
+    .venv/bin/python benchmarks/summarize_1m.py                 # write (once) and time
+    .venv/bin/python benchmarks/summarize_1m.py --records 200000 --repeat 5
+
+The records file is kept in ``--dir`` (default: a folder under the system temp dir) and
+reused on the next run unless ``--rewrite`` is given.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+import time
+from pathlib import Path
+
+T0 = 1_800_000_000.0
+
+
+def write_run(path: Path, n: int, gaps: int, seed: int = 0) -> float:
+    """Write ``n`` records to ``path``; returns the seconds it took."""
+    import numpy as np
+
+    from vprof.records import RecordWriter
+
+    started = time.perf_counter()
+    path.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    rate_rps, batch = 200.0, 1000
+    with RecordWriter(path / "records.arrow", batch_size=batch) as writer:
+        for start in range(0, n, batch):
+            k = min(batch, n - start)
+            scheduled = T0 + (start + np.arange(k)) / rate_rps
+            sent = scheduled + rng.exponential(2.0, k) / 1000.0
+            ttft_ms = rng.lognormal(np.log(120.0), 0.5, k)
+            itl = rng.lognormal(np.log(25.0), 0.35, (k, gaps))
+            failed = rng.random(k) < 0.01
+            first = sent + ttft_ms / 1000.0
+            last = first + itl.sum(axis=1) / 1000.0
+            prompt = rng.integers(200, 1200, k)
+            for i in range(k):
+                row = {
+                    "request_id": f"r{start + i}",
+                    "user_class": "ChatUser",
+                    "endpoint": "chat",
+                    "worker": f"w{i % 2}",
+                    "open_loop": True,
+                    "prefix_group": int(i % 8),
+                    "scheduled_at": float(scheduled[i]),
+                    "sent_at": float(sent[i]),
+                    "schedule_lag_ms": float((sent[i] - scheduled[i]) * 1000.0),
+                    "expected_prompt_tokens": int(prompt[i]),
+                    "expected_output_tokens": gaps + 1,
+                }
+                if failed[i]:
+                    row.update(status="error", http_status=503, error="Service Unavailable",
+                               finished_at=float(sent[i] + 0.02), itl_ms=[])  # fmt: skip
+                else:
+                    e2e = (last[i] - sent[i]) * 1000.0
+                    row.update(
+                        status="ok",
+                        http_status=200,
+                        first_token_at=float(first[i]),
+                        last_token_at=float(last[i]),
+                        finished_at=float(last[i] + 0.001),
+                        ttft_ms=float(ttft_ms[i]),
+                        e2e_ms=float(e2e),
+                        tpot_ms=float((e2e - ttft_ms[i]) / gaps),
+                        itl_ms=itl[i],
+                        prompt_tokens=int(prompt[i]),
+                        completion_tokens=gaps + 1,
+                        cached_tokens=int(prompt[i] // 2) if i % 8 else 0,
+                    )
+                writer.add(row)
+    meta = {"name": "summarize-1m", "profile": {"name": "synthetic"}, "open_loop": True}
+    (path / "run.json").write_text(json.dumps(meta))
+    (path / "locust.json").write_text(json.dumps({"warmup_until": T0 + 10.0, "open_loop": True}))
+    (path / "status.json").write_text(json.dumps({"state": "completed", "reason": ""}))
+    return time.perf_counter() - started
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--records", type=int, default=1_000_000)
+    parser.add_argument("--gaps", type=int, default=64, help="inter-token gaps per request")
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--dir", type=Path, default=Path(tempfile.gettempdir()) / "vprof-1m")
+    parser.add_argument("--rewrite", action="store_true")
+    args = parser.parse_args()
+
+    from vprof.analysis import load_run, summarize, summarize_run
+
+    run = args.dir / f"{args.records}x{args.gaps}"
+    if args.rewrite or not (run / "status.json").is_file():
+        print(f"writing {args.records:,} records × {args.gaps} gaps to {run} ...", flush=True)
+        print(f"  written in {write_run(run, args.records, args.gaps):.1f} s")
+    size_mb = (run / "records.arrow").stat().st_size / 1e6
+    print(f"records.arrow: {size_mb:,.0f} MB")
+    import os
+
+    import pandas  # noqa: F401  (imported by every CLI path anyway; not part of the timing)
+
+    print(f"load average before timing: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
+    for i in range(args.repeat):
+        wall, cpu = time.perf_counter(), time.process_time()
+        loaded = load_run(run)
+        read = time.perf_counter() - wall, time.process_time() - cpu
+        wall, cpu = time.perf_counter(), time.process_time()
+        summary = summarize(loaded.records, warmup_until=loaded.warmup_until, slo="ttft_p95=500ms")
+        compute = time.perf_counter() - wall, time.process_time() - cpu
+        wall, cpu = time.perf_counter(), time.process_time()
+        summarize_run(run, slo="ttft_p95=500ms")
+        total = time.perf_counter() - wall, time.process_time() - cpu
+        print(
+            f"run {i + 1}: summarize_run {total[0]:.2f} s wall / {total[1]:.2f} s CPU"
+            f"  (read {read[0]:.2f} / {read[1]:.2f}, compute {compute[0]:.2f} / {compute[1]:.2f})"
+        )
+    print(
+        f"  {summary['requests']:,} requests after warm-up, {summary['completed']:,} completed, "
+        f"p99 TTFT {summary['p99_ttft_ms']:.1f} ms, p99.9 ITL {summary['p99.9_itl_ms']:.2f} ms, "
+        f"{summary['total_output_tokens']:,} output tokens"
+    )
+
+
+if __name__ == "__main__":
+    main()
