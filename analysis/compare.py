@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from vprof.analysis.run import Run, load_run, summarize_loaded
+from vprof.analysis.run import Run, display_names, load_run, summarize_loaded
 
 DEFAULT_METRICS: tuple[str, ...] = (
     "median_ttft_ms",
@@ -88,7 +88,7 @@ def compare(
         raise RunError("compare needs at least two runs (the first is the baseline)")
     loaded = [r if isinstance(r, Run) else load_run(r) for r in runs]
     summaries = [summarize_loaded(r, slo=slo) for r in loaded]
-    names = _unique_names([s["run"] for s in summaries])
+    names = display_names(summaries)
     columns = []
     for run in loaded:
         cols = from_records(run.records)
@@ -112,15 +112,6 @@ def compare(
                     low, high = (float(v) for v in np.percentile(diffs, [2.5, 97.5]))
             rows.append(_row(metric, names[0], base_value, names[i], value, diff, low, high))
     return pd.DataFrame(rows)
-
-
-def _unique_names(names: list[str]) -> list[str]:
-    seen: dict[str, int] = {}
-    out = []
-    for name in names:
-        seen[name] = seen.get(name, 0) + 1
-        out.append(name if seen[name] == 1 else f"{name}#{seen[name]}")
-    return out
 
 
 def _number(value: Any) -> float:

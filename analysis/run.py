@@ -58,6 +58,20 @@ class Run:
         return self.records.to_pandas()
 
 
+def display_names(summaries: Sequence[dict[str, Any]]) -> list[str]:
+    """Run names for column headers: the run's name, or parent/name when names collide."""
+    names = [str(s.get("run")) for s in summaries]
+    if len(set(names)) == len(names):
+        return names
+    longer = [
+        f"{Path(str(s.get('path', ''))).parent.name}/{n}"
+        for s, n in zip(summaries, names, strict=True)
+    ]
+    if len(set(longer)) == len(longer):
+        return longer
+    return [f"{n}#{i + 1}" for i, n in enumerate(names)]
+
+
 def is_run_dir(path: Path) -> bool:
     """True when ``path`` looks like a run folder (has run.json or records)."""
     return (path / "run.json").is_file() or (path / RECORDS).is_file()

@@ -43,7 +43,14 @@ def summarize(
       vprof summarize runs/bench-1/chunked-256-steady --slo ttft_p95=500ms
       vprof summarize runs/bench-1 --format markdown --timeline
     """
-    from vprof.analysis.run import expand_runs, json_safe, load_run, summarize_run, write_summary
+    from vprof.analysis.run import (
+        display_names,
+        expand_runs,
+        json_safe,
+        load_run,
+        summarize_run,
+        write_summary,
+    )
     from vprof.analysis.slo import parse_slo
     from vprof.analysis.summary import timeline
 
@@ -58,7 +65,7 @@ def summarize(
     if fmt in ("json", "ndjson"):
         emit([json_safe(s) for s in summaries], fmt)
     else:
-        names = [s["run"] for s in summaries]
+        names = display_names(summaries)
         rows = [
             {"metric": key, **{name: s.get(key) for name, s in zip(names, summaries, strict=True)}}
             for key in SUMMARY_KEYS

@@ -67,7 +67,7 @@ def test_compare_the_same_run_twice_is_zero_difference(tmp_path):
     frame = compare([a, a], metrics=["p95_itl_ms"], n_boot=200)
     row = frame.iloc[0]
     assert row["diff_pct"] == 0 and not row["significant"]
-    assert row["run"] == "a#2"
+    assert (row["baseline"], row["run"]) == ("a#1", "a#2")
 
 
 def test_compare_is_reproducible_with_a_seed(tmp_path):
