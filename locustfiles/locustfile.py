@@ -14,10 +14,12 @@ from locust import events
 from locust.runners import MasterRunner, WorkerRunner
 
 import logging
+import sys
 from pathlib import Path
 from typing import Any
 
 from vprof.common.clock import wall_now
+from vprof.common.errors import VprofError
 from vprof.locustfiles import collect, run
 from vprof.locustfiles.options import DEFAULT_STOP_TIMEOUT_S, effective_shape, opt
 from vprof.locustfiles.shapes import TrafficShapeBase, drain
@@ -44,12 +46,25 @@ def _on_init(environment: Any, **_: Any) -> None:
         return
     collect.install(environment)
     run.install(environment)
+    if not isinstance(environment.runner, WorkerRunner):
+        _check_options(environment)
     if environment.web_ui is not None and not isinstance(environment.runner, WorkerRunner):
         try:
             from vprof.locustfiles import webui
         except ImportError:  # the web UI tab is optional
             return
         webui.install(environment)
+
+
+def _check_options(environment: Any) -> None:
+    """Fail fast on a bad --workload or --traffic instead of failing every request."""
+    try:
+        effective_shape(environment)
+        run.state(environment).workload()
+    except VprofError as exc:
+        log.error("vprof: %s", exc.format())
+        if opt(environment, "headless", False):
+            sys.exit(2)  # the web UI stays up: the form can still fix it
 
 
 @events.test_start.add_listener

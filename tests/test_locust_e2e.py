@@ -149,3 +149,22 @@ def test_open_loop_schedule_is_shared_by_two_processes_and_met(vllm_server, tmp_
     )
     assert achieved == pytest.approx(intended, rel=0.05)
     assert lag[0.5] < 20
+
+
+def test_multi_turn_chat_grows_history_and_reports_template_overhead(vllm_server, tmp_path):
+    run_dir = tmp_path / "run"
+    run_locust(vllm_server, run_dir, "--workload", "multi-turn", "-u", "2", "-r", "2",
+               "-t", "10s")  # fmt: skip
+    df = read_records(run_dir)
+    assert len(df) >= 4 and (df.status == "ok").all(), df[["status", "error"]]
+    assert (df.endpoint == "chat").all() and (df.conversation_id >= 0).all()
+    # Each conversation resends its history: the server counts more prompt tokens every turn.
+    for _, conv in df.sort_values("turn").groupby("conversation_id"):
+        assert conv.turn.tolist() == list(range(len(conv)))
+        assert conv.prompt_tokens.is_monotonic_increasing
+    assert (df.completion_tokens == df.expected_output_tokens).all()
+    # Chat adds the template's tokens on top of the message contents the workload counts.
+    overhead = df.prompt_tokens - df.expected_prompt_tokens
+    print(f"\nchat: {len(df)} turns in {df.conversation_id.nunique()} conversations; template "
+          f"adds {overhead.min()}-{overhead.max()} prompt tokens per request")
+    assert (overhead >= 0).all()
