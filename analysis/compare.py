@@ -127,6 +127,11 @@ def _sample(cols: Any, ok: Any, metric: str, rng: Any) -> _Sample:
 
     f = cols.floats
     if metric == "itl":
+        chosen = np.flatnonzero(ok)
+        if chosen.size > MAX_BOOT_REQUESTS:  # subsample before gathering tens of millions of gaps
+            subset = np.zeros_like(ok)
+            subset[rng.choice(chosen, MAX_BOOT_REQUESTS, replace=False)] = True
+            ok = subset
         values, lengths = cols.gaps(ok)
     else:
         per_request = {

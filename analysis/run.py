@@ -186,7 +186,9 @@ def summarize_loaded(
     """The summary of an already loaded :class:`Run`, headed by what the run was."""
     from vprof.analysis.summary import summarize
 
-    profile = run.meta.get("profile") if isinstance(run.meta.get("profile"), dict) else {}
+    profile: dict[str, Any] = run.meta.get("profile") or {}
+    if not isinstance(profile, dict):
+        profile = {}
     head: dict[str, Any] = {
         "run": run.name,
         "path": str(run.path),

@@ -104,7 +104,7 @@ class BlockQuantiles:
         self.counts = np.zeros(1 << (64 - self.SHIFT - 1), dtype=np.int64)
         self.fallback = False
         self._ranks: list[int] = []
-        self._wanted = None
+        self._wanted: Any = None
         self._parts: list = []
         self._keys = np.empty(0, dtype=np.int64)  # reused: fresh big arrays cost page faults
         self._guessed = False
@@ -155,7 +155,7 @@ class BlockQuantiles:
         """Fix the ranks to find, after every ``add``; True when a ``collect`` pass is needed."""
         np = self._np
         n = self.n
-        ranks = set()
+        ranks: set[int] = set()
         for q in qs:
             h = (n - 1) * (float(q) / 100.0)
             lo = int(math.floor(h))

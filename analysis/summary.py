@@ -51,8 +51,7 @@ def summarize(
     import numpy as np
 
     cols = records if isinstance(records, Columns) else from_records(records)
-    if isinstance(slo, str):
-        slo = parse_slo(slo)
+    slo = parse_slo(slo) if isinstance(slo, str) else slo
     f = cols.floats
     status = cols.status
     keep, ok, failed = masks(cols, warmup_until)
@@ -88,6 +87,8 @@ def summarize(
         out.update(_from_schedule(cols, keep, ok, percentiles))
     if slo is not None:
         out.update(_slo(slo, cols, ok, failed, itl, out))
+    else:
+        out["request_goodput"] = None  # as vllm bench serve writes it without --goodput
     out.update(itl.describe("itl", percentiles))
     out.update(_cached_share(cols, ok))
     if metrics:

@@ -115,7 +115,9 @@ def test_arrow_table_and_dataframe_give_the_same_summary(tmp_path):
     from_frame = summarize(read_records(run))
     assert from_table.keys() == from_frame.keys()
     for key, value in from_table.items():
-        if isinstance(value, float) and math.isnan(value):
+        if value is None:
+            assert from_frame[key] is None, key
+        elif isinstance(value, float) and math.isnan(value):
             assert math.isnan(from_frame[key]), key
         else:
             assert from_frame[key] == pytest.approx(value, rel=1e-12), key
