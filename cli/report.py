@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
 import click
 
 from vprof.cli.output import emit, format_option
@@ -25,6 +29,76 @@ slo_option = click.option(
 )
 
 
+def show_summaries(
+    runs: Sequence[str | Path],
+    *,
+    fmt: str = "table",
+    slo: str | None = None,
+    save: bool = False,
+    timeline_interval_s: float | None = None,
+) -> list[dict[str, Any]]:
+    """Print the summaries of ``runs`` (run or bench folders); also used by ``vprof bench``.
+
+    Tables put runs side by side (one column per run); JSON prints every key. With
+    ``timeline_interval_s`` the per-interval rows follow.
+    """
+    from vprof.analysis.run import (  # noqa: I001
+        display_names,
+        expand_runs,
+        json_safe,
+        load_run,
+        summarize_run,
+        write_summary,
+    )
+    from vprof.analysis.slo import parse_slo
+    from vprof.analysis.summary import timeline
+
+    parsed = parse_slo(slo) if slo else None  # a bad --slo fails before anything is read
+    paths = expand_runs(runs)
+    interval_s = timeline_interval_s or 5.0
+    if save:
+        summaries = [write_summary(p, slo=parsed, interval_s=interval_s) for p in paths]
+    else:
+        summaries = [summarize_run(p, slo=parsed) for p in paths]
+    if fmt in ("json", "ndjson"):
+        emit([json_safe(s) for s in summaries], fmt)
+    else:
+        names = display_names(summaries)
+        rows = [
+            {"metric": key, **{name: s.get(key) for name, s in zip(names, summaries, strict=True)}}
+            for key in SUMMARY_KEYS
+            if any(s.get(key) is not None for s in summaries)
+        ]
+        emit(rows, fmt)
+    if timeline_interval_s:
+        for path in paths:
+            run = load_run(path)
+            frame = timeline(run.records, interval_s)
+            frame.insert(0, "run", run.name)
+            click.echo()
+            emit(json_safe(frame.to_dict("records")), fmt)
+    return summaries
+
+
+def show_comparison(
+    runs: Sequence[str | Path],
+    *,
+    fmt: str = "table",
+    metrics: Sequence[str] = (),
+    n_boot: int = 2000,
+    seed: int = 0,
+) -> None:
+    """Print the comparison of ``runs`` against the first; also used by ``vprof bench``."""
+    from vprof.analysis.compare import DEFAULT_METRICS
+    from vprof.analysis.compare import compare as compare_runs
+    from vprof.analysis.run import expand_runs, json_safe
+
+    frame = compare_runs(
+        expand_runs(runs), metrics=metrics or DEFAULT_METRICS, n_boot=n_boot, seed=seed
+    )
+    emit(json_safe(frame.to_dict("records")), fmt)
+
+
 @click.command()
 @click.argument("runs", nargs=-1, required=True, type=click.Path())
 @format_option
@@ -43,42 +117,9 @@ def summarize(
       vprof summarize runs/bench-1/chunked-256-steady --slo ttft_p95=500ms
       vprof summarize runs/bench-1 --format markdown --timeline
     """
-    from vprof.analysis.run import (
-        display_names,
-        expand_runs,
-        json_safe,
-        load_run,
-        summarize_run,
-        write_summary,
+    show_summaries(
+        runs, fmt=fmt, slo=slo, save=save, timeline_interval_s=interval_s if show_timeline else None
     )
-    from vprof.analysis.slo import parse_slo
-    from vprof.analysis.summary import timeline
-
-    parsed = parse_slo(slo) if slo else None  # a bad --slo fails before anything is read
-    paths = expand_runs(runs)
-    summaries = [
-        write_summary(p, slo=parsed, interval_s=interval_s)
-        if save
-        else summarize_run(p, slo=parsed)
-        for p in paths
-    ]
-    if fmt in ("json", "ndjson"):
-        emit([json_safe(s) for s in summaries], fmt)
-    else:
-        names = display_names(summaries)
-        rows = [
-            {"metric": key, **{name: s.get(key) for name, s in zip(names, summaries, strict=True)}}
-            for key in SUMMARY_KEYS
-            if any(s.get(key) is not None for s in summaries)
-        ]
-        emit(rows, fmt)
-    if show_timeline:
-        for path in paths:
-            run = load_run(path)
-            frame = timeline(run.records, interval_s)
-            frame.insert(0, "run", run.name)
-            click.echo()
-            emit(json_safe(frame.to_dict("records")), fmt)
 
 
 @click.command()
@@ -97,14 +138,7 @@ def compare(
       vprof compare runs/bench-1/baseline-steady runs/bench-1/chunked-256-steady
       vprof compare runs/bench-1 --metric p95_itl_ms --metric p99_ttft_ms
     """
-    from vprof.analysis.compare import DEFAULT_METRICS
-    from vprof.analysis.compare import compare as compare_runs
-    from vprof.analysis.run import expand_runs, json_safe
-
-    frame = compare_runs(
-        expand_runs(runs), metrics=metrics or DEFAULT_METRICS, n_boot=n_boot, seed=seed
-    )
-    emit(json_safe(frame.to_dict("records")), fmt)
+    show_comparison(runs, fmt=fmt, metrics=metrics, n_boot=n_boot, seed=seed)
 
 
 @click.command()

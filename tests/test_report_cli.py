@@ -84,3 +84,15 @@ def test_plan_prints_replicas_and_the_sentence(bench):
     assert "replicas of chunked-256" in result.output
     assert "sustainable_rps" in result.output
     assert "1-baseline" in result.output  # evidence rows
+
+
+def test_show_functions_used_by_bench_print_summaries_and_comparison(bench, capsys):
+    from vprof.cli.report import show_comparison, show_summaries
+
+    runs = sorted(bench.iterdir())  # Paths, as `vprof bench` passes them
+    summaries = show_summaries(runs, fmt="csv", slo="ttft_p95=150ms")
+    show_comparison(runs, fmt="json", metrics=["p95_ttft_ms"], n_boot=200)
+    out = capsys.readouterr().out
+    assert [s["run"] for s in summaries] == ["1-baseline", "2-chunked"]
+    assert out.startswith("metric,1-baseline,2-chunked")
+    assert '"verdict": "2-chunked lowers p95 TTFT by' in out
