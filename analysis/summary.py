@@ -11,7 +11,7 @@ Definitions follow ``vllm bench serve`` (``reference/vllm-bench.md`` §1.3) over
 - ``max_output_tokens_per_s`` counts streamed chunks (as vllm does) in 1-s bins from the
   first completed send; ``max_concurrent_requests`` is the exact peak of [send, last token).
 
-vProf's additions: error rate and statuses, latency from the *schedule* for open-loop runs
+vprof's additions: error rate and statuses, latency from the *schedule* for open-loop runs
 (``*_from_schedule_ms``) and schedule lag, SLO checks and goodput, server-side numbers from
 ``/metrics`` samples, load-generator CPU, cached-token share.
 """
@@ -78,6 +78,7 @@ def summarize(
     itl_slo = [t.percentile for t in (slo.targets if slo else ()) if t.metric == "itl"]
     itl_slo = [q for q in itl_slo if q is not None]
     itl, token_bins = _itl(cols, ok, _nanmin(f["sent_at"][ok]), [*percentiles, *itl_slo])
+    out.update(itl.describe("itl", percentiles))
     out.update(describe(e2el, "e2el", percentiles))
     out["max_output_tokens_per_s"] = float(token_bins.max()) if token_bins.size else math.nan
     out["max_concurrent_requests"] = _peak_concurrency(f["sent_at"][ok], f["last_token_at"][ok])
@@ -89,7 +90,6 @@ def summarize(
         out.update(_slo(slo, cols, ok, failed, itl, out))
     else:
         out["request_goodput"] = None  # as vllm bench serve writes it without --goodput
-    out.update(itl.describe("itl", percentiles))
     out.update(_cached_share(cols, ok))
     if metrics:
         out.update(server_stats(metrics, first_send, _nanmax(ends[keep])))
