@@ -96,3 +96,15 @@ def test_show_functions_used_by_bench_print_summaries_and_comparison(bench, caps
     assert [s["run"] for s in summaries] == ["1-baseline", "2-chunked"]
     assert out.startswith("metric,1-baseline,2-chunked")
     assert '"verdict": "2-chunked lowers p95 TTFT by' in out
+
+
+def test_report_commands_import_no_heavy_libraries():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, vprof.cli.report, vprof.analysis;"
+        "print(sorted(m for m in ('pandas', 'numpy', 'pyarrow', 'locust') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
