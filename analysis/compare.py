@@ -259,7 +259,8 @@ def _row(
     if base_value == value:
         verdict, diff = f"{label}: identical", 0.0
     elif math.isnan(diff):
-        verdict = f"{label}: not comparable (missing or zero baseline)"
+        missing = name if math.isnan(value) else f"baseline {base}"
+        verdict = f"{label}: not comparable ({missing} has no value, or the baseline is 0)"
     elif has_ci and not significant:
         interval = f"[{low:+.1f} %, {high:+.1f} %]"
         verdict = f"{label}: no significant difference ({diff:+.1f} % {interval})"
