@@ -46,9 +46,10 @@ def describe(
     if n > _LARGE:
         total = float(x.sum())
         mean = total / n
-        # E[x²] − mean²: a single BLAS pass instead of np.std's temporaries; latencies are
+        # E[x²] − mean²: one pass instead of np.std's temporaries (einsum, not BLAS dot, whose
+        # worker threads spin on a shared 2-core box); latencies are
         # positive with std of the order of the mean, so cancellation costs < 1e-12 relative.
-        var = max(float(np.dot(x, x)) / n - mean * mean, 0.0)
+        var = max(float(np.einsum("i,i->", x, x)) / n - mean * mean, 0.0)
         std = math.sqrt(var)
     else:
         mean = float(x.mean())
@@ -115,7 +116,7 @@ class BlockQuantiles:
             return
         self.n += x.size
         self.total += float(x.sum())
-        self.total_sq += float(np.dot(x, x))
+        self.total_sq += float(np.einsum("i,i->", x, x))
         if self.fallback:
             return
         keys = self._key(x)
