@@ -139,13 +139,17 @@ def _run_sampled(argv: list[str], samplers: list[CpuSampler], timeout_s: float) 
     client = CpuSampler(proc.pid)
     samplers.insert(0, client)
     deadline = time.monotonic() + timeout_s
-    while proc.poll() is None:
-        for sampler in samplers:
-            sampler.sample()
-        if time.monotonic() > deadline:
+    try:
+        while proc.poll() is None:
+            for sampler in samplers:
+                sampler.sample()
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{argv[0]} did not finish in {timeout_s:.0f} s")
+            time.sleep(0.2)
+    finally:
+        if proc.poll() is None:  # interrupted or too slow: leave nothing running
             proc.kill()
-            raise RuntimeError(f"{argv[0]} did not finish in {timeout_s:.0f} s")
-        time.sleep(0.2)
+            proc.wait()
     for sampler in samplers[1:]:
         sampler.sample()
     if proc.returncode != 0:
@@ -358,7 +362,17 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def _terminate_on_sigterm() -> None:
+    import signal
+
+    def stop(signum, frame):  # noqa: ARG001
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, stop)
+
+
 if __name__ == "__main__":
+    _terminate_on_sigterm()
     if len(sys.argv) > 1 and sys.argv[1] == "--plain-client":
         _, _, url, users, seconds, body, out = sys.argv
         asyncio.run(_aiohttp_client(url, int(users), float(seconds), json.loads(body), Path(out)))

@@ -7,6 +7,7 @@ emulator shares two cores with the load generator it is measuring.
 from __future__ import annotations
 
 import asyncio
+import logging
 import math
 import selectors
 import time
@@ -24,6 +25,7 @@ _REASONS = {
     500: "Internal Server Error",
 }
 MAX_BODY_BYTES = 64 * 1024 * 1024
+log = logging.getLogger("vprof.emulator")
 
 
 @dataclass
@@ -93,8 +95,17 @@ class Responder:
 Handler = Callable[[Request, Responder], Awaitable[None]]
 
 
+class Connections(set):
+    """The open connections, and how many were ever opened (clients that do not reuse
+    connections pay a TCP handshake per request, inside their TTFT)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.opened = 0
+
+
 class _Connection(asyncio.Protocol):
-    def __init__(self, handler: Handler, connections: set[_Connection]) -> None:
+    def __init__(self, handler: Handler, connections: Connections) -> None:
         self._handler = handler
         self._connections = connections
         self._buffer = bytearray()
@@ -105,6 +116,7 @@ class _Connection(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = transport  # type: ignore[assignment]
         self._connections.add(self)
+        self._connections.opened += 1
         sock = transport.get_extra_info("socket")
         if sock is not None:
             import socket
@@ -144,6 +156,8 @@ class _Connection(asyncio.Protocol):
         if task.cancelled() or responder is None or self._transport is None:
             return
         exc = task.exception()
+        if exc is not None:
+            log.error("emulator handler failed", exc_info=exc)
         if exc is not None and not responder.closed:
             if responder.streaming:  # headers are out: all we can do is cut the stream
                 self._transport.close()
@@ -175,9 +189,12 @@ class _Connection(asyncio.Protocol):
         if "chunked" in headers.get("transfer-encoding", "").lower():
             self._reject(411)  # no client of an LLM API chunks its request body
             return None
-        length = int(headers.get("content-length", "0") or 0)
-        if length > MAX_BODY_BYTES:
-            self._reject(413)
+        try:
+            length = int(headers.get("content-length", "0") or 0)
+        except ValueError:
+            length = -1
+        if not 0 <= length <= MAX_BODY_BYTES:
+            self._reject(413 if length > 0 else 400)
             return None
         if len(self._buffer) < end + 4 + length:
             return None  # wait for the rest of the body
@@ -225,9 +242,11 @@ def new_event_loop(precise: bool = True) -> asyncio.AbstractEventLoop:
     return asyncio.new_event_loop()
 
 
-async def start_server(handler: Handler, host: str, port: int) -> tuple[asyncio.Server, set]:
+async def start_server(
+    handler: Handler, host: str, port: int
+) -> tuple[asyncio.Server, Connections]:
     """Listen on ``host:port`` and serve ``handler``; returns the server and its connections."""
-    connections: set[_Connection] = set()
+    connections = Connections()
     loop = asyncio.get_running_loop()
     server = await loop.create_server(
         lambda: _Connection(handler, connections), host, port, backlog=1024, reuse_address=True

@@ -15,7 +15,7 @@ from typing import Any
 from vprof.common.errors import VprofError
 from vprof.emulator import wire
 from vprof.emulator.config import EmulatorConfig
-from vprof.emulator.http import Request, Responder, new_event_loop, start_server
+from vprof.emulator.http import Connections, Request, Responder, new_event_loop, start_server
 from vprof.emulator.prompts import chat_prompt_text, load_counter, output_vocabulary
 from vprof.emulator.timing import token_deadlines
 
@@ -62,6 +62,7 @@ class _App:
         self.counters = _Counters()
         self.rng = random.Random(config.seed)
         self.started_at = int(time.time())
+        self.connections = Connections()
         self.routes: dict[tuple[str, str], Callable[..., Any]] = {
             ("GET", "/health"): self.health,
             ("GET", "/ping"): self.health,
@@ -138,6 +139,11 @@ class _App:
                 {f',finished_reason="{reason}"': n for reason, n in c.finished.items()},
             ),
         ]
+        rows += [  # the emulator's own, outside vLLM's namespace
+            ("gauge", "vprof_emulator_connections_open", {"": len(self.connections)}),
+            ("counter", "vprof_emulator_connections_opened_total",
+             {"": self.connections.opened}),
+        ]  # fmt: skip
         lines = []
         for kind, name, samples in rows:
             base = name.removesuffix("_total")
@@ -232,26 +238,27 @@ class _App:
             max_keys=("max_tokens",),
         )
         deadlines = self._begin(plan)
-        text = ""
+        text, sent, reason = "", 0, "abort"
         try:
             if plan.stream:
                 out.start_stream(None)
             for k, due in enumerate(deadlines):
                 await _sleep_until(due)
                 if out.closed:
-                    self._finish(plan, k, "abort")
                     return
                 text += wire.token_text(k, self.vocabulary)
-                if plan.stream:
+                sent += 1
+                if not plan.stream:
+                    continue
+                if sent < plan.output_tokens:
                     out.chunk(wire.generate_line(prompt, text))
-            if plan.stream:
-                out.end_stream()
-            else:
+                else:
+                    out.end_stream([wire.generate_line(prompt, text)])
+            if not plan.stream:
                 out.send(200, json.dumps({"text": [prompt + text]}).encode(), JSON_TYPE)
-            self._finish(plan, len(deadlines), "length")
-        except asyncio.CancelledError:
-            self._finish(plan, 0, "abort")
-            raise
+            reason = "length"
+        finally:
+            self._finish(sent, reason)
 
     # -- shared steps -------------------------------------------------------------------
 
@@ -327,7 +334,7 @@ class _App:
             self.config, loop.time(), plan.prompt_tokens, plan.output_tokens, rng
         )
 
-    def _finish(self, plan: _Plan, sent_tokens: int, reason: str) -> None:
+    def _finish(self, sent_tokens: int, reason: str) -> None:
         self.counters.running -= 1
         self.counters.generation_tokens += sent_tokens
         self.counters.finished[reason] = self.counters.finished.get(reason, 0) + 1
@@ -340,41 +347,38 @@ class _App:
         whole: Callable[[str], dict[str, Any]],
     ) -> None:
         deadlines = self._begin(plan)
-        sent = 0
+        sent, reason = 0, "abort"
         try:
             if not plan.stream:
                 await _sleep_until(deadlines[-1])
-                text = "".join(
-                    wire.token_text(k, self.vocabulary) for k in range(plan.output_tokens)
-                )
-                out.send(200, wire.dumps(whole(text)).encode(), JSON_TYPE)
-                sent = plan.output_tokens
-                self._finish(plan, sent, "length")
+                if out.closed:
+                    return
+                words = (wire.token_text(k, self.vocabulary) for k in range(plan.output_tokens))
+                out.send(200, wire.dumps(whole("".join(words))).encode(), JSON_TYPE)
+                sent, reason = plan.output_tokens, "length"
                 return
             out.start_stream(SSE_TYPE)
-            last_index = plan.output_tokens - 1
             for k, due in enumerate(deadlines):
                 await _sleep_until(due)
                 if out.closed:
-                    self._finish(plan, sent, "abort")
                     return
-                last = k == last_index
+                sent += 1
+                last = sent == plan.output_tokens
                 event = (chunks.first if k == 0 else chunks.token)(
                     wire.token_text(k, self.vocabulary), last
                 )
-                sent += 1
                 if not last:
                     out.chunk(event)
                     continue
+                # vLLM yields the last token, the usage chunk and [DONE] back to back
                 tail = [event]
                 if plan.include_usage:
                     tail.append(chunks.usage(plan.prompt_tokens, plan.output_tokens))
                 tail.append(wire.DONE)
                 out.end_stream(tail)
-            self._finish(plan, sent, "length")
-        except asyncio.CancelledError:
-            self._finish(plan, sent, "abort")
-            raise
+            reason = "length"
+        finally:
+            self._finish(sent, reason)
 
 
 async def _sleep_until(deadline: float) -> None:
@@ -456,6 +460,7 @@ class Emulator:
     async def _serve(self, on_ready: Callable[[], None]) -> None:
         self._stop = asyncio.Event()
         server, connections = await start_server(self._app, self.config.host, self.config.port)
+        self._app.connections = connections
         self.port = server.sockets[0].getsockname()[1]
         self._ready.set()
         on_ready()
