@@ -337,6 +337,7 @@ def test_keep_alive_serves_several_requests_on_one_connection(emu):
         b"POST /v1/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
         b"content-length: %d\r\n\r\n%b" % (len(body), body)
     )
+    opened_before = scrape(emu.url)["vprof_emulator_connections_opened_total"]
     with socket.create_connection(("127.0.0.1", emu.port), timeout=5) as sock:
         for _ in range(3):
             sock.sendall(request)
@@ -345,6 +346,8 @@ def test_keep_alive_serves_several_requests_on_one_connection(emu):
                 received += sock.recv(65536)
             assert received.startswith(b"HTTP/1.1 200")
             assert b"transfer-encoding: chunked" in received and b"data: [DONE]" in received
+    # three requests on this socket, one more connection for the scrape itself
+    assert scrape(emu.url)["vprof_emulator_connections_opened_total"] - opened_before == 2
 
 
 # -- timing ------------------------------------------------------------------------------
