@@ -163,10 +163,18 @@ def flush_local(environment: Any) -> None:
 
 
 def ship_to_master(environment: Any) -> None:
-    """Worker: send the buffer to the master now (used when a test stops)."""
+    """Worker: send the buffer to the master now, marked final (its test has stopped)."""
     records, cpu = _buffer(environment).take()
-    if records or cpu:
-        environment.runner.send_message(RECORDS_MESSAGE, {"records": records, "cpu": cpu})
+    environment.runner.send_message(RECORDS_MESSAGE, {"records": records, "cpu": cpu,
+                                                      "final": True})  # fmt: skip
+
+
+def finished_workers(environment: Any) -> set[str]:
+    """Master: the workers that have sent their final records for the current test."""
+    done = getattr(environment, "_vprof_final", None)
+    if done is None:
+        done = environment._vprof_final = set()
+    return done
 
 
 def install(environment: Any) -> None:
@@ -196,6 +204,12 @@ def install(environment: Any) -> None:
 
         def _on_records(environment: Any, msg: Any, **_: Any) -> None:
             col.add(msg.data.get("records") or [], msg.data.get("cpu") or [])
+            if msg.data.get("final"):
+                finished_workers(environment).add(msg.node_id)
+
+        @environment.events.test_start.add_listener
+        def _new_test(**_: Any) -> None:
+            finished_workers(environment).clear()
 
         runner.register_message(RECORDS_MESSAGE, _on_records)
     elif isinstance(runner, LocalRunner):

@@ -14,9 +14,12 @@ from locust import events
 from locust.runners import MasterRunner, WorkerRunner
 
 import logging
+import signal
 import sys
 from pathlib import Path
 from typing import Any
+
+import gevent
 
 from vprof.common.clock import wall_now
 from vprof.common.errors import VprofError
@@ -46,6 +49,7 @@ def _on_init(environment: Any, **_: Any) -> None:
         return
     collect.install(environment)
     run.install(environment)
+    _graceful_exit(environment)
     if not isinstance(environment.runner, WorkerRunner):
         _check_options(environment)
     if environment.web_ui is not None and not isinstance(environment.runner, WorkerRunner):
@@ -54,6 +58,39 @@ def _on_init(environment: Any, **_: Any) -> None:
         except ImportError:  # the web UI tab is optional
             return
         webui.install(environment)
+
+
+def _graceful_exit(environment: Any) -> None:
+    """Ctrl-C/SIGTERM keep in-flight streams and their records.
+
+    A worker stops its users gracefully and ships its final records *before* Locust tells the
+    master it quits (quitting listeners fire newest first, and this one is newer). A headless
+    master or local runner gets a SIGTERM handler: Locust installs its own only after a shape
+    test has ended, so until then SIGTERM would kill it with the records in flight.
+    """
+    runner = environment.runner
+    if isinstance(runner, WorkerRunner):
+
+        @environment.events.quitting.add_listener
+        def _worker_quitting(**_: Any) -> None:
+            if runner.state in ("running", "spawning"):
+                runner.stop()
+                return
+            # Already stopping (the master asked us to drain): wait for that stop to finish.
+            deadline = wall_now() + float(environment.stop_timeout or 0) + 5.0
+            while runner.state in ("stopping", "cleanup") and wall_now() < deadline:
+                gevent.sleep(0.1)
+
+        return
+    if not opt(environment, "headless", False):
+        return
+
+    def _on_sigterm() -> None:
+        log.info("vprof: SIGTERM: finishing requests in flight, then quitting")
+        drain(runner)
+        runner.quit()
+
+    gevent.signal_handler(signal.SIGTERM, lambda: gevent.spawn(_on_sigterm))
 
 
 def _check_options(environment: Any) -> None:

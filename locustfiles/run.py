@@ -8,7 +8,13 @@ only its own share: index i belongs to worker k of n iff i % n == k.
 """
 
 import locust  # noqa: F401  (first: gevent patching)
-from locust.runners import MasterRunner, WorkerRunner
+from locust.runners import (
+    STATE_CLEANUP,
+    STATE_STOPPED,
+    STATE_STOPPING,
+    MasterRunner,
+    WorkerRunner,
+)
 
 import logging
 import secrets
@@ -21,12 +27,12 @@ import gevent.lock
 
 from vprof.common.clock import wall_now
 from vprof.common.errors import VprofError
+from vprof.locustfiles.collect import finished_workers, ship_to_master
 from vprof.locustfiles.options import effective_shape, opt
 from vprof.traffic.shape import TrafficShape, arrival_offsets, partition
 
 RUN_MESSAGE = "vprof_run"
 DRAIN_MESSAGE = "vprof_drain"
-DRAINED_MESSAGE = "vprof_drained"
 OPEN_LOOP_LEAD_S = 2.0  # the epoch is this far ahead so every worker has the schedule in time
 CONFIG_WAIT_S = 30.0
 
@@ -236,12 +242,6 @@ def install(environment: Any) -> None:
     """Register vprof's messages on this runner (call from ``init``)."""
     runner = environment.runner
     if isinstance(runner, MasterRunner):
-        environment._vprof_drained = set()
-
-        def _on_drained(environment: Any, msg: Any, **_: Any) -> None:
-            environment._vprof_drained.add(msg.node_id)
-
-        runner.register_message(DRAINED_MESSAGE, _on_drained)
         return  # the master sends the run settings; it runs no users
 
     def _on_run(environment: Any, msg: Any, **_: Any) -> None:
@@ -249,18 +249,23 @@ def install(environment: Any) -> None:
 
     runner.register_message(RUN_MESSAGE, _on_run)
     if isinstance(runner, WorkerRunner):
-
-        def _on_drain(environment: Any, msg: Any, **_: Any) -> None:
-            # Graceful: users finish their request (up to the stop timeout); test_stop then
-            # ships the last records before we answer.
-            environment.runner.stop()
-            environment.runner.send_message(DRAINED_MESSAGE, None)
-
         runner.register_message(DRAIN_MESSAGE, _on_drain, concurrent=True)
 
 
+def _on_drain(environment: Any, msg: Any, **_: Any) -> None:
+    """Worker: stop gracefully; users finish their request (up to the stop timeout) and
+    ``test_stop`` ships the final records."""
+    runner = environment.runner
+    if runner.state in (STATE_STOPPING, STATE_CLEANUP):
+        return  # already stopping: its test_stop will ship the final records
+    if runner.state == STATE_STOPPED:
+        ship_to_master(environment)  # nothing in flight; say so
+        return
+    runner.stop()
+
+
 def drain_workers(environment: Any) -> None:
-    """Master: have every worker finish its in-flight requests and ship its records, and wait.
+    """Master: have every worker finish its in-flight requests and ship its records; wait.
 
     Headless Locust ends with ``quit()``, which gives workers half a second: streams still in
     flight, and their records, would be lost. (A plain ``stop()`` would work but makes each
@@ -272,15 +277,15 @@ def drain_workers(environment: Any) -> None:
     workers = {c.id for c in runner.clients.all}
     if not workers:
         return
-    drained: set[str] = environment._vprof_drained
-    drained.clear()
+    done = finished_workers(environment)
     runner.send_message(DRAIN_MESSAGE, None)
     deadline = wall_now() + float(environment.stop_timeout or 0) + 30.0
-    while not workers <= drained and wall_now() < deadline:
-        workers &= {c.id for c in runner.clients.all}  # a worker that died will not answer
+    while not workers <= done and wall_now() < deadline:
+        # A worker that quit has shipped its final records first; one that died never will.
+        workers &= {c.id for c in runner.clients.all} | done
         gevent.sleep(0.1)
-    if not workers <= drained:
-        log.warning("vprof: %d worker(s) did not finish in time", len(workers - drained))
+    if not workers <= done:
+        log.warning("vprof: %d worker(s) did not finish in time", len(workers - done))
 
 
 def broadcast(environment: Any, config: RunConfig) -> None:
