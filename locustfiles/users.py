@@ -37,6 +37,7 @@ ENDPOINT_PATHS = {
     "generate": "/generate",
 }
 CONNECT_TIMEOUT_S = 10.0
+UNREACHABLE_BACKOFF_S = 0.5
 
 
 class _RequestTimeout(Exception):
@@ -69,6 +70,7 @@ class LLMUser(HttpUser):
         self._session = requests.Session()
         self._conversation: Any = None
         self._last_text: str | None = None
+        self._unreachable = False
 
     def on_stop(self) -> None:
         session = getattr(self, "_session", None)
@@ -146,6 +148,8 @@ class LLMUser(HttpUser):
         else:
             index = run.next_index()
         self.send(index, scheduled_at, open_loop=run.open_loop, salt=config.salt)
+        if not run.open_loop and self._unreachable:
+            gevent.sleep(UNREACHABLE_BACKOFF_S)  # a closed loop must not spin on a dead server
 
     def _warm_up(self) -> None:
         # Tokenizer, prefixes and the model name are built before the first arrival is due,
@@ -186,6 +190,7 @@ class LLMUser(HttpUser):
             opt(self.environment, "request_timeout_s", DEFAULT_REQUEST_TIMEOUT_S)
         )
         response = None
+        self._unreachable = False
         try:
             plan = self._next_plan(index)
             if plan.conversation_id >= 0:
@@ -220,6 +225,9 @@ class LLMUser(HttpUser):
             record.status, record.error = Status.TIMEOUT.value, f"no full answer in {timeout_s:g} s"
         except requests.Timeout as exc:
             record.status, record.error = Status.TIMEOUT.value, f"{type(exc).__name__}: {exc}"
+        except requests.ConnectionError as exc:
+            record.status, record.error = Status.ERROR.value, f"{type(exc).__name__}: {exc}"
+            self._unreachable = record.http_status == 0
         except (requests.RequestException, StreamError, OSError, ValueError) as exc:
             record.status, record.error = Status.ERROR.value, f"{type(exc).__name__}: {exc}"
         except Exception as exc:  # a bug: still one record, and Locust shows the traceback
