@@ -35,6 +35,7 @@ class Request:
     headers: dict[str, str]  # lower-case names
     body: bytes
     keep_alive: bool = True
+    received_at: float = 0.0  # loop.time() when its first byte arrived
 
 
 @dataclass
@@ -112,6 +113,7 @@ class _Connection(asyncio.Protocol):
         self._transport: asyncio.Transport | None = None
         self._responder: Responder | None = None
         self._task: asyncio.Task | None = None
+        self._first_byte_at = 0.0
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = transport  # type: ignore[assignment]
@@ -136,6 +138,9 @@ class _Connection(asyncio.Protocol):
             self._task.cancel()
 
     def data_received(self, data: bytes) -> None:
+        if not self._buffer:
+            # a request's clock starts when it arrives, as a server's TTFT does
+            self._first_byte_at = asyncio.get_running_loop().time()
         self._buffer += data
         if self._task is None:
             self._next()
@@ -200,9 +205,13 @@ class _Connection(asyncio.Protocol):
             return None  # wait for the rest of the body
         body = bytes(self._buffer[end + 4 : end + 4 + length])
         del self._buffer[: end + 4 + length]
+        received_at = self._first_byte_at
+        if self._buffer:  # a pipelined request follows: it is here already
+            self._first_byte_at = asyncio.get_running_loop().time()
         connection = headers.get("connection", "").lower()
         keep_alive = connection != "close" and (version == "HTTP/1.1" or connection == "keep-alive")
-        return Request(method.upper(), target.split("?", 1)[0], headers, body, keep_alive)
+        path = target.split("?", 1)[0]
+        return Request(method.upper(), path, headers, body, keep_alive, received_at)
 
     def _reject(self, status: int) -> None:
         assert self._transport is not None

@@ -191,6 +191,7 @@ class _App:
         plan = self._plan(body, text, prompt_tokens, max_keys=("max_tokens",))
         rid = wire.new_request_id("cmpl", request.headers.get("x-request-id"))
         await self._run(
+            request,
             out,
             plan,
             wire.CompletionChunks(rid, int(time.time()), self._model(body)),
@@ -212,6 +213,7 @@ class _App:
         )
         rid = wire.new_request_id("chatcmpl", request.headers.get("x-request-id"))
         await self._run(
+            request,
             out,
             plan,
             wire.ChatChunks(rid, int(time.time()), self._model(body)),
@@ -237,7 +239,7 @@ class _App:
             self.count_tokens(prompt),
             max_keys=("max_tokens",),
         )
-        deadlines = self._begin(plan)
+        deadlines = self._begin(plan, request)
         text, sent, reason = "", 0, "abort"
         try:
             if plan.stream:
@@ -325,14 +327,13 @@ class _App:
         include_usage = bool(stream and isinstance(options, dict) and options.get("include_usage"))
         return _Plan(prompt, prompt_tokens, output_tokens, stream, include_usage)
 
-    def _begin(self, plan: _Plan) -> list[float]:
+    def _begin(self, plan: _Plan, request: Request) -> list[float]:
+        """Count the request in and schedule its tokens from when it arrived."""
         self.counters.running += 1
         self.counters.prompt_tokens += plan.prompt_tokens
-        loop = asyncio.get_running_loop()
+        start = request.received_at or asyncio.get_running_loop().time()
         rng = self.rng if self.config.jitter_ms else None
-        return token_deadlines(
-            self.config, loop.time(), plan.prompt_tokens, plan.output_tokens, rng
-        )
+        return token_deadlines(self.config, start, plan.prompt_tokens, plan.output_tokens, rng)
 
     def _finish(self, sent_tokens: int, reason: str) -> None:
         self.counters.running -= 1
@@ -341,12 +342,13 @@ class _App:
 
     async def _run(
         self,
+        request: Request,
         out: Responder,
         plan: _Plan,
         chunks: wire.CompletionChunks | wire.ChatChunks,
         whole: Callable[[str], dict[str, Any]],
     ) -> None:
-        deadlines = self._begin(plan)
+        deadlines = self._begin(plan, request)
         sent, reason = 0, "abort"
         try:
             if not plan.stream:
