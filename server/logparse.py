@@ -30,6 +30,11 @@ _MAX_MODEL_LEN = (
     re.compile(r"max_seq_len=(\d+)"),
     re.compile(r"Using max model len (\d+)"),
 )
+# Shutdown chatter that buries the lines that matter (nanobind leak reports, resource tracker).
+_NOISE = re.compile(
+    r"^\s*- leaked |^\s*- \.\.\. skipped|^nanobind:|^See https://nanobind|resource_tracker|"
+    r"^\s*warnings\.warn\("
+)
 _ERROR_LINE = re.compile(r"^(?:[\w.]+\.)?(\w*(?:Error|Exception))\b:?\s*(.*)$")
 
 
@@ -158,3 +163,8 @@ def find_error(text: str) -> str | None:
         # pydantic appends the whole input ("[type=value_error, input_value=…]"): noise here
         return re.sub(r"\s*\[type=[^\]]*\]?.*$", "", " ".join(details))
     return None
+
+
+def tail_lines(text: str, n: int = 15) -> list[str]:
+    """The last ``n`` log lines worth showing a person (shutdown chatter left out)."""
+    return [line for line in text.splitlines() if not _NOISE.search(line)][-n:]

@@ -18,7 +18,7 @@ from pathlib import Path
 from types import TracebackType
 
 from vprof.common.errors import LaunchError
-from vprof.server.logparse import EffectiveSettings, find_error, parse_log
+from vprof.server.logparse import EffectiveSettings, find_error, parse_log, tail_lines
 
 _POLL_INTERVAL_S = 0.5
 
@@ -144,7 +144,7 @@ class ServerProcess:
         """Why the server died, for people: its exit code, vLLM's own error, the last log lines."""
         text = self.log_text()
         error = find_error(text)
-        tail = "\n".join(text.splitlines()[-15:])
+        tail = "\n".join(tail_lines(text, 15))
         what = f"vLLM exited with code {self.returncode} {when}"
         if error:
             what += f": {error}"
@@ -160,8 +160,8 @@ class ServerProcess:
             return ""
 
     def log_tail(self, n: int = 20) -> list[str]:
-        """The last ``n`` lines of this run's log."""
-        return self.log_text().splitlines()[-n:]
+        """The last ``n`` lines of this run's log worth reading (shutdown chatter left out)."""
+        return tail_lines(self.log_text(), n)
 
     def effective_settings(self) -> EffectiveSettings:
         """What vLLM reported it derived at start-up (KV cache size, concurrency, …)."""
@@ -186,7 +186,7 @@ class ServerProcess:
             except requests.RequestException:
                 pass  # not listening yet
             if time.monotonic() >= deadline:
-                tail = "\n".join(self.log_tail(15))
+                tail = "\n".join(tail_lines(self.log_text(), 15))
                 self.stop()
                 raise LaunchError(
                     f"the server did not become healthy within {timeout_s:g} s "
@@ -203,20 +203,19 @@ class ServerProcess:
         proc = self._proc
         if proc is None or self._stopped:
             return
-        # Collect descendants first: once the parent exits they are re-parented and lost.
-        try:
-            family = [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]
-        except psutil.NoSuchProcess:
-            family = []
+        deadline = time.monotonic() + grace_s
+        family = self._family()
         _signal_group(proc.pid, signal.SIGTERM)
         for member in family:
             if _pgid(member.pid) != proc.pid:  # left the group (setsid); signal it directly
                 _signal_process(member, signal.SIGTERM)
         try:
-            proc.wait(timeout=grace_s)
+            proc.wait(timeout=max(0.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
             pass
-        _, alive = psutil.wait_procs(family, timeout=max(0.1, grace_s / 3))
+        psutil.wait_procs(family, timeout=max(0.1, deadline - time.monotonic()))
+        # Look again: the engine core or a resource tracker may ignore SIGTERM.
+        alive = [m for m in self._family() if _running(m)]
         if alive or proc.poll() is None:
             _signal_group(proc.pid, signal.SIGKILL)
             for member in alive:
@@ -225,6 +224,30 @@ class ServerProcess:
         proc.wait()
         # Once reaped, the pid may be reused: never signal this group again.
         self._stopped = True
+
+    def _family(self) -> list:  # list[psutil.Process]
+        """Every process this server started, even after the main process has exited."""
+        import psutil
+
+        pid = self._proc.pid if self._proc else None
+        if pid is None:
+            return []
+        members: dict[int, psutil.Process] = {}
+        try:
+            leader = psutil.Process(pid)
+            members[pid] = leader
+            for child in leader.children(recursive=True):
+                members[child.pid] = child
+        except psutil.NoSuchProcess:
+            pass
+        # Orphans keep the session and group the child was started in (start_new_session).
+        for candidate in psutil.process_iter():
+            try:
+                if pid in (os.getpgid(candidate.pid), os.getsid(candidate.pid)):
+                    members.setdefault(candidate.pid, candidate)
+            except (ProcessLookupError, PermissionError):
+                continue
+        return list(members.values())
 
     def __enter__(self) -> ServerProcess:
         self.start()
@@ -251,6 +274,15 @@ def _pgid(pid: int) -> int | None:
         return os.getpgid(pid)
     except ProcessLookupError:
         return None
+
+
+def _running(member) -> bool:  # member: psutil.Process
+    import psutil
+
+    try:
+        return member.is_running() and member.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
 
 
 def _signal_process(member, sig: signal.Signals) -> None:  # member: psutil.Process

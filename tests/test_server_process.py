@@ -111,3 +111,23 @@ def test_log_of_a_reused_file_shows_only_this_run(tmp_path: Path) -> None:
     assert server.wait(30) == 0
     assert server.log_tail() == ["fresh"]
     server.stop()
+
+
+def test_stop_kills_what_outlives_an_exited_main_process(tmp_path: Path) -> None:
+    orphan = (
+        "import signal, subprocess, sys\n"
+        "code = 'import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+        'print("ready", flush=True); time.sleep(600)\'\n'
+        "child = subprocess.Popen([sys.executable, '-c', code])\n"
+        "print('orphan', child.pid, flush=True)\n"
+    )
+    server = ServerProcess(
+        [sys.executable, "-c", orphan], log_path=tmp_path / "log", port=free_port()
+    )
+    server.start()
+    _wait_for(lambda: "ready" in server.log_text())
+    assert server.wait(30) == 0  # the main process is gone, its child is not
+    child = int(server.log_text().split()[1])
+    assert not _gone(child)
+    server.stop(grace_s=1.0)
+    assert _gone(child)

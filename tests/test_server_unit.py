@@ -10,7 +10,7 @@ import pytest
 from vprof.common.errors import LaunchError
 from vprof.registry.profile import Profile
 from vprof.server.host import HostEngine, adapt_for_host
-from vprof.server.logparse import EffectiveSettings, find_error, parse_log
+from vprof.server.logparse import EffectiveSettings, find_error, parse_log, tail_lines
 from vprof.server.metrics import metric_labels, parse_metrics
 from vprof.server.process import ServerProcess, free_port, port_in_use
 from vprof.tinymodel.build import TINY_MODEL_VERSION
@@ -277,3 +277,20 @@ def test_free_port_scans_a_range_and_skips_busy_ports() -> None:
         assert free_port(lo=busy, hi=busy + 20) != busy
         with pytest.raises(LaunchError, match="no free TCP port"):
             free_port(lo=busy, hi=busy)
+
+
+def test_log_tail_leaves_out_shutdown_chatter() -> None:
+    text = (
+        "EngineDeadError: EngineCore encountered an issue.\n"
+        "nanobind: leaked 514 functions!\n"
+        ' - leaked function "create_sin"\n'
+        " - ... skipped remainder\n"
+        "See https://nanobind.readthedocs.io/en/latest/refleaks.html\n"
+        "/x/resource_tracker.py:254: UserWarning: resource_tracker: There appear to be 1 leak\n"
+        "  warnings.warn('resource_tracker: There appear to be %d '\n"
+        "INFO:     Finished server process [4399]\n"
+    )
+    assert tail_lines(text, 5) == [
+        "EngineDeadError: EngineCore encountered an issue.",
+        "INFO:     Finished server process [4399]",
+    ]
