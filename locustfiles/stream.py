@@ -91,9 +91,11 @@ def read_sse(
     """
     result = into if into is not None else StreamResult()
     for data, at_s in _sse_messages(lines, now):
+        if result.done:
+            continue  # read to the end of the body so the connection can be kept alive
         if data.strip() == "[DONE]":
             result.done = True
-            break
+            continue
         try:
             message = json.loads(data)
         except ValueError as exc:

@@ -239,7 +239,7 @@ class LLMUser(HttpUser):
             raise
         finally:
             if response is not None:
-                response.close()
+                _release(response, keep=record.status == Status.OK.value)
             if math.isnan(record.finished_at):
                 record.finished_at = clock.now()
             if record.status != Status.OK.value and result.first_token_s is not None:
@@ -313,6 +313,18 @@ class LLMUser(HttpUser):
                 context={},
                 exception=None,
             )
+
+
+def _release(response: requests.Response, *, keep: bool) -> None:
+    """Hand the connection back for keep-alive after a complete answer; close it otherwise."""
+    if keep:
+        try:
+            response.raw.drain_conn()  # whatever follows [DONE] (the chunked terminator)
+            response.raw.release_conn()
+            return
+        except Exception:  # noqa: BLE001 - a connection we cannot reuse is simply closed
+            pass
+    response.close()
 
 
 def _flatten(messages: list[dict[str, str]] | None) -> str:
