@@ -107,6 +107,13 @@ class _Server:
         self.url = spec.url or ""
 
     def start(self) -> None:
+        self._launch()
+        from vprof.runs.warmup import warm_up
+
+        self.settings["warmup_s"] = round(warm_up(self.url), 3)
+        self.say(f"  warmed up in {self.settings['warmup_s']:.1f} s")
+
+    def _launch(self) -> None:
         if self.spec.url:
             if not _health_ok(self.spec.url):
                 raise LaunchError(f"no healthy server at {self.spec.url}/health")
