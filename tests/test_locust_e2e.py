@@ -165,6 +165,8 @@ def test_multi_turn_chat_grows_history_and_reports_template_overhead(vllm_server
     assert (df.completion_tokens == df.expected_output_tokens).all()
     # Chat adds the template's tokens on top of the message contents the workload counts.
     overhead = df.prompt_tokens - df.expected_prompt_tokens
-    print(f"\nchat: {len(df)} turns in {df.conversation_id.nunique()} conversations; template "
-          f"adds {overhead.min()}-{overhead.max()} prompt tokens per request")
+    print(
+        f"\nchat: {len(df)} turns in {df.conversation_id.nunique()} conversations; template "
+        f"adds {overhead.min()}-{overhead.max()} prompt tokens per request"
+    )
     assert (overhead >= 0).all()
