@@ -120,9 +120,12 @@ class RunState:
             )
         self.config = config
 
-    def wait_config(self) -> RunConfig:
+    def wait_config(self, stopping: Any = lambda: False) -> RunConfig | None:
+        """The current test's settings; ``None`` if ``stopping()`` turns true first."""
         deadline = wall_now() + CONFIG_WAIT_S
         while self.config is None:
+            if stopping():
+                return None
             if wall_now() > deadline:
                 raise VprofError(
                     "no run settings arrived from the Locust master",
@@ -156,6 +159,7 @@ class RunState:
             if self._synth is None:
                 _, RequestSynthesizer, load_tokenizer = _workloads_api()
                 config = self.wait_config()
+                assert config is not None
                 tokenizer = load_tokenizer(tokenizer_path(self.environment))
                 self._synth = RequestSynthesizer(
                     self.workload(), tokenizer, seed=config.seed, salt=config.salt

@@ -84,8 +84,11 @@ class LLMUser(HttpUser):
         return name or str(run.workload().endpoint)
 
     def _next_plan(self, index: int) -> Any:
-        synth = state(self.environment).synthesizer()
-        if synth.workload.conversation is None:
+        run = state(self.environment)
+        synth = run.synthesizer()
+        if synth.workload.conversation is None or run.open_loop:
+            # Open-loop arrivals are independent requests: a multi-turn workload sends the
+            # first turn of conversation ``index`` (later turns need the reply: closed loop).
             return synth.plan(index)
         # Multi-turn (closed loop): keep one conversation per user until it ends.
         if self._conversation is not None:
@@ -127,7 +130,9 @@ class LLMUser(HttpUser):
     @task
     def llm_request(self) -> None:
         run = state(self.environment)
-        config = run.wait_config()
+        config = run.wait_config(stopping=lambda: self._state == "stopping")
+        if config is None:
+            return  # the test ended before it began here
         scheduled_at = math.nan
         self._warm_up()
         if run.open_loop:
