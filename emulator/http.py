@@ -11,9 +11,10 @@ import logging
 import math
 import selectors
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from email.utils import formatdate
+from typing import Any
 
 _REASONS = {
     200: "OK",
@@ -93,7 +94,7 @@ class Responder:
         self.done = True
 
 
-Handler = Callable[[Request, Responder], Awaitable[None]]
+Handler = Callable[[Request, Responder], Coroutine[Any, Any, None]]
 
 
 class Connections(set):

@@ -123,7 +123,7 @@ class _App:
         """Prometheus text with the vLLM metric names vprof's tooling reads."""
         c = self.counters
         labels = f'engine="0",model_name="{self.config.model}"'
-        rows = [
+        rows: list[tuple[str, str, dict[str, float]]] = [
             ("gauge", "vllm:num_requests_running", {"": c.running}),
             ("gauge", "vllm:num_requests_waiting", {"": 0}),
             ("gauge", "vllm:kv_cache_usage_perc", {"": 0.0}),
