@@ -68,7 +68,19 @@ class LoadSpec:
         if self.tokenizer:
             argv += ["--tokenizer", self.tokenizer]
         if self.processes > 1:
-            argv += ["--processes", str(self.processes)]
+            # The forked workers dial --master-port; a port of our own keeps concurrent
+            # benches (and other Locust masters on 5557) apart.
+            from vprof.server.process import free_port
+
+            port = str(free_port())
+            argv += [
+                "--processes",
+                str(self.processes),
+                "--master-bind-port",
+                port,
+                "--master-port",
+                port,
+            ]
         return argv
 
 
