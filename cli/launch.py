@@ -172,6 +172,7 @@ def launch(
                 detached = True
                 click.echo(f"detached: stop it with  kill -TERM -{server.pid}")
                 return
+            click.echo("Ctrl-C stops the server.")
             try:
                 _serve_until_stopped(server)
             except (KeyboardInterrupt, _Stop) as why:
@@ -215,7 +216,6 @@ def _print_ready(server: Any, profile: Any, took_s: float) -> None:
             ]
         )
     )
-    click.echo("Ctrl-C stops the server.")
 
 
 def _json(data: dict[str, Any]) -> str:
