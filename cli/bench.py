@@ -8,6 +8,7 @@ from typing import Any
 
 import click
 
+from vprof.cli.options import profile_override_options, profiles_dir_option, resolve_profile
 from vprof.cli.output import emit, format_option
 
 
@@ -23,18 +24,6 @@ def _sigterm_as_interrupt() -> None:
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, handler)
-
-
-def _parse_sets(pairs: tuple[str, ...]) -> dict[str, Any]:
-    import yaml
-
-    out: dict[str, Any] = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            raise click.BadParameter(f"expected key=value, got {pair!r}", param_hint="--set")
-        out[key.strip().lstrip("-")] = yaml.safe_load(value)
-    return out
 
 
 def run_options(func):
@@ -68,22 +57,6 @@ def run_options(func):
             "--url",
             default=None,
             help="Measure a server already running here instead of launching profiles.",
-        ),
-        click.option("--model", default=None, help="Serve this model instead of the profile's."),
-        click.option("--port", type=int, default=None, help="Port for launched servers."),
-        click.option(
-            "--set",
-            "set_args",
-            multiple=True,
-            metavar="KEY=VALUE",
-            help="Override an engine argument in every profile (repeatable).",
-        ),
-        click.option(
-            "--profiles-dir",
-            "profiles_dirs",
-            multiple=True,
-            type=click.Path(path_type=Path, file_okay=False),
-            help="Extra folder of profile YAML files (repeatable).",
         ),
         click.option(
             "--seed",
@@ -120,7 +93,7 @@ def run_options(func):
     ]
     for option in reversed(options):
         func = option(func)
-    return func
+    return profile_override_options(profiles_dir_option(func))
 
 
 def _spec(opts: dict[str, Any], **extra: Any):
@@ -143,17 +116,16 @@ def _spec(opts: dict[str, Any], **extra: Any):
 
 
 def _profiles(names: tuple[str, ...], opts: dict[str, Any]):
-    from vprof.registry import get_profile
-
-    dirs = tuple(opts["profiles_dirs"])
-    sets = _parse_sets(opts["set_args"])
-    profiles = []
-    for name in names:
-        profile = get_profile(name, dirs)
-        if opts["model"] or opts["port"] or sets:
-            profile = profile.with_overrides(model=opts["model"], port=opts["port"], set_args=sets)
-        profiles.append(profile)
-    return profiles
+    return [
+        resolve_profile(
+            name,
+            opts["profiles_dirs"],
+            model=opts["model"],
+            port=opts["port"],
+            set_args=opts["set_args"],
+        )  # fmt: skip
+        for name in names
+    ]
 
 
 def _report(outcomes, fmt: str, slo: str | None) -> None:

@@ -6,7 +6,7 @@ import shlex
 import signal
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from types import FrameType
@@ -14,7 +14,12 @@ from typing import Any
 
 import click
 
-from vprof.common.errors import LaunchError, ProfileError
+from vprof.cli.options import (
+    profile_override_options,
+    profiles_dir_option,
+    resolve_profile,
+)
+from vprof.common.errors import LaunchError
 
 
 class _Stop(BaseException):
@@ -34,30 +39,6 @@ def _stop_on_signals() -> Iterator[None]:
             signal.signal(sig, old)
 
 
-def parse_set_args(items: Sequence[str]) -> dict[str, Any]:
-    """``["max-num-batched-tokens=512", "enable-chunked-prefill=false"]`` → typed values.
-
-    Values are read as YAML scalars, as in a profile file: ``512`` is an int, ``false`` a bool;
-    an empty value (``key=``) drops the flag.
-    """
-    import yaml
-
-    parsed: dict[str, Any] = {}
-    for item in items:
-        key, sep, text = item.partition("=")
-        key = key.strip().lstrip("-")
-        if not sep or not key:
-            raise ProfileError(
-                f"--set {item!r} is not KEY=VALUE", hint="e.g. --set max-num-batched-tokens=512"
-            )
-        try:
-            value = yaml.safe_load(text) if text.strip() else None
-        except yaml.YAMLError:
-            value = text
-        parsed[key] = value
-    return parsed
-
-
 def _default_log_path(name: str) -> Path:
     from vprof.common.paths import cache_dir
 
@@ -67,21 +48,8 @@ def _default_log_path(name: str) -> Path:
 
 @click.command()
 @click.argument("name")
-@click.option("--model", help="Serve this model instead of the profile's (kept as given).")
-@click.option("--port", type=click.IntRange(1, 65535), help="Listen on this port.")
-@click.option(
-    "--set",
-    "set_args",
-    multiple=True,
-    metavar="KEY=VALUE",
-    help="Override an engine argument, e.g. --set max-num-batched-tokens=512 (repeatable).",
-)
-@click.option(
-    "--profiles-dir",
-    multiple=True,
-    type=click.Path(file_okay=False, path_type=Path),
-    help="Another folder of profile YAML files (repeatable; later ones win).",
-)
+@profile_override_options
+@profiles_dir_option
 @click.option(
     "--timeout",
     "timeout_s",
@@ -106,7 +74,7 @@ def launch(
     model: str | None,
     port: int | None,
     set_args: tuple[str, ...],
-    profiles_dir: tuple[Path, ...],
+    profiles_dirs: tuple[Path, ...],
     timeout_s: float,
     log_path: Path | None,
     detach: bool,
@@ -121,14 +89,11 @@ def launch(
       vprof launch chunked-256 --port 8001
       vprof launch baseline --model /models/llama-3-8b --set max-model-len=8192
     """
-    from vprof.registry import get_profile, render, validate
+    from vprof.registry import render, validate
     from vprof.server.host import adapt_for_host, detect_engine
     from vprof.server.process import ServerProcess
 
-    profile = get_profile(name, extra_dirs=list(profiles_dir))
-    overrides = parse_set_args(set_args)
-    if model is not None or port is not None or overrides:
-        profile = profile.with_overrides(model=model, port=port, set_args=overrides or None)
+    profile = resolve_profile(name, profiles_dirs, model=model, port=port, set_args=set_args)
     for note in validate(profile):
         click.echo(f"note: {note}", err=True)
 

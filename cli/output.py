@@ -46,8 +46,7 @@ def render_rows(
     if columns is None:
         columns = list(dict.fromkeys(k for row in rows for k in row))
     if fmt == "json":
-        return json.dumps([{c: row.get(c) for c in columns} for row in rows], indent=2,
-                          default=str)
+        return json.dumps([{c: row.get(c) for c in columns} for row in rows], indent=2, default=str)
     if fmt == "ndjson":
         return "\n".join(json.dumps({c: row.get(c) for c in columns}, default=str) for row in rows)
     if fmt == "csv":

@@ -14,17 +14,10 @@ from typing import Any
 import click
 
 import vprof.registry as registry
+from vprof.cli.options import profile_override_options, profiles_dir_option, resolve_profile
 from vprof.cli.output import emit, format_option
 from vprof.registry import Profile, ProfileError
 from vprof.registry.profile import ENTRYPOINTS
-
-profiles_dir_option = click.option(
-    "--profiles-dir",
-    "profiles_dirs",
-    multiple=True,
-    type=click.Path(path_type=Path),
-    help="Extra folder (or file) of profiles, layered over the others; repeatable.",
-)
 
 # The settings the guide tunes, shown as columns by `vprof profiles`.
 KEY_SETTINGS = {
@@ -224,15 +217,7 @@ RENDER_FORMATS = ("shell", "argv", "docker", "k8s")
 @click.option(
     "--format", "fmt", type=click.Choice(RENDER_FORMATS), default="shell", show_default=True
 )
-@click.option("--model", help="Serve this model instead of the profile's.")
-@click.option("--port", type=click.IntRange(1, 65535), help="Listen on this port.")
-@click.option(
-    "--set",
-    "set_args",
-    multiple=True,
-    metavar="KEY=VALUE",
-    help="Set an engine argument (value read as YAML; empty or null removes it); repeatable.",
-)
+@profile_override_options
 @click.option("--env", "env_args", multiple=True, metavar="NAME=VALUE", help="Set an env var.")
 @click.option("--entrypoint", type=click.Choice(ENTRYPOINTS), help="Launcher to render.")
 @click.option("--python", default="python3", show_default=True, help="Python for module forms.")
@@ -269,16 +254,10 @@ def render(
       vprof render baseline --set max-num-seqs=64 --set enable-prefix-caching=null
       vprof render chunked-1024 --format k8s --replicas 4 | kubectl apply -f -
     """
-    from vprof.cli.launch import parse_set_args  # one --set syntax for render and launch
-
-    profile = registry.get_profile(name, profiles_dirs)
-    profile = profile.with_overrides(
-        model=model,
-        port=port,
-        entrypoint=entrypoint,
-        set_args=parse_set_args(set_args),
-        env=_parse_env(env_args),
-    )
+    profile = resolve_profile(
+        name, profiles_dirs, model=model, port=port, set_args=set_args,
+        entrypoint=entrypoint, env=_parse_env(env_args),
+    )  # fmt: skip
     registry.validate(profile)
     image_kw = {"image": image} if image else {}
     if fmt == "argv":
