@@ -127,34 +127,10 @@ def _read_jsonl(path: Path) -> tuple[dict[str, Any], ...]:
     return tuple(rows)
 
 
-def read_records_mapped(path: Path) -> Any:
-    """The records file as an Arrow table backed by a memory map (no copy of the data).
-
-    Same tolerance as ``vprof.records.store.read_table`` (a torn tail keeps every complete
-    batch), but a million records with their gaps (~700 MB) are mapped, not read and copied.
-    """
-    import pyarrow as pa
-
-    from vprof.records.schema import arrow_schema
-
-    batches = []
-    schema = arrow_schema()
-    try:
-        reader = pa.ipc.open_stream(pa.memory_map(str(path), "r"))
-        schema = reader.schema
-        while True:
-            try:
-                batches.append(reader.read_next_batch())
-            except StopIteration:
-                break
-    except (pa.ArrowInvalid, OSError):
-        pass  # torn tail or empty file: keep what was complete
-    return pa.Table.from_batches(batches, schema=schema)
-
-
 def load_run(path: str | Path) -> Run:
     """Read a run folder. Raises :class:`RunError` when it is not one."""
     from vprof.records.schema import arrow_schema
+    from vprof.records.store import read_table
 
     path = Path(path)
     if not path.is_dir() or not is_run_dir(path):
@@ -164,11 +140,7 @@ def load_run(path: str | Path) -> Run:
             hint="point at a folder written by `vprof bench`",
         )
     records_path = path / RECORDS
-    records = (
-        read_records_mapped(records_path)
-        if records_path.is_file()
-        else arrow_schema().empty_table()
-    )
+    records = read_table(records_path) if records_path.is_file() else arrow_schema().empty_table()
     return Run(
         path=path,
         meta=_read_json(path / "run.json"),

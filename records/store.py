@@ -67,20 +67,19 @@ class RecordWriter:
 
 
 def read_table(path: Path):  # -> pyarrow.Table
-    """Read every complete batch from a records file, tolerating a torn tail."""
+    """Every complete batch of a records file, memory-mapped (no copy), tolerating a torn tail."""
     import pyarrow as pa
 
     batches = []
     schema = arrow_schema()
     try:
-        with pa.OSFile(str(path), "rb") as source:
-            reader = pa.ipc.open_stream(source)
-            schema = reader.schema
-            while True:
-                try:
-                    batches.append(reader.read_next_batch())
-                except StopIteration:
-                    break
+        reader = pa.ipc.open_stream(pa.memory_map(str(path), "r"))
+        schema = reader.schema
+        while True:
+            try:
+                batches.append(reader.read_next_batch())
+            except StopIteration:
+                break
     except (pa.ArrowInvalid, OSError):
         pass  # torn tail or empty file: keep what was complete
     return pa.Table.from_batches(batches, schema=schema)
