@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import signal
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -11,12 +13,18 @@ import click
 from vprof.cli.options import profile_override_options, profiles_dir_option, resolve_profile
 from vprof.cli.output import emit, format_option
 
+_last_progress = [0.0]
+
 
 def _say(message: str) -> None:
-    if message.startswith("\r"):
-        click.echo(message, nl=False, err=True)
-    else:
+    """Progress to stderr: live on a terminal, one line every 10 s in a log file."""
+    if not message.startswith("\r"):
         click.echo(message, err=True)
+    elif sys.stderr.isatty():
+        click.echo(message, nl=False, err=True)
+    elif time.monotonic() - _last_progress[0] >= 10:
+        _last_progress[0] = time.monotonic()
+        click.echo(message[1:], err=True)
 
 
 def _sigterm_as_interrupt() -> None:
