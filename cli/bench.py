@@ -124,16 +124,24 @@ def _spec(opts: dict[str, Any], **extra: Any):
 
 
 def _profiles(names: tuple[str, ...], opts: dict[str, Any]):
-    return [
-        resolve_profile(
-            name,
-            opts["profiles_dirs"],
-            model=opts["model"],
-            port=opts["port"],
-            set_args=opts["set_args"],
-        )  # fmt: skip
-        for name in names
-    ]
+    from vprof.common.errors import ProfileError
+    from vprof.registry import Profile
+
+    profiles = []
+    for name in names:
+        try:
+            profile = resolve_profile(
+                name, opts["profiles_dirs"], model=opts["model"], port=opts["port"],
+                set_args=opts["set_args"],
+            )  # fmt: skip
+        except ProfileError:
+            if not opts["url"]:
+                raise
+            # With --url the name labels a deployment vprof did not launch.
+            click.echo(f"note: {name!r} is not a known profile; it labels {opts['url']}", err=True)
+            profile = Profile(name=name, description=f"the server at {opts['url']}", model="")
+        profiles.append(profile)
+    return profiles
 
 
 def _report(outcomes, fmt: str, slo: str | None) -> None:

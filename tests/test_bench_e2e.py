@@ -242,3 +242,19 @@ def test_sweep_batched_tokens_walks_three_rungs_and_recommends_one(tmp_path):
         assert f"mnbt={value}" in proc.stdout
     assert "Recommended: baseline@mnbt=" in proc.stdout
     assert len(run_dirs(out)) == 3
+
+
+def test_bench_measures_a_server_it_did_not_launch(tmp_path, vllm_server):
+    out = tmp_path / "runs"
+    proc = subprocess.run(
+        vprof("bench", "my-deployment", "--url", vllm_server.url, "--traffic", "smoke",
+              "--workload", "tiny-smoke", "--out", str(out)),
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (run,) = run_dirs(out)
+    meta = json.loads((run / "run.json").read_text())
+    assert meta["url"] == vllm_server.url and meta["profile"]["name"] == "my-deployment"
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["completed"] == len(read_records(run)) > 0
+    assert "my-deployment" in proc.stdout
