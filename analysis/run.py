@@ -59,7 +59,16 @@ class Run:
 
 
 def display_names(summaries: Sequence[dict[str, Any]]) -> list[str]:
-    """Run names for column headers: the run's name, or parent/name when names collide."""
+    """Short, unique labels for runs: the profile, then profile × traffic (× workload), else
+    the run folder's name (with its parent, or a number, when those collide too)."""
+
+    def label(s: dict[str, Any], *keys: str) -> str:
+        return " × ".join(str(s.get(k)) for k in keys if s.get(k) not in (None, ""))
+
+    for keys in (("profile",), ("profile", "traffic"), ("profile", "traffic", "workload")):
+        names = [label(s, *keys) for s in summaries]
+        if all(names) and len(set(names)) == len(names):
+            return names
     names = [str(s.get("run")) for s in summaries]
     if len(set(names)) == len(names):
         return names

@@ -24,6 +24,17 @@ SUMMARY_KEYS = (
     "max_num_requests_waiting", "loadgen_max_cpu_percent", "loadgen_verdict", "slo", "slo_met",
 )  # fmt: skip
 
+COMPARE_TABLE_COLUMNS = (
+    "metric",
+    "baseline_value",
+    "run",
+    "value",
+    "diff_pct",
+    "ci_low_pct",
+    "ci_high_pct",
+    "verdict",
+)
+
 slo_option = click.option(
     "--slo", default=None, help="Objectives, e.g. ttft_p95=500ms,tpot_p95=50ms,errors=1%."
 )
@@ -96,7 +107,13 @@ def show_comparison(
     frame = compare_runs(
         expand_runs(runs), metrics=metrics or DEFAULT_METRICS, n_boot=n_boot, seed=seed
     )
-    emit(json_safe(frame.to_dict("records")), fmt)
+    rows = json_safe(frame.to_dict("records"))
+    # The verdict already says better/worse and whether it is significant; tables stay narrow.
+    columns = None
+    if fmt in ("table", "markdown") and rows:
+        columns = COMPARE_TABLE_COLUMNS
+        click.echo(f"Against {rows[0]['baseline']} (the first run), with bootstrap 95 % intervals:")
+    emit(rows, fmt, columns)
 
 
 @click.command()

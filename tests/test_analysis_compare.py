@@ -45,7 +45,7 @@ def test_compare_finds_a_known_difference_and_its_interval_covers_it(tmp_path):
         assert row.ci_low_pct < -30 < row.ci_high_pct  # true change: 70/100 − 1 = −30 %
         assert row.ci_low_pct <= row.diff_pct <= row.ci_high_pct
         assert row.better == "better"
-        assert row.verdict.startswith("fast lowers ")
+        assert row.verdict.startswith("chunked-256 lowers ")
         assert " TTFT by " in row.verdict and "[" in row.verdict
 
 

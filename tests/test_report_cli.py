@@ -39,7 +39,7 @@ def test_summarize_table_puts_runs_side_by_side(bench):
     result = _invoke("summarize", str(bench / "1-baseline"), str(bench / "2-chunked"))
     assert result.exit_code == 0, result.output
     header, rule, *lines = result.output.splitlines()
-    assert header.split() == ["metric", "1-baseline", "2-chunked"]
+    assert header.split() == ["metric", "baseline", "chunked-256"]  # labelled by profile
     assert any(line.startswith("p95_ttft_ms ") for line in lines)
 
 
@@ -47,7 +47,7 @@ def test_summarize_markdown_timeline_and_save(bench):
     run = bench / "1-baseline"
     result = _invoke("summarize", str(run), "--format", "markdown", "--timeline", "--save")
     assert result.exit_code == 0, result.output
-    assert "| metric | 1-baseline |" in result.output
+    assert "| metric | baseline |" in result.output
     assert "| run | t_s | started |" in result.output
     assert json.loads((run / "summary.json").read_text())["completed"] == 300
     assert (run / "timeline.csv").is_file()
@@ -73,9 +73,9 @@ def test_compare_prints_verdicts_with_intervals(bench):
                      "--format", "json")  # fmt: skip
     assert result.exit_code == 0, result.output
     (row,) = json.loads(result.output)
-    assert row["baseline"] == "1-baseline" and row["run"] == "2-chunked"
+    assert row["baseline"] == "baseline" and row["run"] == "chunked-256"
     assert row["significant"] is True
-    assert row["verdict"].startswith("2-chunked lowers p95 TTFT by ")
+    assert row["verdict"].startswith("chunked-256 lowers p95 TTFT by ")
 
 
 def test_plan_prints_replicas_and_the_sentence(bench):
@@ -94,8 +94,8 @@ def test_show_functions_used_by_bench_print_summaries_and_comparison(bench, caps
     show_comparison(runs, fmt="json", metrics=["p95_ttft_ms"], n_boot=200)
     out = capsys.readouterr().out
     assert [s["run"] for s in summaries] == ["1-baseline", "2-chunked"]
-    assert out.startswith("metric,1-baseline,2-chunked")
-    assert '"verdict": "2-chunked lowers p95 TTFT by' in out
+    assert out.startswith("metric,baseline,chunked-256")
+    assert '"verdict": "chunked-256 lowers p95 TTFT by' in out
 
 
 def test_report_commands_import_no_heavy_libraries():
