@@ -13,6 +13,11 @@ TTFT and ITL; the ceiling is the highest events/s measured within bound. The two
 alternate at every step so both see the same background load. On a 2-core machine the
 emulator, the client and anything else running share the cores: read the CPU columns.
 
+Measured here, one stream alone already misses the TTFT bound for both clients: building
+and sending a request and two process wake-ups cost about 1-2 ms on this VM. So a second
+ceiling is printed with TTFT counted above each client's own one-stream floor: how far
+concurrency can rise before load, not fixed cost, breaks the bounds.
+
 Example::
 
     .venv/bin/python benchmarks/loadgen_ceiling.py --users 1,4,16,32,64 --step-s 10
@@ -53,11 +58,15 @@ class StepResult:
 
     @property
     def within_bound(self) -> bool:
+        return self.within(0.0, 0.0)
+
+    def within(self, ttft_floor_p50_ms: float, ttft_floor_p99_ms: float) -> bool:
+        """Errors within bounds, TTFT counted above a floor (0: the bounds as stated)."""
         return (
             self.requests > 0
-            and self.ttft_err_p50_ms <= P50_BOUND_MS
+            and self.ttft_err_p50_ms - ttft_floor_p50_ms <= P50_BOUND_MS
             and self.itl_err_p50_ms <= P50_BOUND_MS
-            and self.ttft_err_p99_ms <= P99_BOUND_MS
+            and self.ttft_err_p99_ms - ttft_floor_p99_ms <= P99_BOUND_MS
             and self.itl_err_p99_ms <= P99_BOUND_MS
         )
 
@@ -300,12 +309,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ttft-ms", type=float, default=20.0)
     parser.add_argument("--itl-ms", type=float, default=10.0)
     parser.add_argument("--prompt-tokens", type=int, default=32)
-    parser.add_argument("--output-tokens", type=int, default=64)
+    parser.add_argument("--output-tokens", type=int, default=32)
     parser.add_argument("--users", default="1,4,16,32,64,128", help="concurrency steps")
     parser.add_argument("--step-s", type=float, default=10.0, help="measured seconds per step")
     parser.add_argument("--warmup-s", type=float, default=3.0)
     parser.add_argument("--clients", default="locust,aiohttp")
-    parser.add_argument("--keep-going", action="store_true", help="run every step")
+    parser.add_argument(
+        "--stop-early", action="store_true", help="stop a client at its first step out of bounds"
+    )
     parser.add_argument("--out", type=Path, default=None, help="also write results as JSON")
     args = parser.parse_args(argv)
 
@@ -329,7 +340,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for users in (int(u) for u in args.users.split(",")):
             for client in clients:
-                if client in broken and not args.keep_going:
+                if client in broken and args.stop_early:
                     continue
                 if client == "locust":
                     result = run_locust_step(args, url, users, workload, work, emulator.pid)
@@ -339,19 +350,49 @@ def main(argv: list[str] | None = None) -> int:
                 print(row(result), flush=True)
                 if not result.within_bound:
                     broken.add(client)
-            if len(broken) == len(clients) and not args.keep_going:
+            if len(broken) == len(clients) and args.stop_early:
                 break
     finally:
         emulator.terminate()
         emulator.wait(timeout=10)
 
-    ceilings = {}
+    ceilings: dict[str, float] = {}
+    over_floor: dict[str, float] = {}
     for client in clients:
-        ok = [r.events_per_s for r in results if r.client == client and r.within_bound]
+        steps = [r for r in results if r.client == client]
+        ok = [r.events_per_s for r in steps if r.within_bound]
         ceilings[client] = max(ok) if ok else 0.0
-        print(f"ceiling {client}: {ceilings[client]:.0f} events/s within bound")
+        # The fixed cost of one stream (request building, sending, wake-ups) is a TTFT floor
+        # no load removes; the second reading bounds what load adds on top of it.
+        floor = steps[0]
+        ok = [
+            r.events_per_s
+            for r in steps
+            if r.within(floor.ttft_err_p50_ms, max(0.0, floor.ttft_err_p99_ms - P99_BOUND_MS))
+        ]
+        over_floor[client] = max(ok) if ok else 0.0
+        print(
+            f"ceiling {client}: {ceilings[client]:.0f} events/s within the bounds as stated; "
+            f"{over_floor[client]:.0f} events/s with TTFT counted above its {floor.users}-user "
+            f"floor (p50 {floor.ttft_err_p50_ms:.2f} ms)"
+        )
+    bounds = {
+        "TTFT p50": ("ttft_err_p50_ms", P50_BOUND_MS),
+        "TTFT p99": ("ttft_err_p99_ms", P99_BOUND_MS),
+        "ITL p50": ("itl_err_p50_ms", P50_BOUND_MS),
+        "ITL p99": ("itl_err_p99_ms", P99_BOUND_MS),
+    }
+    for client in clients:
+        steps = [r for r in results if r.client == client]
+        held = []
+        for label, (key, bound) in bounds.items():
+            ok = [r.events_per_s for r in steps if getattr(r, key) <= bound]
+            held.append(f"{label} {max(ok) if ok else 0:.0f}")
+        print(f"{client}: highest events/s each bound alone holds: " + ", ".join(held))
     if ceilings.get("aiohttp") and "locust" in ceilings:
-        print(f"locust / aiohttp: {ceilings['locust'] / ceilings['aiohttp']:.2f}")
+        print(f"locust / aiohttp (as stated): {ceilings['locust'] / ceilings['aiohttp']:.2f}")
+    if over_floor.get("aiohttp") and "locust" in over_floor:
+        print(f"locust / aiohttp (above floor): {over_floor['locust'] / over_floor['aiohttp']:.2f}")
     if args.out:
         payload = {
             "config": {k: str(v) for k, v in vars(args).items()},
