@@ -148,27 +148,21 @@ def test_two_profiles_one_shape_give_two_runs_whose_summaries_match_their_record
     assert "p95" in proc.stdout
 
 
-def test_killing_the_server_mid_run_fails_that_run_keeps_records_and_leaves_no_process(tmp_path):
+def start_long_bench(tmp_path: Path, *args: str) -> tuple[Watcher, Path]:
+    """A bench long enough to interrupt, watched until its first records are on disk."""
     out = tmp_path / "runs"
     port = free_port(lo=18900, hi=18999)
     watcher = Watcher(
-        vprof(
-            "bench",
-            "chunked-256",
-            "chunked-512",
-            "--traffic",
-            long_traffic(tmp_path),
-            *FAST,
-            "--port",
-            str(port),
-            "--out",
-            str(out),
-            "--on-failure",
-            "stop",
-        ),
+        vprof("bench", *args, "--traffic", long_traffic(tmp_path), *FAST,
+              "--port", str(port), "--out", str(out)),
         tmp_path / "bench.log",
-    )
+    )  # fmt: skip
     watcher.wait_for(records_arriving(out), 600, "the first records")
+    return watcher, out
+
+
+def test_killing_the_server_mid_run_fails_that_run_keeps_records_and_leaves_no_process(tmp_path):
+    watcher, out = start_long_bench(tmp_path, "chunked-256", "chunked-512", "--on-failure", "stop")
     servers = [
         p
         for p in watcher.descendants()
@@ -188,23 +182,7 @@ def test_killing_the_server_mid_run_fails_that_run_keeps_records_and_leaves_no_p
 
 
 def test_ctrl_c_stops_cleanly_keeps_the_partial_run_and_leaves_no_process(tmp_path):
-    out = tmp_path / "runs"
-    port = free_port(lo=18900, hi=18999)
-    watcher = Watcher(
-        vprof(
-            "bench",
-            "chunked-256",
-            "--traffic",
-            long_traffic(tmp_path),
-            *FAST,
-            "--port",
-            str(port),
-            "--out",
-            str(out),
-        ),
-        tmp_path / "bench.log",
-    )
-    watcher.wait_for(records_arriving(out), 600, "the first records")
+    watcher, out = start_long_bench(tmp_path, "chunked-256")
     watcher.proc.send_signal(signal.SIGINT)
     rc = watcher.finish()
     assert rc == 130, (tmp_path / "bench.log").read_text()
