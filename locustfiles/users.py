@@ -71,6 +71,19 @@ class LLMUser(HttpUser):
         self._conversation: Any = None
         self._last_text: str | None = None
         self._unreachable = False
+        self._settings: dict[str, Any] | None = None
+
+    def _send_settings(self, url: str) -> dict[str, Any]:
+        """Proxy, TLS and netrc settings from the environment, looked up once per user.
+
+        ``requests`` reads them (and stats ~/.netrc) on every call otherwise — about a
+        millisecond inside the measured time.
+        """
+        if self._settings is None:
+            self._settings = self._session.merge_environment_settings(url, {}, True, None, None)
+            self._settings.pop("stream", None)
+            self._session.trust_env = False  # already merged above
+        return self._settings
 
     def on_stop(self) -> None:
         session = getattr(self, "_session", None)
@@ -207,12 +220,15 @@ class LLMUser(HttpUser):
             record.expected_output_tokens = plan.max_tokens if plan.ignore_eos else -1
             body = self.body(plan, endpoint)
             url = self.host.rstrip("/") + ENDPOINT_PATHS[endpoint]
+            # Encode the body before the clock starts: TTFT is the server's time, not ours.
+            prepared = self._session.prepare_request(requests.Request("POST", url, json=body))
             with gevent.Timeout(timeout_s, _RequestTimeout):
                 mono = clock  # stamps: monotonic readings anchored to wall-clock
                 record.sent_at = mono.now()
-                response = self._session.post(
-                    url, json=body, stream=True, timeout=(CONNECT_TIMEOUT_S, timeout_s)
-                )
+                response = self._session.send(
+                    prepared, stream=True, timeout=(CONNECT_TIMEOUT_S, timeout_s),
+                    **self._send_settings(url),
+                )  # fmt: skip
                 record.http_status = response.status_code
                 if response.status_code != 200:
                     record.status = Status.ERROR.value
