@@ -315,3 +315,59 @@ def set_(profile_name: str, ladder: str, fmt: str, **opts: Any) -> None:
         stop_early=False,
         prefer="throughput",
     )
+
+
+@sweep.command("load")
+@click.argument("profile_name", metavar="PROFILE")
+@click.option(
+    "--levels",
+    required=True,
+    metavar="L1,L2,...",
+    help="Request rates (open-loop shape) or user counts (closed-loop shape).",
+)
+@click.option(
+    "--rps",
+    "target_rps",
+    type=float,
+    default=None,
+    help="With --slo: also plan replicas for this request rate.",
+)
+@run_options
+@format_option
+def load(profile_name: str, levels: str, target_rps: float | None, fmt: str, **opts: Any) -> None:
+    """Climb one profile's load (rate or users) on one server, for capacity planning.
+
+    Each level is one run of the --traffic shape (the first one given) at that load. With
+    --slo the table says which levels met it and, with --rps, how many replicas are needed.
+
+    \b
+    Example:
+      vprof sweep load chunked-512 --traffic poisson --levels 2,4,8,12 --slo ttft_p95=500ms
+      vprof sweep load baseline --traffic steady --levels 1,4,16 --slo tpot_p95=50ms --rps 40
+    """
+    from vprof.runs import run_bench
+    from vprof.runs.sweep import Rung, load_ladder, parse_ladder_values, rung_row
+
+    _sigterm_as_interrupt()
+    (profile,) = _profiles((profile_name,), opts)
+    values = [float(v) for v in parse_ladder_values(levels)]
+    shapes = load_ladder(opts["traffic"][0], values, opts["out_dir"] / "shapes")
+    spec = _spec({**opts, "traffic": tuple(shapes)})
+    try:
+        outcomes = run_bench([profile], spec, _say)
+    except KeyboardInterrupt:
+        click.echo(
+            f"\nInterrupted: finished levels are kept in {opts['out_dir']}; re-run the "
+            "same command to resume.",
+            err=True,
+        )
+        raise SystemExit(130) from None
+    click.echo("", err=True)
+    rows = [rung_row(Rung(Path(o.traffic).stem, {}), o) for o in outcomes]
+    emit(rows, fmt)
+    done = [o.run.path for o in outcomes if o.state in ("completed", "skipped")]
+    if opts["slo"] and done:
+        from vprof.cli.report import show_plan
+
+        click.echo()
+        show_plan(done, target_rps=target_rps or max(values), slo=opts["slo"], fmt=fmt)

@@ -158,24 +158,16 @@ def compare(
     show_comparison(runs, fmt=fmt, metrics=metrics, n_boot=n_boot, seed=seed)
 
 
-@click.command()
-@click.argument("runs", nargs=-1, required=True, type=click.Path())
-@click.option("--rps", "target_rps", type=float, required=True, help="Request rate to serve.")
-@click.option("--slo", required=True, help="Objectives, e.g. ttft_p95=500ms,tpot_p95=50ms.")
-@click.option("--headroom", default=0.2, show_default=True, help="Spare capacity (0.2 = 20 %).")
-@click.option("--evidence", is_flag=True, help="Also list every measured level and its checks.")
-@format_option
-def plan(
-    runs: tuple[str, ...], target_rps: float, slo: str, headroom: float, evidence: bool, fmt: str
+def show_plan(
+    runs: Sequence[str | Path],
+    *,
+    target_rps: float,
+    slo: str,
+    headroom: float = 0.2,
+    evidence: bool = False,
+    fmt: str = "table",
 ) -> None:
-    """Replicas of each profile needed to serve --rps within --slo, from measured runs.
-
-    Give several load levels per profile (runs at rising rates) for an interpolated answer.
-
-    \b
-    Example:
-      vprof plan runs/bench-1 --rps 40 --slo ttft_p95=500ms,tpot_p95=50ms
-    """
+    """Print the replicas each profile needs; also used by ``vprof sweep load``."""
     from vprof.analysis.plan import plan as make_plan
     from vprof.analysis.run import expand_runs, json_safe
     from vprof.analysis.slo import parse_slo
@@ -195,3 +187,24 @@ def plan(
             click.echo(profile.message)
             for note in profile.notes:
                 click.echo(f"  note: {note}")
+
+
+@click.command()
+@click.argument("runs", nargs=-1, required=True, type=click.Path())
+@click.option("--rps", "target_rps", type=float, required=True, help="Request rate to serve.")
+@click.option("--slo", required=True, help="Objectives, e.g. ttft_p95=500ms,tpot_p95=50ms.")
+@click.option("--headroom", default=0.2, show_default=True, help="Spare capacity (0.2 = 20 %).")
+@click.option("--evidence", is_flag=True, help="Also list every measured level and its checks.")
+@format_option
+def plan(
+    runs: tuple[str, ...], target_rps: float, slo: str, headroom: float, evidence: bool, fmt: str
+) -> None:
+    """Replicas of each profile needed to serve --rps within --slo, from measured runs.
+
+    Give several load levels per profile (runs at rising rates) for an interpolated answer.
+
+    \b
+    Example:
+      vprof plan runs/bench-1 --rps 40 --slo ttft_p95=500ms,tpot_p95=50ms
+    """
+    show_plan(runs, target_rps=target_rps, slo=slo, headroom=headroom, evidence=evidence, fmt=fmt)

@@ -15,6 +15,7 @@ import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from vprof.common.errors import ProfileError
@@ -80,6 +81,33 @@ def parse_ladder_values(text: str) -> list[Any]:
 
 def variant(profile: Profile, rung: Rung) -> Profile:
     return replace(profile.with_overrides(set_args=dict(rung.overrides)), name=rung.label)
+
+
+def load_ladder(traffic: str, levels: Sequence[float], folder: Path) -> list[str]:
+    """The traffic shape at each load level, written as YAML files the Locust side reads.
+
+    Open-loop shapes climb ``rate_rps``; closed-loop shapes climb ``users``. The files sit in
+    ``folder`` and are named ``<shape>@<field>=<level>.yaml``, so run folders say the level.
+    """
+    import yaml
+
+    from vprof.traffic import get_shape
+
+    shape = get_shape(traffic)
+    field = "rate_rps" if shape.open_loop else "users"
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for level in levels:
+        value: float | int = float(level) if shape.open_loop else int(level)
+        if value <= 0:
+            raise ProfileError(f"load levels must be positive, got {level!r}", key="--levels")
+        data = {k: v for k, v in shape.to_dict().items() if k not in ("name", "source")}
+        data[field] = value
+        data["description"] = f"{shape.description} (at {field}={value:g})"
+        path = folder / f"{shape.name}@{field}={value:g}.yaml"
+        path.write_text(yaml.safe_dump(data, sort_keys=False))
+        paths.append(str(path))
+    return paths
 
 
 # --- reading the evidence -------------------------------------------------------------------

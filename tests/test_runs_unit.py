@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 from vprof.runs.rundir import RunDir, find_runs
 from vprof.runs.sweep import parse_ladder_values, recommend, should_stop
@@ -69,3 +70,39 @@ def test_recommendation_is_honest_when_nothing_completed():
 def test_ladder_values_parse_as_yaml_scalars():
     assert parse_ladder_values("128, 256,true,0.5") == [128, 256, True, 0.5]
     assert not any(isinstance(v, float) and math.isnan(v) for v in parse_ladder_values("1,2"))
+
+
+def test_load_ladder_writes_one_shape_per_level_that_the_traffic_loader_reads(tmp_path):
+    from vprof.runs.sweep import load_ladder
+    from vprof.traffic import get_shape
+
+    open_loop = load_ladder("poisson", [2, 4.5], tmp_path)
+    assert [get_shape(p).rate_rps for p in open_loop] == [2.0, 4.5]
+    assert all(get_shape(p).open_loop for p in open_loop)
+    closed = load_ladder("steady", [1, 16], tmp_path)
+    assert [get_shape(p).users for p in closed] == [1, 16]
+    assert get_shape(closed[1]).duration_s == get_shape("steady").duration_s
+    assert Path(closed[1]).name == "steady@users=16.yaml"
+
+
+def test_sweep_load_against_the_emulator_climbs_the_rate_and_plans(tmp_path):
+    """The CLI path of `vprof sweep load` (the real-vLLM sweep path is in test_bench_e2e)."""
+    import subprocess
+    import sys
+
+    from vprof.emulator.config import EmulatorConfig
+    from vprof.emulator.server import Emulator
+
+    shape = tmp_path / "short.yaml"
+    shape.write_text("kind: open-loop\nrate_rps: 1\nduration_s: 3\nmax_in_flight: 8\n")
+    with Emulator(EmulatorConfig(ttft_ms=20, itl_ms=5, model="tiny")) as emulator:
+        proc = subprocess.run(
+            [sys.executable, "-m", "vprof.cli.main", "sweep", "load", "emu", "--url",
+             emulator.url, "--traffic", str(shape), "--levels", "2,6", "--workload",
+             "tiny-smoke", "--slo", "ttft_p95=1000ms", "--rps", "30", "--out",
+             str(tmp_path / "out")],
+            capture_output=True, text=True, timeout=240,
+        )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "short@rate_rps=2" in proc.stdout and "short@rate_rps=6" in proc.stdout
+    assert "to serve 30 req/s of this traffic within ttft_p95=1000ms you need" in proc.stdout
