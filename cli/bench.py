@@ -204,7 +204,14 @@ def bench(profile_names: tuple[str, ...], fmt: str, **opts: Any) -> None:
 
 @click.group()
 def sweep() -> None:
-    """The guide's tuning procedures, each a ladder of runs ending in a recommendation."""
+    """The guide's tuning procedures, each a ladder of runs ending in a recommendation.
+
+    \b
+    Example:
+      vprof sweep batched-tokens baseline --traffic steady
+      vprof sweep chunked baseline --sizes 128,256,512,1024
+      vprof sweep load chunked-512 --traffic poisson --levels 2,4,8 --slo ttft_p95=500ms
+    """
 
 
 def _ladder(
