@@ -295,10 +295,35 @@ def _summarize(run: RunDir, spec: BenchSpec, say: Progress) -> None:
         say(f"\n  (could not summarise {run.name}: {exc})")
 
 
+def check_before_running(profiles: Sequence[Profile], spec: BenchSpec, say: Progress) -> None:
+    """Fail on a bad profile, workload or traffic name before any server starts, and warn
+    when a profile's max-model-len would reject part of the workload."""
+    from vprof.registry import validate
+    from vprof.traffic import get_shape
+    from vprof.workloads import get_workload
+
+    workload = get_workload(spec.workload)
+    for traffic in spec.traffic:
+        get_shape(traffic)
+    longest = workload.max_request_tokens()
+    for profile in profiles:
+        if spec.url:
+            continue
+        validate(profile)
+        limit = profile.engine_args.get("max-model-len")
+        if isinstance(limit, int) and longest > limit:
+            say(
+                f"warning: {profile.name} has max-model-len {limit}, but workload "
+                f"{workload.name} can ask for {longest} tokens (prompt + output); the server "
+                "will reject those requests"
+            )
+
+
 def run_bench(
     profiles: Sequence[Profile], spec: BenchSpec, say: Progress = print
 ) -> list[RunOutcome]:
     """Run every profile × traffic shape; return one outcome per cell, in order."""
+    check_before_running(profiles, spec, say)
     spec.out_dir.mkdir(parents=True, exist_ok=True)
     outcomes: list[RunOutcome] = []
     stopped = ""  # why the bench stopped early (--on-failure stop)
