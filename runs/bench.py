@@ -28,6 +28,7 @@ from vprof.runs.sampler import MetricsSampler
 
 if TYPE_CHECKING:
     from vprof.registry import Profile
+    from vprof.server import ServerProcess
 
 Progress = Callable[[str], None]
 
@@ -98,7 +99,7 @@ class _Server:
     def __init__(self, profile: Profile, spec: BenchSpec, log_path: Path, say: Progress) -> None:
         self.profile = profile
         self.spec = spec
-        self.process = None
+        self.process: ServerProcess | None = None
         self.changes: list[str] = []
         self.argv: list[str] = []
         self.settings: dict[str, Any] = {}
@@ -119,7 +120,7 @@ class _Server:
                 raise LaunchError(f"no healthy server at {self.spec.url}/health")
             return
         from vprof.registry import render, validate
-        from vprof.server import ServerProcess, adapt_for_host
+        from vprof.server import ServerProcess, adapt_for_host  # noqa: F811 - lazy
 
         validate(self.profile)
         adapted, self.changes = adapt_for_host(
@@ -130,18 +131,18 @@ class _Server:
         validate(adapted)
         self.profile = adapted
         self.argv = render(adapted, python=sys.executable)
-        self.process = ServerProcess(
+        process = self.process = ServerProcess(
             self.argv,
             env=dict(adapted.env),
             log_path=self.log_path,
             host=adapted.host,
             port=adapted.port,
         )
-        self.process.start()
-        self.url = self.process.url
+        process.start()
+        self.url = process.url
         self.say(f"  waiting for {self.url}/health (log: {self.log_path})")
-        self.process.wait_healthy(timeout_s=self.spec.health_timeout_s)
-        self.settings = dict(self.process.effective_settings())
+        process.wait_healthy(timeout_s=self.spec.health_timeout_s)
+        self.settings = dict(process.effective_settings())
 
     def alive(self) -> bool:
         return self.process.alive() if self.process else _health_ok(self.url)

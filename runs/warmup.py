@@ -7,6 +7,7 @@ requests would otherwise land in the first run's percentiles.
 from __future__ import annotations
 
 import time
+from typing import Any
 
 from vprof.common.errors import LaunchError
 
@@ -29,7 +30,7 @@ def warm_up(url: str, *, requests_n: int = 4, timeout_s: float = 300.0) -> float
 
     model = served_model(url)
     started = time.monotonic()
-    body = {
+    body: dict[str, Any] = {
         "model": model,
         "prompt": "Warm up the server. " * 16,
         "max_tokens": 16,
