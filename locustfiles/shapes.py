@@ -35,6 +35,7 @@ class TrafficShapeBase(LoadTestShape):
     def traffic(self) -> TrafficShape | None:
         """The shape for this test (read from the options once per test)."""
         if not self._resolved:
+            assert self.runner is not None, "Locust attaches the runner before the first tick"
             self._shape = effective_shape(self.runner.environment)
             self._resolved = True
         return self._shape
@@ -54,6 +55,7 @@ class TrafficShapeBase(LoadTestShape):
         return result
 
     def _common_options(self, t_s: float) -> tuple[int, float] | None:
+        assert self.runner is not None
         env: Any = self.runner.environment
         run_time = opt(env, "run_time", None)
         if run_time and t_s >= float(run_time):

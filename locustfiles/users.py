@@ -219,7 +219,7 @@ class LLMUser(HttpUser):
             record.expected_prompt_tokens = plan.expected_prompt_tokens
             record.expected_output_tokens = plan.max_tokens if plan.ignore_eos else -1
             body = self.body(plan, endpoint)
-            url = self.host.rstrip("/") + ENDPOINT_PATHS[endpoint]
+            url = str(self.host).rstrip("/") + ENDPOINT_PATHS[endpoint]  # on_start checked it
             # Encode the body before the clock starts: TTFT is the server's time, not ours.
             prepared = self._session.prepare_request(requests.Request("POST", url, json=body))
             with gevent.Timeout(timeout_s, _RequestTimeout):
