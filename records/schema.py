@@ -93,9 +93,17 @@ def arrow_schema():  # -> pyarrow.Schema, imported lazily
         "open_loop": pa.bool_(),
         "itl_ms": pa.list_(pa.float64()),
     }
-    for name in ("prefix_group", "conversation_id", "turn", "prompt_tokens", "completion_tokens",
-                 "cached_tokens", "expected_prompt_tokens", "expected_output_tokens",
-                 "http_status"):
+    for name in (
+        "prefix_group",
+        "conversation_id",
+        "turn",
+        "prompt_tokens",
+        "completion_tokens",
+        "cached_tokens",
+        "expected_prompt_tokens",
+        "expected_output_tokens",
+        "http_status",
+    ):
         types[name] = pa.int64()
     for f in fields(RequestRecord):
         if f.name not in types:

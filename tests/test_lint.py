@@ -1,0 +1,32 @@
+"""The code reads the way STYLE.md asks: ruff-clean and formatted, and the library type-checks."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+LIBRARY = [
+    "common", "records", "registry", "tinymodel", "server", "workloads", "traffic",
+    "locustfiles", "emulator", "runs", "analysis", "cli",
+]  # fmt: skip
+
+
+def _run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", *args], cwd=ROOT, capture_output=True, text=True, timeout=600
+    )
+
+
+@pytest.mark.parametrize("check", [("ruff", "check", "."), ("ruff", "format", "--check", ".")])
+def test_ruff(check):
+    result = _run(*check)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_mypy_on_the_library():
+    result = _run("mypy", *LIBRARY)
+    assert result.returncode == 0, result.stdout + result.stderr
