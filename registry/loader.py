@@ -17,14 +17,14 @@ from pathlib import Path
 from typing import Any
 
 from vprof.common.errors import ProfileError
-from vprof.registry._yaml import LineDict, read_yaml_file
+from vprof.common.presets import YAML_SUFFIXES, preset_locations, yaml_files
+from vprof.common.yamlfile import YamlDoc, read_yaml
 from vprof.registry.profile import Profile, flag_key
 
 ENV_VAR = "VPROF_PROFILES_DIR"
 TOP_LEVEL_KEYS = ("name", "description", "extends", "model", "entrypoint", "engine_args", "env")
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 _ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_SUFFIXES = (".yaml", ".yml")
 
 
 @dataclass(frozen=True, eq=False)
@@ -34,14 +34,17 @@ class _Raw:
     name: str
     path: str
     layer: int
-    data: LineDict
+    doc: YamlDoc
 
-    def where(self, key: str | None = None) -> str:
-        line = self.data.lines.get(key, 1) if key else 1
-        return f"{self.path}:{line}"
+    @property
+    def data(self) -> dict[str, Any]:
+        return self.doc.data
+
+    def where(self, key: Any, *sub: Any) -> str:
+        return f"{self.path}:{self.doc.line(key, *sub) or 1}"
 
     def error(self, message: str, key: str | None = None, hint: str | None = None) -> ProfileError:
-        line = self.data.lines.get(key) if key else None
+        line = self.doc.line(key) if key else None
         return ProfileError(message, path=self.path, line=line or 1, key=key, hint=hint)
 
 
@@ -62,28 +65,23 @@ def shipped_dir() -> Path | None:
 
 def profile_files(location: Path, what: str = "profile path") -> list[Path]:
     """The profile files at ``location``: the file itself, or a folder's *.yaml / *.yml."""
-    if location.is_file():
-        return [location]
-    if not location.is_dir():
+    if not (location.is_file() or location.is_dir()):
         raise ProfileError(
             f"{what} {str(location)!r} does not exist", hint="create it or fix the path"
         )
-    return sorted(p for p in location.iterdir() if p.suffix in _SUFFIXES and p.is_file())
+    return yaml_files(location)
 
 
 def profile_layers(extra_dirs: Sequence[Path] = ()) -> list[list[Path]]:
     """The profile files of each layer, lowest first."""
     shipped = shipped_dir()
-    layers: list[list[Path]] = [profile_files(shipped) if shipped else []]
-    local = Path("profiles")
-    # Inside a vprof checkout ./profiles *is* the shipped folder; do not load it twice.
-    if local.is_dir() and (shipped is None or local.resolve() != shipped):
-        layers.append(profile_files(local, "profiles folder"))
-    for part in os.environ.get(ENV_VAR, "").split(os.pathsep):
-        if part:
-            layers.append(profile_files(Path(part), f"${ENV_VAR} entry"))
-    for extra in extra_dirs:
-        layers.append(profile_files(Path(extra), "--profiles-dir"))
+    what = {"env": f"${ENV_VAR} entry", "extra": "--profiles-dir"}
+    layers: list[list[Path]] = []
+    for path, origin in preset_locations(shipped, Path("profiles"), ENV_VAR, extra_dirs):
+        # Inside a vprof checkout ./profiles *is* the shipped folder; do not load it twice.
+        if origin == "local" and (not path.is_dir() or path.resolve() == shipped):
+            continue
+        layers.append(profile_files(path, what.get(origin, "profile path")))
     return layers
 
 
@@ -99,16 +97,17 @@ def _suggest(word: str, choices: Iterable[str]) -> str | None:
 
 def _read_raw(file: Path, layer: int) -> _Raw:
     path = str(file)
-    data = read_yaml_file(file)
+    doc = read_yaml(file, ProfileError, what="profile file")
+    data = doc.data
     if data is None:
         raise ProfileError("empty profile file", path=path, line=1, hint="see profiles/base.yaml")
-    if not isinstance(data, LineDict):
+    if not isinstance(data, dict):
         raise ProfileError(
             "a profile file must be a mapping (description:, model:, engine_args:, …)",
             path=path,
             line=1,
         )
-    raw = _Raw(name=str(data.get("name") or file.stem), path=path, layer=layer, data=data)
+    raw = _Raw(name=str(data.get("name") or file.stem), path=path, layer=layer, doc=doc)
     _check_shape(raw)
     return raw
 
@@ -136,11 +135,11 @@ def _check_shape(raw: _Raw) -> None:
         )
     for key in ("engine_args", "env"):
         value = data.get(key)
-        if value is not None and not isinstance(value, LineDict):
+        if value is not None and not isinstance(value, dict):
             raise raw.error(f"must be a mapping, not {_type_name(value)}", key=key)
-    env = data.get("env") or LineDict()
+    env = data.get("env") or {}
     for name, value in env.items():
-        where = {"path": raw.path, "line": env.lines.get(name), "key": f"env.{name}"}
+        where = {"path": raw.path, "line": raw.doc.line("env", name), "key": f"env.{name}"}
         if not isinstance(name, str) or not _ENV_NAME_RE.match(name):
             raise ProfileError("not a valid environment variable name", **where)
         if isinstance(value, bool) or not isinstance(value, (str, int, float)):
@@ -165,15 +164,6 @@ def _type_name(value: Any) -> str:
     if isinstance(value, list):
         return "a list"
     return type(value).__name__
-
-
-def _plain(value: Any) -> Any:
-    """YAML values without line bookkeeping (so they dump and compare as plain data)."""
-    if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_plain(v) for v in value]
-    return value
 
 
 # ---------------------------------------------------------------------------- extends
@@ -233,7 +223,7 @@ class _Resolver:
             if data.get(key) is not None:
                 base[key] = data[key]
                 origins[key] = raw.where(key)
-        args = data.get("engine_args") or LineDict()
+        args = data.get("engine_args") or {}
         seen: dict[str, Any] = {}
         for written, value in args.items():
             key = flag_key(written)
@@ -244,13 +234,12 @@ class _Resolver:
                 engine_args.pop(key, None)
                 origins.pop(key, None)
                 continue
-            engine_args[key] = _plain(value)
-            origins[key] = f"{raw.path}:{args.lines[written]}"
-        env_data = data.get("env") or LineDict()
-        for name, value in env_data.items():
+            engine_args[key] = value
+            origins[key] = raw.where("engine_args", written)
+        for name, value in (data.get("env") or {}).items():
             env[name] = str(value)
-            origins[f"env.{name}"] = f"{raw.path}:{env_data.lines[name]}"
-        origins["name"] = raw.where("name") if "name" in data.lines else f"{raw.path}:1"
+            origins[f"env.{name}"] = raw.where("env", name)
+        origins["name"] = raw.where("name")
         profile = Profile(
             name=raw.name,
             description=" ".join(base["description"].split()),
@@ -321,7 +310,7 @@ def load_profiles(extra_dirs: Sequence[Path] = ()) -> dict[str, Profile]:
 
 def get_profile(name: str, extra_dirs: Sequence[Path] = ()) -> Profile:
     """One profile by name (or a path to a profile file); suggests a near name on a miss."""
-    if name.endswith(_SUFFIXES) and Path(name).is_file():
+    if name.endswith(YAML_SUFFIXES) and Path(name).is_file():
         path = Path(name)
         profiles = load_profiles([*extra_dirs, path])
         return profiles[_read_raw(path, 0).name]

@@ -8,39 +8,37 @@ from __future__ import annotations
 
 import difflib
 import math
-import os
 from collections.abc import Iterable, Mapping
 from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from vprof.common.errors import WorkloadError
+from vprof.common.presets import YAML_SUFFIXES, preset_files, preset_locations
+from vprof.common.yamlfile import KeyPath, read_yaml
 from vprof.traffic.shape import KINDS, PROCESSES, TrafficShape
 
 PRESETS_DIR = Path(__file__).parent / "presets"
+ENV_DIRS = "VPROF_TRAFFIC_DIR"
 _FIELDS = {f.name: f for f in fields(TrafficShape)}
 _INT_FIELDS = {"users", "start_users", "step_users", "spike_users", "max_in_flight"}
 _SETTABLE = set(_FIELDS) - {"name", "source"}
 
 
-def _line_of(node: yaml.Node | None, key: str) -> int | None:
-    """The 1-based line of ``key`` in a YAML mapping node."""
-    if isinstance(node, yaml.MappingNode):
-        for knode, _ in node.value:
-            if getattr(knode, "value", None) == key:
-                return knode.start_mark.line + 1
-    return None
-
-
 def shape_from_dict(
-    data: Mapping[str, Any], *, name: str, source: str = "<dict>", node: yaml.Node | None = None
+    data: Mapping[str, Any],
+    *,
+    name: str,
+    source: str = "<dict>",
+    lines: Mapping[KeyPath, int] | None = None,
 ) -> TrafficShape:
-    """Validate a mapping and build a :class:`TrafficShape`; errors carry ``source``:line: key."""
+    """Validate a mapping and build a :class:`TrafficShape`; errors carry ``source``:line: key.
+
+    ``lines`` maps ``(key,)`` to the line it was written on (``()``: the mapping itself).
+    """
 
     def fail(key: str | None, message: str, hint: str | None = None) -> WorkloadError:
-        line = _line_of(node, key) if key else (node.start_mark.line + 1 if node else None)
+        line = (lines or {}).get((key,) if key else ())
         return WorkloadError(message, path=source, line=line, key=key, hint=hint)
 
     if not isinstance(data, Mapping):
@@ -108,30 +106,12 @@ def shape_from_dict(
 
 
 def _load_file(path: Path) -> TrafficShape:
-    text = path.read_text(encoding="utf-8")
-    try:
-        node = yaml.compose(text)
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        raise WorkloadError(
-            f"not valid YAML: {getattr(exc, 'problem', exc)}",
-            path=str(path),
-            line=mark.line + 1 if mark else None,
-        ) from None
+    doc = read_yaml(path, WorkloadError, what="the traffic shape file", invalid="not valid YAML")
+    data = doc.data
     name = path.stem
     if isinstance(data, Mapping) and "name" in data:
         name = str(data["name"])
-    return shape_from_dict(data or {}, name=name, source=str(path), node=node)
-
-
-def _search_dirs(extra_dirs: Iterable[str | Path]) -> list[Path]:
-    dirs = [PRESETS_DIR, Path.cwd() / "traffic"]
-    env = os.environ.get("VPROF_TRAFFIC_DIR")
-    if env:
-        dirs += [Path(p) for p in env.split(os.pathsep) if p]
-    dirs += [Path(d) for d in extra_dirs]
-    return dirs
+    return shape_from_dict(data or {}, name=name, source=str(path), lines=doc.lines)
 
 
 def load_shapes(extra_dirs: Iterable[str | Path] = ()) -> dict[str, TrafficShape]:
@@ -140,14 +120,10 @@ def load_shapes(extra_dirs: Iterable[str | Path] = ()) -> dict[str, TrafficShape
     A later folder overrides an earlier one with the same name.
     """
     shapes: dict[str, TrafficShape] = {}
-    seen: set[Path] = set()
-    for folder in _search_dirs(extra_dirs):
-        if not folder.is_dir() or folder.resolve() in seen:
-            continue
-        seen.add(folder.resolve())
-        for path in sorted(folder.glob("*.yaml")) + sorted(folder.glob("*.yml")):
-            shape = _load_file(path)
-            shapes[shape.name] = shape
+    locations = preset_locations(PRESETS_DIR, Path.cwd() / "traffic", ENV_DIRS, extra_dirs)
+    for path in preset_files(locations):
+        shape = _load_file(path)
+        shapes[shape.name] = shape
     return shapes
 
 
@@ -155,7 +131,7 @@ def get_shape(name_or_path: str | Path, extra_dirs: Iterable[str | Path] = ()) -
     """One shape by preset name or YAML path; an unknown name suggests the closest one."""
     text = str(name_or_path)
     path = Path(text)
-    if text.endswith((".yaml", ".yml")) or (path.suffix and path.exists()):
+    if text.endswith(YAML_SUFFIXES) or (path.suffix and path.exists()):
         if not path.is_file():
             raise WorkloadError("no such traffic shape file", path=text)
         return _load_file(path)

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from vprof.common.errors import WorkloadError
+from vprof.common.presets import YAML_SUFFIXES, Location, preset_files, preset_locations
 from vprof.workloads.spec import (
     ConversationSpec,
     Distribution,
@@ -311,77 +312,37 @@ def _conversation(value: Any, loc: _Located) -> ConversationSpec:
 # --- files and folders -----------------------------------------------------------------------
 
 
-def _key_lines(node: Any, prefix: tuple[str, ...], out: Lines) -> None:
-    """Record the 1-based line of every mapping key in a composed YAML node tree."""
-    import yaml
-
-    if isinstance(node, yaml.MappingNode):
-        for key_node, value_node in node.value:
-            keys = prefix + (str(key_node.value),)
-            out[keys] = key_node.start_mark.line + 1
-            _key_lines(value_node, keys, out)
-
-
 def load_workload_file(path: str | os.PathLike[str]) -> Workload:
     """Read one workload YAML file; its name defaults to the file's stem."""
-    import yaml
+    from vprof.common.yamlfile import read_yaml  # imports yaml, only needed here
 
     p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise WorkloadError(f"cannot read the workload file: {exc.strerror}", path=str(p)) from None
-    try:
-        # libyaml when present: the pure-Python parser made listing presets noticeably slow.
-        loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-        data = yaml.load(text, Loader=loader)  # noqa: S506 - a safe loader
-        root = yaml.compose(text, Loader=loader)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise WorkloadError(
-            f"not valid YAML: {problem}",
-            path=str(p),
-            line=mark.line + 1 if mark is not None else None,
-        ) from None
-    lines: Lines = {(): 1}
-    _key_lines(root, (), lines)
+    doc = read_yaml(p, WorkloadError, what="the workload file", invalid="not valid YAML")
     return workload_from_dict(
-        data if data is not None else {},
+        doc.data if doc.data is not None else {},
         source=str(p),
-        lines=lines,
+        lines={**doc.lines, (): 1},
         base_dir=p.parent,
         default_name=p.stem,
     )
 
 
+def _locations(extra_dirs: Iterable[str | os.PathLike[str]]) -> list[Location]:
+    return preset_locations(PRESETS_DIR, Path.cwd() / "workloads", ENV_DIRS, extra_dirs)
+
+
 def search_dirs(extra_dirs: Iterable[str | os.PathLike[str]] = ()) -> list[Path]:
     """Folders searched for workloads, later ones overriding earlier ones by name."""
-    dirs = [PRESETS_DIR, Path.cwd() / "workloads"]
-    env = os.environ.get(ENV_DIRS)
-    if env:
-        dirs += [Path(d) for d in env.split(os.pathsep) if d]
-    dirs += [Path(d) for d in extra_dirs]
-    return dirs
+    return [location.path for location in _locations(extra_dirs)]
 
 
 def load_workloads(extra_dirs: Iterable[str | os.PathLike[str]] = ()) -> dict[str, Workload]:
     """All workloads by name: shipped presets, then ./workloads/, $VPROF_WORKLOADS_DIR and
     ``extra_dirs`` (a later folder's workload replaces an earlier one of the same name)."""
     found: dict[str, Workload] = {}
-    seen: set[Path] = set()
-    for folder in search_dirs(extra_dirs):
-        try:
-            resolved = folder.resolve()
-        except OSError:
-            continue
-        if resolved in seen or not folder.is_dir():
-            continue
-        seen.add(resolved)
-        files = sorted([*folder.glob("*.yaml"), *folder.glob("*.yml")])
-        for file in files:
-            workload = load_workload_file(file)
-            found[workload.name] = workload
+    for file in preset_files(_locations(extra_dirs)):
+        workload = load_workload_file(file)
+        found[workload.name] = workload
     return found
 
 
@@ -390,7 +351,7 @@ def get_workload(
 ) -> Workload:
     """A workload by name, or from a YAML file when given a path."""
     text = os.fspath(name_or_path)
-    if text.endswith((".yaml", ".yml")) or os.sep in text:
+    if text.endswith(YAML_SUFFIXES) or os.sep in text:
         return load_workload_file(text)
     workloads = load_workloads(extra_dirs)
     if text in workloads:
