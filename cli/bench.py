@@ -5,6 +5,8 @@ from __future__ import annotations
 import signal
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -27,11 +29,26 @@ def _say(message: str) -> None:
         click.echo(message[1:], err=True)
 
 
-def _sigterm_as_interrupt() -> None:
-    def handler(signum: int, frame: Any) -> None:
+@contextmanager
+def _interruptible(out_dir: Path) -> Iterator[None]:
+    """Ctrl-C or SIGTERM: the runs stop cleanly (the library keeps what was measured); say
+    where it is and exit 130."""
+
+    def on_sigterm(signum: int, frame: Any) -> None:
         raise KeyboardInterrupt
 
-    signal.signal(signal.SIGTERM, handler)
+    previous = signal.signal(signal.SIGTERM, on_sigterm)
+    try:
+        yield
+    except KeyboardInterrupt:
+        click.echo(
+            f"\nInterrupted: finished runs and the partial one are kept in {out_dir}; "
+            "re-run the same command to resume.",
+            err=True,
+        )
+        raise SystemExit(130) from None
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def run_options(func):
@@ -188,17 +205,9 @@ def bench(profile_names: tuple[str, ...], fmt: str, **opts: Any) -> None:
     """
     from vprof.runs import run_bench
 
-    _sigterm_as_interrupt()
     profiles = _profiles(profile_names, opts)
-    try:
+    with _interruptible(opts["out_dir"]):
         outcomes = run_bench(profiles, _spec(opts), _say)
-    except KeyboardInterrupt:
-        click.echo(
-            "\nInterrupted: finished runs and the partial run are kept in "
-            f"{opts['out_dir']}; re-run the same command to resume.",
-            err=True,
-        )
-        raise SystemExit(130) from None
     _report(outcomes, fmt, opts["slo"])
 
 
@@ -219,19 +228,10 @@ def _ladder(
 ) -> None:
     from vprof.runs.sweep import recommend, run_ladder
 
-    _sigterm_as_interrupt()
     (profile,) = _profiles((profile_name,), opts)
     rungs = rungs_of(profile)
-    spec = _spec(opts)
-    try:
-        rows = run_ladder(profile, rungs, spec, _say, stop_early=stop_early)
-    except KeyboardInterrupt:
-        click.echo(
-            f"\nInterrupted: finished rungs are kept in {opts['out_dir']}; re-run the "
-            "same command to resume.",
-            err=True,
-        )
-        raise SystemExit(130) from None
+    with _interruptible(opts["out_dir"]):
+        rows = run_ladder(profile, rungs, _spec(opts), _say, stop_early=stop_early)
     click.echo("", err=True)
     emit(rows, fmt)
     click.echo()
@@ -355,20 +355,11 @@ def load(profile_name: str, levels: str, target_rps: float | None, fmt: str, **o
     from vprof.runs import run_bench
     from vprof.runs.sweep import Rung, load_ladder, parse_ladder_values, rung_row
 
-    _sigterm_as_interrupt()
     (profile,) = _profiles((profile_name,), opts)
     values = [float(v) for v in parse_ladder_values(levels)]
     shapes = load_ladder(opts["traffic"][0], values, opts["out_dir"] / "shapes")
-    spec = _spec({**opts, "traffic": tuple(shapes)})
-    try:
-        outcomes = run_bench([profile], spec, _say)
-    except KeyboardInterrupt:
-        click.echo(
-            f"\nInterrupted: finished levels are kept in {opts['out_dir']}; re-run the "
-            "same command to resume.",
-            err=True,
-        )
-        raise SystemExit(130) from None
+    with _interruptible(opts["out_dir"]):
+        outcomes = run_bench([profile], _spec({**opts, "traffic": tuple(shapes)}), _say)
     click.echo("", err=True)
     rows = [rung_row(Rung(Path(o.traffic).stem, {}), o) for o in outcomes]
     emit(rows, fmt)

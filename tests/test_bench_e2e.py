@@ -97,26 +97,19 @@ def records_arriving(out: Path):
     return check
 
 
+def launch_and_run(out: Path, *args: str, timeout_s: float) -> subprocess.CompletedProcess[str]:
+    """`vprof ARGS` with the fast settings, launching servers on a free port, runs in ``out``."""
+    port = free_port(lo=18900, hi=18999)
+    return subprocess.run(
+        vprof(*args, *FAST, "--port", str(port), "--out", str(out)),
+        capture_output=True, text=True, timeout=timeout_s,
+    )  # fmt: skip
+
+
 def test_two_profiles_one_shape_give_two_runs_whose_summaries_match_their_records(tmp_path):
     out = tmp_path / "runs"
-    port = free_port(lo=18900, hi=18999)
-    proc = subprocess.run(
-        vprof(
-            "bench",
-            "chunked-256",
-            "baseline",
-            "--traffic",
-            "smoke",
-            *FAST,
-            "--port",
-            str(port),
-            "--out",
-            str(out),
-        ),
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
+    proc = launch_and_run(out, "bench", "chunked-256", "baseline", "--traffic", "smoke",
+                          timeout_s=900)  # fmt: skip
     assert proc.returncode == 0, proc.stdout + proc.stderr
     runs = run_dirs(out)
     assert [json.loads((r / "run.json").read_text())["profile"]["name"] for r in runs] == [
@@ -195,26 +188,8 @@ def test_ctrl_c_stops_cleanly_keeps_the_partial_run_and_leaves_no_process(tmp_pa
 
 def test_sweep_batched_tokens_walks_three_rungs_and_recommends_one(tmp_path):
     out = tmp_path / "runs"
-    port = free_port(lo=18900, hi=18999)
-    proc = subprocess.run(
-        vprof(
-            "sweep",
-            "batched-tokens",
-            "baseline",
-            "--rungs",
-            "3",
-            "--traffic",
-            "smoke",
-            *FAST,
-            "--port",
-            str(port),
-            "--out",
-            str(out),
-        ),
-        capture_output=True,
-        text=True,
-        timeout=1200,
-    )
+    proc = launch_and_run(out, "sweep", "batched-tokens", "baseline", "--rungs", "3",
+                          "--traffic", "smoke", timeout_s=1200)  # fmt: skip
     assert proc.returncode == 0, proc.stdout + proc.stderr
     for value in ("2048", "4096", "6144"):
         assert f"mnbt={value}" in proc.stdout
