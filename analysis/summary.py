@@ -137,7 +137,13 @@ def _tokens(cols: Columns, ok: Any, duration: float) -> dict[str, Any]:
     input_tokens = np.where(prompt >= 0, prompt, np.maximum(expected, 0))
     total_in, total_out = int(input_tokens.sum()), int(np.maximum(output, 0).sum())
     per_s = (lambda v: v / duration) if duration > 0 else (lambda v: math.nan)
+    # Prompts are built to exact lengths with the model's tokenizer; the server's count says
+    # whether that held. For chat the excess is the chat template's tokens.
+    both = (prompt >= 0) & (expected >= 0)
+    excess = (prompt[both] - expected[both]).astype(float)
     return {
+        "prompt_token_mismatch_rate": float((excess != 0).mean()) if excess.size else None,
+        "mean_prompt_token_excess": float(excess.mean()) if excess.size else None,
         "total_input_tokens": total_in,
         "total_output_tokens": total_out,
         "requests_without_usage": int(((prompt < 0) | (output < 0)).sum()),

@@ -20,7 +20,8 @@ SUMMARY_KEYS = (
     "mean_e2el_ms", "median_e2el_ms", "p95_e2el_ms", "p99_e2el_ms",
     "p95_ttft_from_schedule_ms", "p99_ttft_from_schedule_ms", "p99_schedule_lag_ms",
     "max_output_tokens_per_s", "max_concurrent_requests", "prefix_cache_hit_rate",
-    "cached_token_share", "num_preemptions", "max_kv_cache_usage_perc",
+    "cached_token_share", "prompt_token_mismatch_rate", "mean_prompt_token_excess",
+    "num_preemptions", "max_kv_cache_usage_perc",
     "max_num_requests_waiting", "loadgen_max_cpu_percent", "loadgen_verdict", "slo", "slo_met",
 )  # fmt: skip
 

@@ -359,3 +359,19 @@ def test_block_quantiles_equal_numpy_percentiles(values, guess):
         assert got[f"{_key(q)}_x_ms"] == np.percentile(values, q), q
     assert got["mean_x_ms"] == pytest.approx(values.mean(), rel=1e-12)
     assert got["std_x_ms"] == pytest.approx(values.std(), rel=1e-9, abs=1e-12)
+
+
+def test_prompt_token_mismatch_against_the_plan_is_reported():
+    import pandas as pd
+
+    records = synth_records(200, seed=5)
+    for i, rec in enumerate(records):
+        if rec.status == "ok":
+            rec.prompt_tokens = 100 if i % 4 else 103  # every 4th: 3 tokens over the plan
+    frame = pd.DataFrame([r.to_dict() for r in records])
+    summary = summarize(frame)
+    ok = frame[frame.status == "ok"]
+    excess = ok.prompt_tokens - ok.expected_prompt_tokens
+    assert summary["prompt_token_mismatch_rate"] == pytest.approx((excess != 0).mean())
+    assert summary["mean_prompt_token_excess"] == pytest.approx(excess.mean())
+    assert summary["prompt_token_mismatch_rate"] == pytest.approx(0.25, abs=0.01)
