@@ -246,6 +246,7 @@ def _run_one(
     )
     total_s = _duration_s(traffic)
     started = time.monotonic()
+    done_before: float | None = None  # the server's finished-request count when the run began
     state, reason = "completed", ""
     try:
         while load.running():
@@ -255,13 +256,16 @@ def _run_one(
                 say(f"  ! {reason.splitlines()[0]}; stopping the load generator")
                 break
             values = sampler.last_values
+            finished = values.get("vllm:request_success_total", 0.0)
+            if done_before is None and values:
+                done_before = finished
             elapsed = time.monotonic() - started
             of = f"/{total_s:.0f}" if total_s else ""
             say(
                 f"\r  {run.name[:48]:48} {elapsed:5.0f}{of} s  "
                 f"running {values.get('vllm:num_requests_running', 0):3.0f}  "
                 f"waiting {values.get('vllm:num_requests_waiting', 0):3.0f}  "
-                f"done {values.get('vllm:request_success_total', 0):6.0f}"
+                f"done {finished - (done_before or 0.0):6.0f}"
             )
     except KeyboardInterrupt:
         state, reason = "interrupted", "interrupted by the user (Ctrl-C)"
