@@ -63,7 +63,33 @@ def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
     }
 
 
-class CompletionChunks:
+class _Chunks:
+    """What the two OpenAI streams share: a JSON head, a token event, the usage event.
+
+    Subclasses set ``_head`` (the chunk's fields before ``choices``), ``_open`` (everything up
+    to the token's text) and ``_tail`` / ``_last_tail`` (everything after it).
+    """
+
+    _head: str
+    _open: str
+    _tail: str
+    _last_tail: str
+
+    def token(self, text: str, last: bool) -> bytes:
+        """One token's event; the last one carries ``finish_reason: "length"``."""
+        return sse(self._open + dumps(text) + (self._last_tail if last else self._tail))
+
+    def usage(self, prompt_tokens: int, completion_tokens: int) -> bytes:
+        """The usage-only event that ``stream_options.include_usage`` adds at the end."""
+        return sse(
+            self._head
+            + ',"choices":[],"usage":'
+            + dumps(usage(prompt_tokens, completion_tokens))
+            + "}"
+        )
+
+
+class CompletionChunks(_Chunks):
     """SSE events of one streamed ``/v1/completions`` request."""
 
     def __init__(self, request_id: str, created: int, model: str) -> None:
@@ -85,21 +111,8 @@ class CompletionChunks:
         """The first content event (completions send nothing before it)."""
         return self.token(text, last)
 
-    def token(self, text: str, last: bool) -> bytes:
-        """One token's event; the last one carries ``finish_reason: "length"``."""
-        return sse(self._open + dumps(text) + (self._last_tail if last else self._tail))
 
-    def usage(self, prompt_tokens: int, completion_tokens: int) -> bytes:
-        """The usage-only event that ``stream_options.include_usage`` adds at the end."""
-        return sse(
-            self._head
-            + ',"choices":[],"usage":'
-            + dumps(usage(prompt_tokens, completion_tokens))
-            + "}"
-        )
-
-
-class ChatChunks:
+class ChatChunks(_Chunks):
     """SSE events of one streamed ``/v1/chat/completions`` request."""
 
     def __init__(self, request_id: str, created: int, model: str) -> None:
@@ -126,19 +139,6 @@ class ChatChunks:
     def first(self, text: str, last: bool) -> bytes:
         """The role-only event and the first token's event: vLLM sends both in one step."""
         return self._role + self.token(text, last)
-
-    def token(self, text: str, last: bool) -> bytes:
-        """One token's event; the last one carries ``finish_reason: "length"``."""
-        return sse(self._open + dumps(text) + (self._last_tail if last else self._tail))
-
-    def usage(self, prompt_tokens: int, completion_tokens: int) -> bytes:
-        """The usage-only event that ``stream_options.include_usage`` adds at the end."""
-        return sse(
-            self._head
-            + ',"choices":[],"usage":'
-            + dumps(usage(prompt_tokens, completion_tokens))
-            + "}"
-        )
 
 
 def generate_line(prompt: str, text_so_far: str) -> bytes:
