@@ -3,26 +3,17 @@ configured TTFT and inter-token gaps within 2 ms at p50 (issue 3)."""
 
 from __future__ import annotations
 
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from locust_run import run_headless
 
 from vprof.emulator.config import EmulatorConfig
 from vprof.emulator.server import Emulator
 from vprof.records import read_records
 
-LOCUSTFILE = Path(__file__).resolve().parents[1] / "locustfiles" / "locustfile.py"
 TTFT_MS, ITL_MS = 50.0, 10.0
-
-
-def locust_command() -> list[str]:
-    """The ``locust`` script of this interpreter's environment."""
-    beside = Path(sys.executable).with_name("locust")
-    return [str(beside)] if beside.exists() else [shutil.which("locust") or "locust"]
 
 
 @pytest.fixture(scope="module")
@@ -38,31 +29,9 @@ def emulator():
 
 
 def run_locust(url: str, run_dir: Path, endpoint: str, seconds: int) -> None:
-    argv = [
-        *locust_command(),
-        "-f",
-        str(LOCUSTFILE),
-        "-H",
-        url,
-        "--headless",
-        "-u",
-        "2",
-        "-r",
-        "2",
-        "-t",
-        f"{seconds}s",
-        "--workload",
-        "tiny-smoke",
-        "--endpoint",
-        endpoint,
-        "--run-dir",
-        str(run_dir),
-        "--only-summary",
-        "--stop-timeout",
-        "10",
-    ]
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=seconds + 90)
-    assert done.returncode == 0, done.stderr[-3000:]
+    run_headless(url, run_dir, "-u", "2", "-r", "2", "-t", f"{seconds}s", "--workload",
+                 "tiny-smoke", "--endpoint", endpoint, "--stop-timeout", "10",
+                 timeout_s=seconds + 90)  # fmt: skip
 
 
 @pytest.mark.parametrize(

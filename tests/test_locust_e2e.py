@@ -7,46 +7,26 @@ against what the server itself counted in ``/metrics``.
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from locust_run import run_headless
 
 from vprof.records import read_records
 from vprof.server.metrics import scrape
 
-LOCUSTFILE = Path(__file__).resolve().parents[1] / "locustfiles" / "locustfile.py"
 MASTER_PORT = 18170  # inside this suite's port range (18100-18199)
 RUN_TIMEOUT_S = 240
 
 pytestmark = pytest.mark.e2e
 
 
-def run_locust(server, run_dir: Path, *args: str) -> subprocess.CompletedProcess:
-    argv = [
-        sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--headless", "--only-summary",
-        "-H", server.url, "--model", server.model, "--tokenizer", str(server.model_dir),
-        "--run-dir", str(run_dir), "--master-bind-port", str(MASTER_PORT), *args,
-    ]  # fmt: skip
+def run_locust(server, run_dir: Path, *args: str) -> str:
+    extra = ["--model", server.model, "--tokenizer", str(server.model_dir),
+             "--master-bind-port", str(MASTER_PORT)]  # fmt: skip
     if "--processes" in args:  # forked workers connect to --master-port, not the bind port
-        argv += ["--master-port", str(MASTER_PORT)]
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    # Its own process group, so forked workers never outlive a timed-out run.
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=env, cwd=run_dir.parent, start_new_session=True)  # fmt: skip
-    try:
-        out, err = proc.communicate(timeout=RUN_TIMEOUT_S)
-    finally:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        proc.wait()
-    assert proc.returncode == 0, out[-3000:] + err[-3000:]
-    return subprocess.CompletedProcess(argv, proc.returncode, out, err)
+        extra += ["--master-port", str(MASTER_PORT)]
+    return run_headless(server.url, run_dir, *extra, *args, timeout_s=RUN_TIMEOUT_S)
 
 
 def counters(server) -> dict[str, float]:

@@ -6,35 +6,17 @@ test needs answers that take seconds; the emulator gives both in a few seconds o
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from locust_run import run_headless
 
 from vprof.emulator import Emulator, EmulatorConfig
 from vprof.records import read_records
 
-LOCUSTFILE = Path(__file__).resolve().parents[1] / "locustfiles" / "locustfile.py"
-
 
 def run_locust(url: str, run_dir: Path, *args: str, timeout_s: float = 120) -> str:
-    argv = [sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--headless",
-            "--only-summary", "-H", url, "--run-dir", str(run_dir), *args]  # fmt: skip
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True, cwd=run_dir.parent)  # fmt: skip
-    try:
-        out, _ = proc.communicate(timeout=timeout_s)
-    finally:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        proc.wait()
-    assert proc.returncode == 0, out[-3000:]
-    return out
+    return run_headless(url, run_dir, *args, timeout_s=timeout_s)
 
 
 @pytest.fixture

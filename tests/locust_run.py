@@ -1,0 +1,34 @@
+"""Run the shipped locustfile with real Locust, headless, as a user would (test helper)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+LOCUSTFILE = Path(__file__).resolve().parents[1] / "locustfiles" / "locustfile.py"
+
+
+def run_headless(url: str, run_dir: Path, *args: str, timeout_s: float = 240) -> str:
+    """``locust -f locustfile.py --headless -H URL --run-dir RUN_DIR ARGS``; its output.
+
+    Locust runs in its own process group, killed afterwards, so forked workers never outlive
+    a run that timed out. Fails the test when Locust exits non-zero.
+    """
+    argv = [sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--headless",
+            "--only-summary", "-H", url, "--run-dir", str(run_dir), *args]  # fmt: skip
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env=env, cwd=run_dir.parent, start_new_session=True)  # fmt: skip
+    try:
+        out, _ = proc.communicate(timeout=timeout_s)
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait()
+    assert proc.returncode == 0, out[-6000:]
+    return out
