@@ -197,11 +197,11 @@ def test_sweep_batched_tokens_walks_three_rungs_and_recommends_one(tmp_path):
     assert len(run_dirs(out)) == 3
 
 
-def test_bench_measures_a_server_it_did_not_launch(tmp_path, vllm_server):
+def test_bench_measures_a_server_it_did_not_launch_with_two_locust_processes(tmp_path, vllm_server):
     out = tmp_path / "runs"
     proc = subprocess.run(
         vprof("bench", "my-deployment", "--url", vllm_server.url, "--traffic", "smoke",
-              "--workload", "tiny-smoke", "--out", str(out)),
+              "--workload", "tiny-smoke", "--processes", "2", "--out", str(out)),
         capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -209,5 +209,8 @@ def test_bench_measures_a_server_it_did_not_launch(tmp_path, vllm_server):
     meta = json.loads((run / "run.json").read_text())
     assert meta["url"] == vllm_server.url and meta["profile"]["name"] == "my-deployment"
     summary = json.loads((run / "summary.json").read_text())
-    assert summary["completed"] == len(read_records(run)) > 0
+    records = read_records(run)
+    assert summary["completed"] == len(records) > 0
+    assert records.worker.nunique() == 2  # both Locust workers' records reached the master
+    assert records.request_id.is_unique
     assert "my-deployment" in proc.stdout
