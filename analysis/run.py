@@ -17,6 +17,7 @@ from typing import Any
 from vprof.analysis.slo import Slo
 from vprof.analysis.stats import DEFAULT_PERCENTILES
 from vprof.common.errors import RunError
+from vprof.runs.rundir import RETIRED_MARK
 
 RECORDS = "records.arrow"
 SUMMARY = "summary.json"
@@ -97,7 +98,11 @@ def expand_runs(paths: Iterable[str | Path]) -> list[Path]:
             found.append(path)
             continue
         inner = (
-            sorted(p for p in path.iterdir() if p.is_dir() and is_run_dir(p))
+            sorted(
+                p
+                for p in path.iterdir()
+                if p.is_dir() and is_run_dir(p) and RETIRED_MARK not in p.name
+            )
             if path.is_dir()
             else []
         )

@@ -5,6 +5,6 @@ self-describing, append-only folder (see ``vprof.runs.rundir``).
 """
 
 from vprof.runs.bench import BenchSpec, RunOutcome, run_bench
-from vprof.runs.rundir import RunDir, find_runs
+from vprof.runs.rundir import RunDir
 
-__all__ = ["BenchSpec", "RunDir", "RunOutcome", "find_runs", "run_bench"]
+__all__ = ["BenchSpec", "RunDir", "RunOutcome", "run_bench"]

@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,6 +27,7 @@ RUN_FILE = "run.json"
 STATUS_FILE = "status.json"
 
 STATES = ("running", "completed", "failed", "interrupted")
+RETIRED_MARK = ".attempt-"  # an earlier, unfinished attempt kept beside the run that replaced it
 
 
 def _write_json_atomic(path: Path, data: Any) -> None:
@@ -84,19 +84,7 @@ class RunDir:
     def retire(self) -> Path:
         """Move an unfinished earlier attempt aside (nothing is deleted) and return its path."""
         n = 1
-        while (target := self.path.with_name(f"{self.path.name}.attempt-{n}")).exists():
+        while (target := self.path.with_name(f"{self.path.name}{RETIRED_MARK}{n}")).exists():
             n += 1
         self.path.rename(target)
         return target
-
-
-def find_runs(paths: list[Path]) -> Iterator[RunDir]:
-    """Run folders named directly or found one or two levels below the given folders."""
-    for path in paths:
-        path = Path(path)
-        if (path / RUN_FILE).exists():
-            yield RunDir(path)
-            continue
-        for candidate in sorted(path.glob("*/" + RUN_FILE)) + sorted(path.glob("*/*/" + RUN_FILE)):
-            if ".attempt-" not in candidate.parent.name:
-                yield RunDir(candidate.parent)

@@ -5,7 +5,8 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from vprof.runs.rundir import RunDir, find_runs
+from vprof.analysis import expand_runs
+from vprof.runs.rundir import RunDir
 from vprof.runs.sweep import parse_ladder_values, recommend, should_stop
 
 
@@ -19,7 +20,7 @@ def test_run_folder_records_state_and_keeps_earlier_attempts(tmp_path):
     moved = run.retire()
     assert moved.name.endswith(".attempt-1") and not run.path.exists()
     run.create({"profile": {"name": "a"}})
-    assert [r.name for r in find_runs([tmp_path])] == [run.name]
+    assert expand_runs([tmp_path]) == [run.path]  # the retired attempt is not a run
 
 
 def test_ladder_stops_at_failure_oom_or_preemption():
