@@ -189,21 +189,7 @@ class _App:
                 param="prompt",
             )
         plan = self._plan(body, text, prompt_tokens, max_keys=("max_tokens",))
-        rid = wire.new_request_id("cmpl", request.headers.get("x-request-id"))
-        await self._run(
-            request,
-            out,
-            plan,
-            wire.CompletionChunks(rid, int(time.time()), self._model(body)),
-            lambda text: wire.completion_response(
-                rid,
-                int(time.time()),
-                self._model(body),
-                text,
-                plan.prompt_tokens,
-                plan.output_tokens,
-            ),
-        )
+        await self._stream_openai(request, out, body, plan, "completions")
 
     async def chat(self, request: Request, out: Responder) -> None:
         body = self._json(request)
@@ -211,21 +197,7 @@ class _App:
         plan = self._plan(
             body, text, self.count_tokens(text), max_keys=("max_completion_tokens", "max_tokens")
         )
-        rid = wire.new_request_id("chatcmpl", request.headers.get("x-request-id"))
-        await self._run(
-            request,
-            out,
-            plan,
-            wire.ChatChunks(rid, int(time.time()), self._model(body)),
-            lambda text: wire.chat_response(
-                rid,
-                int(time.time()),
-                self._model(body),
-                text,
-                plan.prompt_tokens,
-                plan.output_tokens,
-            ),
-        )
+        await self._stream_openai(request, out, body, plan, "chat")
 
     async def generate(self, request: Request, out: Responder) -> None:
         """The legacy ``api_server``: NDJSON lines of prompt + cumulative text, no usage."""
@@ -339,6 +311,23 @@ class _App:
         self.counters.running -= 1
         self.counters.generation_tokens += sent_tokens
         self.counters.finished[reason] = self.counters.finished.get(reason, 0) + 1
+
+    async def _stream_openai(
+        self, request: Request, out: Responder, body: dict[str, Any], plan: _Plan, kind: str
+    ) -> None:
+        """Serve a completions or chat request: the same timing, each with its own wire format."""
+        id_prefix, chunks_class, response = _OPENAI_KINDS[kind]
+        rid = wire.new_request_id(id_prefix, request.headers.get("x-request-id"))
+        model = self._model(body)
+        await self._run(
+            request,
+            out,
+            plan,
+            chunks_class(rid, int(time.time()), model),
+            lambda text: response(
+                rid, int(time.time()), model, text, plan.prompt_tokens, plan.output_tokens
+            ),
+        )
 
     async def _run(
         self,
@@ -502,3 +491,12 @@ def _bind_error(exc: BaseException, config: EmulatorConfig) -> BaseException:
             hint="pick a free port, or 0 for any",
         )
     return exc
+
+
+# kind -> (request-id prefix, streamed chunks, non-streamed body), as vLLM names and shapes them
+_OPENAI_KINDS: dict[
+    str, tuple[str, type[wire.CompletionChunks | wire.ChatChunks], Callable[..., dict]]
+] = {
+    "completions": ("cmpl", wire.CompletionChunks, wire.completion_response),
+    "chat": ("chatcmpl", wire.ChatChunks, wire.chat_response),
+}
