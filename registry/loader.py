@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from vprof.common.errors import ProfileError
 from vprof.common.presets import YAML_SUFFIXES, preset_locations, yaml_files
+from vprof.common.suggest import closest, suggestion
 from vprof.common.yamlfile import YamlDoc, read_yaml
 from vprof.registry.profile import Profile, flag_key
 
@@ -88,13 +89,6 @@ def profile_layers(extra_dirs: Sequence[Path] = ()) -> list[list[Path]]:
 # ---------------------------------------------------------------------------- reading files
 
 
-def _suggest(word: str, choices: Iterable[str]) -> str | None:
-    import difflib  # only needed when something is wrong
-
-    close = difflib.get_close_matches(word, list(choices), n=1)
-    return close[0] if close else None
-
-
 def _read_raw(file: Path, layer: int) -> _Raw:
     path = str(file)
     doc = read_yaml(file, ProfileError, what="profile file")
@@ -117,11 +111,11 @@ def _check_shape(raw: _Raw) -> None:
     data = raw.data
     for key in data:
         if key not in TOP_LEVEL_KEYS:
-            near = _suggest(str(key), TOP_LEVEL_KEYS)
+            near = suggestion(key, TOP_LEVEL_KEYS)
             if _looks_like_flag(str(key)):
                 hint = "engine arguments go under 'engine_args:'"
             elif near:
-                hint = f"did you mean '{near}'?"
+                hint = near
             else:
                 hint = "allowed: " + ", ".join(TOP_LEVEL_KEYS)
             raise raw.error("unknown profile key", key=str(key), hint=hint)
@@ -190,8 +184,7 @@ class _Resolver:
                     key="extends",
                 )
         if not candidates:
-            near = _suggest(target, self.by_name)
-            hint = f"did you mean '{near}'?" if near else "run `vprof profiles` to list them"
+            hint = suggestion(target, self.by_name, "run `vprof profiles` to list them")
             raise raw.error(f"extends unknown profile {target!r}", key="extends", hint=hint)
         return candidates[-1]
 
@@ -317,7 +310,7 @@ def get_profile(name: str, extra_dirs: Sequence[Path] = ()) -> Profile:
     profiles = load_profiles(extra_dirs)
     if name in profiles:
         return profiles[name]
-    near = _suggest(name, profiles)
+    near = closest(name, profiles)
     if near:
         raise ProfileError(f"no profile '{name}' — did you mean '{near}'?")
     raise ProfileError(f"no profile '{name}'", hint="run `vprof profiles` to list them")

@@ -42,12 +42,10 @@ class FlagTable:
 
     def suggest(self, name: str) -> str | None:
         """The closest known flag name, for a did-you-mean."""
-        import difflib  # only needed when something is wrong
+        from vprof.common.suggest import closest
 
-        close = difflib.get_close_matches(name, list(self.flags) + list(self.aliases), n=1)
-        if not close:
-            return None
-        return self.aliases.get(close[0], close[0])
+        near = closest(name, [*self.flags, *self.aliases])
+        return None if near is None else self.aliases.get(near, near)
 
 
 @cache

@@ -14,13 +14,13 @@ from typing import Any
 
 from vprof.common.errors import WorkloadError
 from vprof.common.presets import YAML_SUFFIXES, Location, preset_files, preset_locations
+from vprof.common.suggest import did_you_mean
 from vprof.workloads.spec import (
     ConversationSpec,
     Distribution,
     PrefixSpec,
     PromptDataset,
     Workload,
-    did_you_mean,
 )
 
 PRESETS_DIR = Path(__file__).parent / "presets"

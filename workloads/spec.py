@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vprof.common.errors import WorkloadError
+from vprof.common.suggest import did_you_mean
 
 DISTRIBUTION_KINDS = ("fixed", "uniform", "normal", "lognormal", "empirical")
 ENDPOINTS = ("completions", "chat")
@@ -219,14 +220,6 @@ def _distribution_problem(d: Distribution) -> tuple[str, str] | None:
         if bad is not None:
             return "values", f"token counts must be integers of at least 1, got {bad!r}"
     return None
-
-
-def did_you_mean(word: str, choices: Any) -> str:
-    """``" (did you mean 'x'?)"`` when a choice is close to ``word``, else ``""``."""
-    import difflib
-
-    close = difflib.get_close_matches(str(word), [str(c) for c in choices], n=1, cutoff=0.6)
-    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 @dataclass(frozen=True)
