@@ -7,9 +7,10 @@ imported inside the functions, so importing this package is cheap.
 
 from vprof.analysis.compare import compare
 from vprof.analysis.plan import Plan, ProfilePlan, plan
-from vprof.analysis.run import Run, expand_runs, load_run, summarize_run, write_summary
+from vprof.analysis.run import Run, load_run, summarize_run, write_summary
 from vprof.analysis.slo import Slo, SloError, SloTarget, parse_slo
 from vprof.analysis.summary import summarize, timeline
+from vprof.records.rundir import expand_runs
 
 __all__ = [
     "Plan",

@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from vprof.records.schema import Status
+
 FLOAT_COLUMNS = (
     "scheduled_at",
     "sent_at",
@@ -78,7 +80,7 @@ def _from_frame(df: Any) -> Columns:
     status = (
         df["status"].astype(str).to_numpy(dtype=object)
         if "status" in df
-        else np.full(n, "ok", dtype=object)
+        else np.full(n, Status.OK.value, dtype=object)
     )
     open_loop = (
         df["open_loop"].fillna(False).to_numpy(dtype=bool)
@@ -154,9 +156,9 @@ def _from_table(table: Any) -> Columns:
         labels = np.asarray(encoded.dictionary.to_pylist(), dtype=object)
         codes = encoded.indices.to_numpy(zero_copy_only=False)
         codes = np.nan_to_num(codes, nan=0).astype(np.int64, copy=False)
-        status = labels[codes] if labels.size else np.full(n, "ok", dtype=object)
+        status = labels[codes] if labels.size else np.full(n, Status.OK.value, dtype=object)
     else:
-        status = np.full(n, "ok", dtype=object)
+        status = np.full(n, Status.OK.value, dtype=object)
     open_loop = (
         table.column("open_loop").to_numpy(zero_copy_only=False) == True  # noqa: E712 (nulls)
         if "open_loop" in names

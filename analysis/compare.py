@@ -44,6 +44,17 @@ _LABELS = {
     "e2el_from_schedule": "E2E latency from schedule",
 }
 _HIGHER_IS_BETTER = ("throughput", "goodput", "cache_hit")
+# The columns a terminal table shows (the verdict says better/worse and significance).
+TABLE_COLUMNS = (
+    "metric",
+    "baseline_value",
+    "run",
+    "value",
+    "diff_pct",
+    "ci_low_pct",
+    "ci_high_pct",
+    "verdict",
+)
 # Cap on requests per run that enter the bootstrap; larger runs use a random subset, which
 # only widens the interval (conservative), and keeps `compare` interactive.
 MAX_BOOT_REQUESTS = 20_000

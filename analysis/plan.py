@@ -16,8 +16,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from vprof.analysis.keys import SummaryKey as K
 from vprof.analysis.slo import Slo, SloError, parse_slo
 from vprof.analysis.stats import pct_key
+from vprof.records.rundir import RunState
 
 
 @dataclass(frozen=True)
@@ -28,7 +30,7 @@ class Level:
     rps: float
     passed: bool
     checks: tuple[dict[str, Any], ...]
-    state: str = "completed"
+    state: str = RunState.COMPLETED.value
     loadgen_saturated: bool = False
     offered: tuple[float, str] | None = None  # (load, unit) the traffic shape asked for
 
@@ -124,7 +126,7 @@ def plan(
     summaries = [_summary(item, slo) for item in runs_or_summaries]
     by_profile: dict[str, list[Level]] = {}
     for summary in summaries:
-        by_profile.setdefault(str(summary.get("profile") or summary.get("run")), []).append(
+        by_profile.setdefault(str(summary.get(K.PROFILE) or summary.get(K.RUN)), []).append(
             _level(summary, slo)
         )
     plans = [
@@ -146,8 +148,8 @@ def _summary(item: Any, slo: Slo) -> dict[str, Any]:
 
 def _level(summary: dict[str, Any], slo: Slo) -> Level:
     """Evaluate the SLO on one summary (reusing its own checks when computed for this SLO)."""
-    if summary.get("slo") == str(slo) and summary.get("slo_checks") is not None:
-        checks = [dict(c) for c in summary["slo_checks"]]
+    if summary.get(K.SLO) == str(slo) and summary.get(K.SLO_CHECKS) is not None:
+        checks = [dict(c) for c in summary[K.SLO_CHECKS]]
     else:
         checks = []
         for target in slo.targets:
@@ -156,7 +158,7 @@ def _level(summary: dict[str, Any], slo: Slo) -> Level:
             key = f"{pct_key(target.percentile)}_{target.metric}_ms"
             if key not in summary:
                 raise SloError(
-                    f"summary of {summary.get('run', '?')!r} has no {key}",
+                    f"summary of {summary.get(K.RUN, '?')!r} has no {key}",
                     key="--slo",
                     hint="summarise with that percentile, or pass the run folder instead",
                 )
@@ -165,22 +167,22 @@ def _level(summary: dict[str, Any], slo: Slo) -> Level:
             checks.append({"key": target.key, "threshold_ms": target.threshold_ms,
                            "value_ms": value, "met": met})  # fmt: skip
         if slo.max_error_rate is not None:
-            rate = _num(summary.get("error_rate"))
+            rate = _num(summary.get(K.ERROR_RATE))
             checks.append({"key": "errors", "threshold": slo.max_error_rate, "value": rate,
                            "met": rate <= slo.max_error_rate})  # fmt: skip
-    state = str(summary.get("state") or "completed")
-    passed = all(c["met"] for c in checks) and state not in ("failed",)
-    rps = _num(summary.get("request_throughput"))
+    state = str(summary.get(K.STATE) or RunState.COMPLETED.value)
+    passed = all(c["met"] for c in checks) and state != RunState.FAILED
+    rps = _num(summary.get(K.REQUEST_THROUGHPUT))
     return Level(
-        run=str(summary.get("run", "?")),
+        run=str(summary.get(K.RUN, "?")),
         rps=rps,
         passed=passed and not math.isnan(rps),
         checks=tuple(checks),
         state=state,
-        loadgen_saturated=bool(summary.get("loadgen_saturated")),
+        loadgen_saturated=bool(summary.get(K.LOADGEN_SATURATED)),
         offered=(
-            (float(summary["offered_load"]), str(summary.get("offered_load_unit", "")))
-            if summary.get("offered_load") is not None
+            (float(summary[K.OFFERED_LOAD]), str(summary.get(K.OFFERED_LOAD_UNIT, "")))
+            if summary.get(K.OFFERED_LOAD) is not None
             else None
         ),
     )
@@ -281,7 +283,7 @@ def _closest(level: Level) -> str | None:
 
 def _interpolate(last: Level, fail: Level) -> tuple[float, str | None, str]:
     """Sustainable rate between a passing and a failing level, and the binding constraint."""
-    if fail.state == "failed" and all(c["met"] for c in fail.checks):
+    if fail.state == RunState.FAILED and all(c["met"] for c in fail.checks):
         return (
             last.rps,
             "run failure",

@@ -1,15 +1,14 @@
 """Reading run folders (the edge around the pure summary code) and writing their summaries.
 
-A run folder holds ``run.json``, ``locust.json``, ``status.json``, ``records.arrow``,
-``metrics.jsonl`` and ``loadgen.jsonl`` (any may be missing in a run that died early). A
-*bench* folder holds several run folders.
+The folder's layout and file names belong to :mod:`vprof.records.rundir`; any of its files may
+be missing in a run that died early. A *bench* folder holds several run folders.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -17,11 +16,13 @@ from typing import Any
 from vprof.analysis.slo import Slo
 from vprof.analysis.stats import DEFAULT_PERCENTILES
 from vprof.common.errors import RunError
-from vprof.runs.rundir import RETIRED_MARK
-
-RECORDS = "records.arrow"
-SUMMARY = "summary.json"
-TIMELINE = "timeline.csv"
+from vprof.records.rundir import (
+    RunDir,
+    is_run_dir,
+    read_json,
+    read_jsonl,
+    write_json_atomic,
+)
 
 
 @dataclass(frozen=True)
@@ -82,65 +83,6 @@ def display_names(summaries: Sequence[dict[str, Any]]) -> list[str]:
     return [f"{n}#{i + 1}" for i, n in enumerate(names)]
 
 
-def is_run_dir(path: Path) -> bool:
-    """True when ``path`` looks like a run folder (has run.json or records)."""
-    return (path / "run.json").is_file() or (path / RECORDS).is_file()
-
-
-def expand_runs(paths: Iterable[str | Path]) -> list[Path]:
-    """Run folders named by ``paths``: a run folder itself, or the runs inside a bench folder."""
-    found: list[Path] = []
-    for raw in paths:
-        path = Path(raw)
-        if not path.exists():
-            raise RunError("no such run folder", path=str(path), hint="give a run or bench folder")
-        if is_run_dir(path):
-            found.append(path)
-            continue
-        inner = (
-            sorted(
-                p
-                for p in path.iterdir()
-                if p.is_dir() and is_run_dir(p) and RETIRED_MARK not in p.name
-            )
-            if path.is_dir()
-            else []
-        )
-        if not inner:
-            raise RunError(
-                "not a run folder (no run.json or records.arrow) and holds no runs",
-                path=str(path),
-                hint="point at a folder written by `vprof bench`",
-            )
-        found.extend(inner)
-    return found
-
-
-def _read_json(path: Path) -> dict[str, Any]:
-    if not path.is_file():
-        return {}
-    try:
-        data = json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise RunError(f"not valid JSON: {exc}", path=str(path)) from None
-    return data if isinstance(data, dict) else {}
-
-
-def _read_jsonl(path: Path) -> tuple[dict[str, Any], ...]:
-    if not path.is_file():
-        return ()
-    rows = []
-    for line in path.read_text().splitlines():
-        line = line.strip()
-        if not line:
-            continue
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue  # a sampler killed mid-line leaves a torn last line; keep the rest
-    return tuple(rows)
-
-
 def load_run(path: str | Path) -> Run:
     """Read a run folder. Raises :class:`RunError` when it is not one."""
     from vprof.records.schema import arrow_schema
@@ -153,16 +95,18 @@ def load_run(path: str | Path) -> Run:
             path=str(path),
             hint="point at a folder written by `vprof bench`",
         )
-    records_path = path / RECORDS
-    records = read_table(records_path) if records_path.is_file() else arrow_schema().empty_table()
+    folder = RunDir(path)
+    records = (
+        read_table(folder.records) if folder.records.is_file() else arrow_schema().empty_table()
+    )
     return Run(
         path=path,
-        meta=_read_json(path / "run.json"),
-        locust=_read_json(path / "locust.json"),
-        status=_read_json(path / "status.json"),
+        meta=folder.meta(strict=True),
+        locust=read_json(folder.locust_json),
+        status=folder.status(strict=True),
         records=records,
-        metrics=_read_jsonl(path / "metrics.jsonl"),
-        loadgen=_read_jsonl(path / "loadgen.jsonl"),
+        metrics=read_jsonl(folder.metrics_jsonl),
+        loadgen=read_jsonl(folder.loadgen_jsonl),
     )
 
 
@@ -242,8 +186,9 @@ def write_summary(
     run = load_run(path)
     summary = summarize_loaded(run, slo=slo)
     frame = timeline(run.records, interval_s)
-    (run.path / SUMMARY).write_text(json.dumps(json_safe(summary), indent=2) + "\n")
-    frame.to_csv(run.path / TIMELINE, index=False)
+    folder = RunDir(run.path)
+    write_json_atomic(folder.summary_json, json_safe(summary))
+    frame.to_csv(folder.timeline_csv, index=False)
     return summary
 
 

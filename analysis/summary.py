@@ -1,6 +1,6 @@
 """One run's records → a summary dict with ``vllm bench serve``'s key names, and a timeline.
 
-Definitions follow ``vllm bench serve`` (``reference/vllm-bench.md`` §1.3) over the requests
+Definitions follow ``vllm bench serve`` (the README's metric definitions) over the requests
 *sent* at or after the warm-up boundary:
 
 - ``completed`` counts status ``ok``; ``failed`` counts ``error`` and ``timeout``; requests
@@ -26,8 +26,10 @@ from vprof.analysis.columns import Columns, from_records
 from vprof.analysis.samples import loadgen_stats, server_stats
 from vprof.analysis.slo import Slo, SloTarget, parse_slo
 from vprof.analysis.stats import DEFAULT_PERCENTILES, BlockQuantiles, describe, percentile
+from vprof.common.errors import RunError
+from vprof.records.schema import Status
 
-_FAILED = ("error", "timeout")
+_FAILED = (Status.ERROR.value, Status.TIMEOUT.value)  # statuses that count as failed requests
 
 
 def summarize(
@@ -58,7 +60,7 @@ def summarize(
     out: dict[str, Any] = {"requests": int(keep.sum()), "excluded_warmup": int(cols.n - keep.sum())}
     out["completed"] = int(ok.sum())
     out["failed"] = int(failed.sum())
-    out["cancelled"] = int((keep & (status == "cancelled")).sum())
+    out["cancelled"] = int((keep & (status == Status.CANCELLED.value)).sum())
     values, counts = np.unique(status[keep & ~ok].astype(str), return_counts=True)
     out["errors_by_status"] = {str(v): int(c) for v, c in zip(values, counts, strict=True)}
     attempted = out["completed"] + out["failed"]
@@ -110,7 +112,7 @@ def masks(cols: Columns, warmup_until: float | None) -> tuple[Any, Any, Any]:
     keep = np.ones(cols.n, dtype=bool)
     if warmup_until is not None:
         keep &= ~(started_at < warmup_until)
-    return keep, keep & (cols.status == "ok"), keep & np.isin(cols.status, _FAILED)
+    return keep, keep & (cols.status == Status.OK.value), keep & np.isin(cols.status, _FAILED)
 
 
 def _nanmin(x: Any) -> float:
@@ -391,8 +393,10 @@ def timeline(records: Any, interval_s: float = 5.0) -> Any:
     import numpy as np
     import pandas as pd
 
-    if interval_s <= 0:
-        raise ValueError("interval_s must be positive")
+    if not interval_s > 0:
+        raise RunError(
+            f"the timeline interval must be positive, got {interval_s!r}", key="--interval"
+        )
     cols = records if isinstance(records, Columns) else from_records(records)
     f = cols.floats
     columns = [
@@ -404,7 +408,7 @@ def timeline(records: Any, interval_s: float = 5.0) -> Any:
     if math.isnan(t0):
         return pd.DataFrame(columns=columns)
     ends = np.where(np.isnan(f["finished_at"]), f["last_token_at"], f["finished_at"])
-    ok = cols.status == "ok"
+    ok = cols.status == Status.OK.value
     start_bin = np.floor((started_at - t0) / interval_s)
     end_bin = np.floor((ends - t0) / interval_s)
     n_bins = int(np.nanmax(np.concatenate([start_bin, end_bin]))) + 1

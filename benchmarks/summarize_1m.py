@@ -16,7 +16,6 @@ reused on the next run unless ``--rewrite`` is given.
 from __future__ import annotations
 
 import argparse
-import json
 import tempfile
 import time
 from pathlib import Path
@@ -28,13 +27,15 @@ def write_run(path: Path, n: int, gaps: int, seed: int = 0) -> float:
     """Write ``n`` records to ``path``; returns the seconds it took."""
     import numpy as np
 
-    from vprof.records import RecordWriter
+    from vprof.records import RecordWriter, RunDir, RunState
 
     started = time.perf_counter()
-    path.mkdir(parents=True, exist_ok=True)
+    run = RunDir(path)
+    meta = {"name": "summarize-1m", "profile": {"name": "synthetic"}, "open_loop": True}
+    run.create(meta)
     rng = np.random.default_rng(seed)
     rate_rps, batch = 200.0, 1000
-    with RecordWriter(path / "records.arrow", batch_size=batch) as writer:
+    with RecordWriter(run.records, batch_size=batch) as writer:
         for start in range(0, n, batch):
             k = min(batch, n - start)
             scheduled = T0 + (start + np.arange(k)) / rate_rps
@@ -79,10 +80,8 @@ def write_run(path: Path, n: int, gaps: int, seed: int = 0) -> float:
                         cached_tokens=int(prompt[i] // 2) if i % 8 else 0,
                     )
                 writer.add(row)
-    meta = {"name": "summarize-1m", "profile": {"name": "synthetic"}, "open_loop": True}
-    (path / "run.json").write_text(json.dumps(meta))
-    (path / "locust.json").write_text(json.dumps({"warmup_until": T0 + 10.0, "open_loop": True}))
-    (path / "status.json").write_text(json.dumps({"state": "completed", "reason": ""}))
+    run.write_locust_info({"warmup_until": T0 + 10.0, "open_loop": True})
+    run.set_status(RunState.COMPLETED)
     return time.perf_counter() - started
 
 
@@ -96,12 +95,14 @@ def main() -> None:
     args = parser.parse_args()
 
     from vprof.analysis import load_run, summarize, summarize_run
+    from vprof.records import RunDir, RunState
 
-    run = args.dir / f"{args.records}x{args.gaps}"
-    if args.rewrite or not (run / "status.json").is_file():
+    folder = RunDir(args.dir / f"{args.records}x{args.gaps}")
+    run = folder.path
+    if args.rewrite or folder.state != RunState.COMPLETED:
         print(f"writing {args.records:,} records × {args.gaps} gaps to {run} ...", flush=True)
         print(f"  written in {write_run(run, args.records, args.gaps):.1f} s")
-    size_mb = (run / "records.arrow").stat().st_size / 1e6
+    size_mb = folder.records.stat().st_size / 1e6
     print(f"records.arrow: {size_mb:,.0f} MB")
     import os
 

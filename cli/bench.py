@@ -12,8 +12,9 @@ from typing import Any
 
 import click
 
-from vprof.cli.options import profile_override_options, profiles_dir_option, resolve_profile
+from vprof.cli.options import profile_override_options, profiles_dir_option
 from vprof.cli.output import emit, format_option
+from vprof.locustfiles.optiontable import DEFAULT_WORKLOAD
 
 _last_progress = [0.0]
 
@@ -66,7 +67,7 @@ def run_options(func):
         click.option(
             "--workload",
             "-w",
-            default="chat",
+            default=DEFAULT_WORKLOAD,
             show_default=True,
             help="Workload preset or YAML file.",
         ),
@@ -141,24 +142,12 @@ def _spec(opts: dict[str, Any], **extra: Any):
 
 
 def _profiles(names: tuple[str, ...], opts: dict[str, Any]):
-    from vprof.common.errors import ProfileError
-    from vprof.registry import Profile
+    from vprof.runs.bench import resolve_profiles
 
-    profiles = []
-    for name in names:
-        try:
-            profile = resolve_profile(
-                name, opts["profiles_dirs"], model=opts["model"], port=opts["port"],
-                set_args=opts["set_args"],
-            )  # fmt: skip
-        except ProfileError:
-            if not opts["url"]:
-                raise
-            # With --url the name labels a deployment vprof did not launch.
-            click.echo(f"note: {name!r} is not a known profile; it labels {opts['url']}", err=True)
-            profile = Profile(name=name, description=f"the server at {opts['url']}", model="")
-        profiles.append(profile)
-    return profiles
+    return resolve_profiles(
+        names, opts["profiles_dirs"], url=opts["url"], say=_say, model=opts["model"],
+        port=opts["port"], set_args=opts["set_args"],
+    )  # fmt: skip
 
 
 def _report(outcomes, fmt: str, slo: str | None) -> None:
@@ -174,18 +163,18 @@ def _report(outcomes, fmt: str, slo: str | None) -> None:
         ],
         fmt,
     )  # fmt: skip
-    runs = [o.run.path for o in outcomes if o.state in ("completed", "skipped")]
+    runs = [o.run.path for o in outcomes if o.finished]
     if runs:
         click.echo()
         show_summaries(runs, fmt=fmt, slo=slo)
     if len(runs) > 1:
         click.echo()
         show_comparison(runs, fmt=fmt)
-    if any(o.state not in ("completed", "skipped") for o in outcomes):
+    if not all(o.finished for o in outcomes):
         raise SystemExit(1)
 
 
-@click.command()
+@click.command(short_help="Run profiles × traffic shapes and summarise them.")
 @click.argument("profile_names", metavar="PROFILE...", nargs=-1, required=True)
 @run_options
 @format_option
@@ -211,7 +200,7 @@ def bench(profile_names: tuple[str, ...], fmt: str, **opts: Any) -> None:
     _report(outcomes, fmt, opts["slo"])
 
 
-@click.group()
+@click.group(short_help="The guide's ladders: batched tokens, chunked prefill, load.")
 def sweep() -> None:
     """The guide's tuning procedures, each a ladder of runs ending in a recommendation.
 
@@ -223,19 +212,30 @@ def sweep() -> None:
     """
 
 
+def _show_rows(rows: list[dict[str, Any]], fmt: str) -> None:
+    """A sweep's rows; terminal tables leave out the (long) run folder names."""
+    columns = None
+    if fmt in ("table", "markdown"):
+        columns = [c for c in dict.fromkeys(k for row in rows for k in row) if c != "run"]
+    emit(rows, fmt, columns)
+
+
 def _ladder(
-    profile_name: str, rungs_of, opts: dict[str, Any], fmt: str, *, stop_early: bool, prefer: str
-) -> None:
-    from vprof.runs.sweep import recommend, run_ladder
+    kind: str, profile_name: str, rungs_of, opts: dict[str, Any], fmt: str, *, stop_early: bool,
+    prefer: str,
+) -> None:  # fmt: skip
+    from vprof.runs.sweep import recommend, run_ladder, write_sweep
 
     (profile,) = _profiles((profile_name,), opts)
     rungs = rungs_of(profile)
     with _interruptible(opts["out_dir"]):
         rows = run_ladder(profile, rungs, _spec(opts), _say, stop_early=stop_early)
+    recommendation = recommend(rows, prefer=prefer)
+    write_sweep(opts["out_dir"], kind, profile.name, rows, recommendation)
     click.echo("", err=True)
-    emit(rows, fmt)
+    _show_rows(rows, fmt)
     click.echo()
-    click.echo(recommend(rows, prefer=prefer))
+    click.echo(recommendation)
 
 
 @sweep.command("batched-tokens")
@@ -262,6 +262,7 @@ def batched_tokens(profile_name: str, rungs: int, fmt: str, **opts: Any) -> None
     from vprof.runs.sweep import batched_tokens_ladder
 
     _ladder(
+        "batched-tokens",
         profile_name,
         lambda p: batched_tokens_ladder(p, rungs),
         opts,
@@ -292,7 +293,13 @@ def chunked(profile_name: str, sizes: str, fmt: str, **opts: Any) -> None:
 
     values = [int(v) for v in parse_ladder_values(sizes)]
     _ladder(
-        profile_name, lambda p: chunked_ladder(p, values), opts, fmt, stop_early=False, prefer="itl"
+        "chunked",
+        profile_name,
+        lambda p: chunked_ladder(p, values),
+        opts,
+        fmt,
+        stop_early=False,
+        prefer="itl",
     )
 
 
@@ -315,6 +322,7 @@ def set_(profile_name: str, ladder: str, fmt: str, **opts: Any) -> None:
         raise click.BadParameter("expected KEY=V1,V2,...", param_hint="LADDER")
     parsed = parse_ladder_values(values)
     _ladder(
+        "set",
         profile_name,
         lambda p: set_ladder(p, key.strip().lstrip("-"), parsed),
         opts,
@@ -352,18 +360,16 @@ def load(profile_name: str, levels: str, target_rps: float | None, fmt: str, **o
       vprof sweep load chunked-512 --traffic poisson --levels 2,4,8,12 --slo ttft_p95=500ms
       vprof sweep load baseline --traffic steady --levels 1,4,16 --slo tpot_p95=50ms --rps 40
     """
-    from vprof.runs import run_bench
-    from vprof.runs.sweep import Rung, load_ladder, parse_ladder_values, rung_row
+    from vprof.runs.sweep import parse_ladder_values, run_load_ladder, write_sweep
 
     (profile,) = _profiles((profile_name,), opts)
     values = [float(v) for v in parse_ladder_values(levels)]
-    shapes = load_ladder(opts["traffic"][0], values, opts["out_dir"] / "shapes")
     with _interruptible(opts["out_dir"]):
-        outcomes = run_bench([profile], _spec({**opts, "traffic": tuple(shapes)}), _say)
+        rows, outcomes = run_load_ladder(profile, opts["traffic"][0], values, _spec(opts), _say)
+    write_sweep(opts["out_dir"], "load", profile.name, rows, "")
     click.echo("", err=True)
-    rows = [rung_row(Rung(Path(o.traffic).stem, {}), o) for o in outcomes]
-    emit(rows, fmt)
-    done = [o.run.path for o in outcomes if o.state in ("completed", "skipped")]
+    _show_rows(rows, fmt)
+    done = [o.run.path for o in outcomes if o.finished]
     if opts["slo"] and done:
         from vprof.cli.report import show_plan
 

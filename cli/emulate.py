@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 
-@click.command()
+@click.command(short_help="Run a fast streaming server that emulates vLLM.")
 @click.option("--host", default="127.0.0.1", show_default=True, help="Interface to listen on.")
 @click.option("--port", default=8000, show_default=True, type=int, help="0 picks a free port.")
 @click.option("--model", default="emulated", show_default=True, help="Served model name.")

@@ -14,11 +14,7 @@ from typing import Any
 
 import click
 
-from vprof.cli.options import (
-    profile_override_options,
-    profiles_dir_option,
-    resolve_profile,
-)
+from vprof.cli.options import profile_override_options, profiles_dir_option
 from vprof.common.errors import LaunchError
 
 
@@ -46,7 +42,7 @@ def _default_log_path(name: str) -> Path:
     return cache_dir() / "logs" / f"{name}-{stamp}.log"
 
 
-@click.command()
+@click.command(short_help="Start a profile's vLLM server and wait until healthy.")
 @click.argument("name")
 @profile_override_options
 @profiles_dir_option
@@ -89,84 +85,53 @@ def launch(
       vprof launch chunked-256 --port 8001
       vprof launch baseline --model /models/llama-3-8b --set max-model-len=8192
     """
-    from vprof.registry import render, validate
-    from vprof.server.host import adapt_for_host, detect_engine
-    from vprof.server.process import ServerProcess
+    from vprof.registry import resolve_profile
+    from vprof.server import plan_server, start_server, stop_quietly
 
     profile = resolve_profile(name, profiles_dirs, model=model, port=port, set_args=set_args)
-    for note in validate(profile):
-        click.echo(f"note: {note}", err=True)
-
-    engine = detect_engine()
-    if engine.distribution is None:
-        raise LaunchError(
-            "vLLM is not installed in this Python environment",
-            hint="install vprof[cpu] on a machine without a GPU, vprof[gpu] with one",
-        )
-    adapted, changes = adapt_for_host(profile, model_overridden=model is not None, engine=engine)
-    if changes:
-        click.echo(f"adapted for this host ({engine.describe()}):")
-    for change in changes:
-        click.echo(f"  {change}")
-    if changes:
-        validate(adapted)  # the host's changes must still be a profile vLLM accepts
-
-    argv = render(adapted, python=sys.executable)
-    log_path = log_path or _default_log_path(adapted.name)
-    server = ServerProcess(
-        argv, env=dict(adapted.env), log_path=log_path, host=adapted.host, port=adapted.port
-    )
-    env_text = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(adapted.env.items()))
-    click.echo(f"command: {(env_text + ' ') if env_text else ''}{shlex.join(argv)}")
+    plan = plan_server(profile, model_overridden=model is not None)
+    for line in plan.report():
+        click.echo(line, err=line.startswith("note:"))
+    log_path = log_path or _default_log_path(plan.profile.name)
+    click.echo(f"command: {plan.command_line()}")
     click.echo(f"log: {log_path}")
 
-    detached = False
     with _stop_on_signals():
         try:
-            server.start()
-            click.echo(f"waiting up to {timeout_s:g} s for {server.url}/health (pid {server.pid})")
-            started = time.monotonic()
-            try:
-                server.wait_healthy(timeout_s=timeout_s)
-            except (KeyboardInterrupt, _Stop):
-                _stop_quietly(server)
-                click.echo("interrupted before the server was healthy; stopped it", err=True)
-                sys.exit(130)
-            _print_ready(server, adapted, time.monotonic() - started)
+            server = start_server(plan, log_path=log_path, timeout_s=timeout_s, say=click.echo)
+        except (KeyboardInterrupt, _Stop):
+            click.echo("interrupted before the server was healthy; stopped it", err=True)
+            sys.exit(130)
+        detached = False
+        try:
+            _print_ready(server)
             if detach:
                 detached = True
-                click.echo(f"detached: stop it with  kill -TERM -{server.pid}")
+                click.echo(f"detached: stop it with  kill -TERM -{server.process.pid}")
                 return
             click.echo("Ctrl-C stops the server.")
             try:
-                _serve_until_stopped(server)
+                _serve_until_stopped(server.process)
             except (KeyboardInterrupt, _Stop) as why:
                 reason = "Ctrl-C" if isinstance(why, KeyboardInterrupt) else str(why)
                 click.echo(f"{reason}: stopping the server ...")
-                _stop_quietly(server)
+                stop_quietly(server.process)
                 click.echo("stopped; no server process is left")
         finally:
             if not detached:
-                _stop_quietly(server)
+                stop_quietly(server.process)
 
 
-def _stop_quietly(server: Any) -> None:
-    """Stop the server with Ctrl-C and SIGTERM ignored, so a second Ctrl-C cannot orphan it."""
-    sigs = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-    previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in sigs}
-    try:
-        server.stop()
-    finally:
-        for sig, old in previous.items():
-            signal.signal(sig, old)
-
-
-def _print_ready(server: Any, profile: Any, took_s: float) -> None:
+def _print_ready(server: Any) -> None:
+    profile = server.plan.profile
     served = profile.engine_args.get("served-model-name") or profile.model
     if isinstance(served, list | tuple):
         served = served[0]
-    click.echo(f"ready after {took_s:.1f} s: {server.url}  (model name in requests: {served})")
-    for line in server.effective_settings().lines():
+    click.echo(
+        f"ready after {server.healthy_after_s:.1f} s: {server.url}  "
+        f"(model name in requests: {served})"
+    )
+    for line in server.settings.lines():
         click.echo(f"  {line}")
     example = {"model": served, "prompt": "Hello", "max_tokens": 16, "stream": True}
     click.echo(
@@ -193,12 +158,14 @@ def _serve_until_stopped(server: Any) -> None:
     """Block until the server dies (an error) or a signal interrupts us (the normal end)."""
     while server.wait(1.0) is None:
         pass  # still serving; wait() returns at once if the server dies
+    from vprof.server import stop_quietly
+
     report = server.death_report("while serving")
-    _stop_quietly(server)  # the engine core may outlive the API server
+    stop_quietly(server)  # the engine core may outlive the API server
     raise LaunchError(report)
 
 
-@click.command()
+@click.command(short_help="Write or locate vprof's embedded tiny model.")
 def model() -> None:
     """Print the folder of vprof's embedded tiny model, writing it first if needed.
 

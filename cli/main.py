@@ -1,7 +1,8 @@
 """The ``vprof`` command group.
 
-Subcommands live in their own modules and are imported only when invoked, so
-``vprof --help`` and the registry commands start without pandas, locust or vllm.
+Subcommands live in their own modules, imported when they run or when help lists them; those
+modules import heavy libraries inside their functions, so ``vprof --help`` and the registry
+commands start without pandas, locust or vllm.
 """
 
 from __future__ import annotations
@@ -13,22 +14,22 @@ import click
 
 from vprof.common.errors import VprofError
 
-# command name -> "module:attribute"; modules are imported on first use
-COMMANDS: dict[str, tuple[str, str]] = {
-    "profiles": ("vprof.cli.profiles:profiles", "List shipped and user profiles; `show` one."),
-    "validate": ("vprof.cli.profiles:validate", "Check profile files without running anything."),
-    "render": ("vprof.cli.profiles:render", "Render a profile as a command, argv, docker or k8s."),
-    "diff": ("vprof.cli.profiles:diff", "Show what differs between two profiles."),
-    "launch": ("vprof.cli.launch:launch", "Start a profile's vLLM server and wait until healthy."),
-    "model": ("vprof.cli.launch:model", "Write or locate vprof's embedded tiny model."),
-    "emulate": ("vprof.cli.emulate:emulate", "Run a fast streaming server that emulates vLLM."),
-    "workloads": ("vprof.cli.workloads:workloads", "List workload presets; `show` one."),
-    "traffic": ("vprof.cli.traffic:traffic", "List traffic shape presets; `show` one."),
-    "bench": ("vprof.cli.bench:bench", "Run profiles × traffic shapes and summarise them."),
-    "sweep": ("vprof.cli.bench:sweep", "The guide's ladders: batched tokens, chunked prefill."),
-    "summarize": ("vprof.cli.report:summarize", "Percentile tables for one or more runs."),
-    "compare": ("vprof.cli.report:compare", "Runs side by side with confidence intervals."),
-    "plan": ("vprof.cli.report:plan", "Replicas needed to serve a request rate within an SLO."),
+# command name -> "module:attribute"; a module is imported when its command runs or help lists it
+COMMANDS: dict[str, str] = {
+    "profiles": "vprof.cli.profiles:profiles",
+    "validate": "vprof.cli.profiles:validate",
+    "render": "vprof.cli.profiles:render",
+    "diff": "vprof.cli.profiles:diff",
+    "launch": "vprof.cli.launch:launch",
+    "model": "vprof.cli.launch:model",
+    "emulate": "vprof.cli.emulate:emulate",
+    "workloads": "vprof.cli.workloads:workloads",
+    "traffic": "vprof.cli.traffic:traffic",
+    "bench": "vprof.cli.bench:bench",
+    "sweep": "vprof.cli.bench:sweep",
+    "summarize": "vprof.cli.report:summarize",
+    "compare": "vprof.cli.report:compare",
+    "plan": "vprof.cli.report:plan",
 }
 
 
@@ -46,20 +47,11 @@ class LazyGroup(click.Group):
         target = COMMANDS.get(name)
         if target is None:
             return None
-        module_name, attr = target[0].split(":")
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError as exc:  # a command still being built
-            if exc.name != module_name:
-                raise
-            return None
-        return getattr(module, attr)
-
-    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
-        # Short help comes from the table above, so --help imports no command module.
-        rows = [(name, help_) for name, (_, help_) in COMMANDS.items()]
-        with formatter.section("Commands"):
-            formatter.write_dl(rows)
+        module_name, attr = target.split(":")
+        # Command modules import only click and light helpers at module level, so listing
+        # every command's help (its docstring, the one place help is written) stays fast.
+        command: click.Command = getattr(importlib.import_module(module_name), attr)
+        return command
 
     def invoke(self, ctx: click.Context):
         try:

@@ -14,7 +14,7 @@ from typing import Any
 import click
 
 import vprof.registry as registry
-from vprof.cli.options import profile_override_options, profiles_dir_option, resolve_profile
+from vprof.cli.options import profile_override_options, profiles_dir_option
 from vprof.cli.output import emit, format_option
 from vprof.registry import Profile, ProfileError
 from vprof.registry.profile import ENTRYPOINTS
@@ -52,7 +52,7 @@ def _dirs(ctx: click.Context | None, own: Sequence[Path]) -> list[Path]:
 # ---------------------------------------------------------------------------- profiles
 
 
-@click.group(invoke_without_command=True)
+@click.group(invoke_without_command=True, short_help="List shipped and user profiles; `show` one.")
 @profiles_dir_option
 @format_option
 @click.pass_context
@@ -150,7 +150,7 @@ def _short_note(note: str) -> str:
 # ---------------------------------------------------------------------------- validate
 
 
-@click.command()
+@click.command(short_help="Check profile files without running anything.")
 @click.argument("paths", nargs=-1, type=click.Path(exists=True, path_type=Path))
 @profiles_dir_option
 @click.option("--quiet", "-q", is_flag=True, help="Print only problems, no notes.")
@@ -212,7 +212,7 @@ def _parse_env(values: Sequence[str]) -> dict[str, str]:
 RENDER_FORMATS = ("shell", "argv", "docker", "k8s")
 
 
-@click.command("render")
+@click.command("render", short_help="Render a profile as a command, argv, docker or k8s.")
 @click.argument("name")
 @click.option(
     "--format", "fmt", type=click.Choice(RENDER_FORMATS), default="shell", show_default=True
@@ -254,7 +254,7 @@ def render(
       vprof render baseline --set max-num-seqs=64 --set enable-prefix-caching=null
       vprof render chunked-1024 --format k8s --replicas 4 | kubectl apply -f -
     """
-    profile = resolve_profile(
+    profile = registry.resolve_profile(
         name, profiles_dirs, model=model, port=port, set_args=set_args,
         entrypoint=entrypoint, env=_parse_env(env_args),
     )  # fmt: skip
@@ -280,7 +280,7 @@ def _settings(profile: Profile) -> dict[str, Any]:
     return flat
 
 
-@click.command("diff")
+@click.command("diff", short_help="Show what differs between two profiles.")
 @click.argument("first")
 @click.argument("second")
 @profiles_dir_option

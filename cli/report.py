@@ -8,33 +8,9 @@ from typing import Any
 
 import click
 
+from vprof.analysis.compare import TABLE_COLUMNS as COMPARE_TABLE_COLUMNS
+from vprof.analysis.keys import SUMMARY_TABLE_KEYS
 from vprof.cli.output import emit, format_option
-
-# The rows shown by `summarize` in a table; --format json prints every key.
-SUMMARY_KEYS = (
-    "profile", "traffic", "state", "open_loop", "completed", "failed", "error_rate", "duration",
-    "request_throughput", "output_throughput", "total_token_throughput", "request_goodput",
-    "mean_ttft_ms", "median_ttft_ms", "p90_ttft_ms", "p95_ttft_ms", "p99_ttft_ms",
-    "p99.9_ttft_ms", "mean_tpot_ms", "median_tpot_ms", "p95_tpot_ms", "p99_tpot_ms",
-    "mean_itl_ms", "median_itl_ms", "p95_itl_ms", "p99_itl_ms", "p99.9_itl_ms",
-    "mean_e2el_ms", "median_e2el_ms", "p95_e2el_ms", "p99_e2el_ms",
-    "p95_ttft_from_schedule_ms", "p99_ttft_from_schedule_ms", "p99_schedule_lag_ms",
-    "max_output_tokens_per_s", "max_concurrent_requests", "prefix_cache_hit_rate",
-    "cached_token_share", "prompt_token_mismatch_rate", "mean_prompt_token_excess",
-    "num_preemptions", "max_kv_cache_usage_perc",
-    "max_num_requests_waiting", "loadgen_max_cpu_percent", "loadgen_verdict", "slo", "slo_met",
-)  # fmt: skip
-
-COMPARE_TABLE_COLUMNS = (
-    "metric",
-    "baseline_value",
-    "run",
-    "value",
-    "diff_pct",
-    "ci_low_pct",
-    "ci_high_pct",
-    "verdict",
-)
 
 slo_option = click.option(
     "--slo", default=None, help="Objectives, e.g. ttft_p95=500ms,tpot_p95=50ms,errors=1%."
@@ -54,16 +30,10 @@ def show_summaries(
     Tables put runs side by side (one column per run); JSON prints every key. With
     ``timeline_interval_s`` the per-interval rows follow.
     """
-    from vprof.analysis.run import (  # noqa: I001
-        display_names,
-        expand_runs,
-        json_safe,
-        load_run,
-        summarize_run,
-        write_summary,
-    )
+    from vprof.analysis.run import display_names, json_safe, load_run, summarize_run, write_summary
     from vprof.analysis.slo import parse_slo
     from vprof.analysis.summary import timeline
+    from vprof.records import expand_runs
 
     parsed = parse_slo(slo) if slo else None  # a bad --slo fails before anything is read
     paths = expand_runs(runs)
@@ -78,7 +48,7 @@ def show_summaries(
         names = display_names(summaries)
         rows = [
             {"metric": key, **{name: s.get(key) for name, s in zip(names, summaries, strict=True)}}
-            for key in SUMMARY_KEYS
+            for key in SUMMARY_TABLE_KEYS
             if any(s.get(key) is not None for s in summaries)
         ]
         emit(rows, fmt)
@@ -103,7 +73,8 @@ def show_comparison(
     """Print the comparison of ``runs`` against the first; also used by ``vprof bench``."""
     from vprof.analysis.compare import DEFAULT_METRICS
     from vprof.analysis.compare import compare as compare_runs
-    from vprof.analysis.run import expand_runs, json_safe
+    from vprof.analysis.run import json_safe
+    from vprof.records import expand_runs
 
     frame = compare_runs(
         expand_runs(runs), metrics=metrics or DEFAULT_METRICS, n_boot=n_boot, seed=seed
@@ -117,7 +88,7 @@ def show_comparison(
     emit(rows, fmt, columns)
 
 
-@click.command()
+@click.command(short_help="Percentile tables for one or more runs.")
 @click.argument("runs", nargs=-1, required=True, type=click.Path())
 @format_option
 @slo_option
@@ -140,7 +111,7 @@ def summarize(
     )
 
 
-@click.command()
+@click.command(short_help="Runs side by side with confidence intervals.")
 @click.argument("runs", nargs=-1, required=True, type=click.Path())
 @format_option
 @click.option("--metric", "metrics", multiple=True, help="Summary key to compare (repeatable).")
@@ -170,8 +141,9 @@ def show_plan(
 ) -> None:
     """Print the replicas each profile needs; also used by ``vprof sweep load``."""
     from vprof.analysis.plan import plan as make_plan
-    from vprof.analysis.run import expand_runs, json_safe
+    from vprof.analysis.run import json_safe
     from vprof.analysis.slo import parse_slo
+    from vprof.records import expand_runs
 
     parsed = parse_slo(slo)
     result = make_plan(expand_runs(runs), target_rps=target_rps, slo=parsed, headroom=headroom)
@@ -190,7 +162,7 @@ def show_plan(
                 click.echo(f"  note: {note}")
 
 
-@click.command()
+@click.command(short_help="Replicas needed to serve a request rate within an SLO.")
 @click.argument("runs", nargs=-1, required=True, type=click.Path())
 @click.option("--rps", "target_rps", type=float, required=True, help="Request rate to serve.")
 @click.option("--slo", required=True, help="Objectives, e.g. ttft_p95=500ms,tpot_p95=50ms.")

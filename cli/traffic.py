@@ -18,7 +18,7 @@ def _summary(shape) -> str:
     return f"{shape.start_users}→{shape.users} users"
 
 
-@click.group(invoke_without_command=True)
+@click.group(invoke_without_command=True, short_help="List traffic shape presets; `show` one.")
 @click.option(
     "--dir",
     "dirs",

@@ -15,7 +15,7 @@ _dirs_option = click.option(
 )
 
 
-@click.group(invoke_without_command=True)
+@click.group(invoke_without_command=True, short_help="List workload presets; `show` one.")
 @_dirs_option
 @format_option
 @click.pass_context

@@ -12,7 +12,6 @@ it arrives (the web UI's live table uses this).
 import locust  # noqa: F401  (first: gevent patching)
 from locust.runners import LocalRunner, MasterRunner, WorkerRunner
 
-import json
 import os
 import socket
 from collections.abc import Callable
@@ -23,13 +22,12 @@ from typing import Any
 import gevent
 
 from vprof.common.clock import wall_now
-from vprof.records.store import RECORDS_FILE, RecordWriter
+from vprof.records.rundir import RunDir, append_jsonl
+from vprof.records.store import RecordWriter
 
 RECORDS_MESSAGE = "vprof_records"
 CPU_SAMPLE_INTERVAL_S = 2.0
 LOCAL_FLUSH_INTERVAL_S = 1.0
-LOCUST_JSON = "locust.json"
-LOADGEN_JSONL = "loadgen.jsonl"
 
 Callback = Callable[[list[dict[str, Any]]], None]
 
@@ -63,7 +61,7 @@ class Collector:
     def __init__(self, environment: Any) -> None:
         self.environment = environment
         self.callbacks: list[Callback] = []
-        self.run_dir: Path | None = None
+        self.run_dir: RunDir | None = None
         self.writer: RecordWriter | None = None
         self.info: dict[str, Any] = {}
         self.received = 0
@@ -71,9 +69,9 @@ class Collector:
     def open(self, run_dir: Path) -> None:
         if self.writer is not None:
             return  # a second test in the same process (web UI) appends to the same run
-        self.run_dir = run_dir
-        run_dir.mkdir(parents=True, exist_ok=True)
-        self.writer = RecordWriter(run_dir / RECORDS_FILE, batch_size=500)
+        self.run_dir = RunDir(run_dir)
+        self.run_dir.path.mkdir(parents=True, exist_ok=True)
+        self.writer = RecordWriter(self.run_dir.records, batch_size=500)
 
     def add(self, records: list[dict[str, Any]], cpu: list[dict[str, Any]] = ()) -> None:  # type: ignore[assignment]
         if records:
@@ -84,19 +82,14 @@ class Collector:
             for callback in list(self.callbacks):
                 callback(records)
         if cpu and self.run_dir is not None:
-            with open(self.run_dir / LOADGEN_JSONL, "a", encoding="utf-8") as out:
-                for sample in cpu:
-                    out.write(json.dumps(sample) + "\n")
+            append_jsonl(self.run_dir.loadgen_jsonl, cpu)
 
     def write_info(self, **updates: Any) -> None:
         self.info.update(updates)
         if self.run_dir is None:
             return
         self.info["records"] = self.received
-        path = self.run_dir / LOCUST_JSON
-        tmp = path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(self.info, indent=2, default=str), encoding="utf-8")
-        os.replace(tmp, path)
+        self.run_dir.write_locust_info(self.info)
 
     def close(self) -> None:
         if self.writer is not None:

@@ -19,6 +19,8 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from vprof.records.schema import Status
+
 # Half-width of a bucket relative to its representative value. 0.5% keeps the interpolated
 # percentiles inside the promised 1% with room to spare, at ~460 buckets per decade of range.
 RELATIVE_ERROR = 0.005
@@ -36,8 +38,8 @@ METRICS: tuple[tuple[str, str], ...] = (
     ("e2e_ms", "e2el"),
 )
 AGGREGATED = "Aggregated"  # Locust's name for the total row
-FAILED_STATUSES = frozenset({"error", "timeout"})
-CANCELLED_STATUS = "cancelled"
+FAILED_STATUSES = frozenset({Status.ERROR.value, Status.TIMEOUT.value})
+CANCELLED_STATUS = Status.CANCELLED.value
 
 
 def percentile_key(p: int) -> str:
@@ -145,7 +147,7 @@ class _Slot:
 
     def add(self, record: Mapping[str, Any]) -> None:
         self.requests += 1
-        status = record.get("status", "ok")
+        status = record.get("status", Status.OK.value)
         if status in FAILED_STATUSES:
             self.failed += 1
             return

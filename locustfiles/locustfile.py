@@ -23,8 +23,9 @@ import gevent
 
 from vprof.common.clock import wall_now
 from vprof.common.errors import VprofError
-from vprof.locustfiles import collect, run
-from vprof.locustfiles.options import DEFAULT_STOP_TIMEOUT_S, effective_shape, opt
+from vprof.locustfiles import collect, testplan
+from vprof.locustfiles.options import effective_shape, opt
+from vprof.locustfiles.optiontable import STOP_TIMEOUT_S
 from vprof.locustfiles.shapes import TrafficShapeBase, drain
 from vprof.locustfiles.users import LLMUser
 from vprof.records.schema import RequestRecord, Status
@@ -44,11 +45,11 @@ class TrafficShape(TrafficShapeBase):
 def _on_init(environment: Any, **_: Any) -> None:
     if environment.stop_timeout == 0:
         # Let streams in flight finish at the end of a test instead of killing them mid-answer.
-        environment.stop_timeout = DEFAULT_STOP_TIMEOUT_S
+        environment.stop_timeout = STOP_TIMEOUT_S
     if environment.runner is None:
         return
     collect.install(environment)
-    run.install(environment)
+    testplan.install(environment)
     _graceful_exit(environment)
     if not isinstance(environment.runner, WorkerRunner):
         _check_options(environment)
@@ -97,7 +98,7 @@ def _check_options(environment: Any) -> None:
     """Fail fast on a bad --workload or --traffic instead of failing every request."""
     try:
         effective_shape(environment)
-        run.state(environment).workload()
+        testplan.state(environment).workload()
     except VprofError as exc:
         log.error("vprof: %s", exc.format())
         if opt(environment, "headless", False):
@@ -108,7 +109,7 @@ def _check_options(environment: Any) -> None:
 def _on_test_start(environment: Any, **_: Any) -> None:
     if isinstance(environment.runner, WorkerRunner):
         return
-    config = run.decide(environment)
+    config = testplan.decide(environment)
     col = collect.collector(environment)
     if col is not None:
         given = str(opt(environment, "run_dir", "") or "")
@@ -117,7 +118,7 @@ def _on_test_start(environment: Any, **_: Any) -> None:
         warmup_s = shape.warmup_s if shape else 0.0
         runner = environment.runner
         col.write_info(
-            workload=run.state(environment).workload().to_dict(),
+            workload=testplan.state(environment).workload().to_dict(),
             traffic=shape.to_dict() if shape else None,
             seed=config.seed,
             salt=config.salt,
@@ -136,13 +137,13 @@ def _on_test_start(environment: Any, **_: Any) -> None:
                 if isinstance(v, (str, int, float, bool, type(None)))
             },
         )
-        log.info("vprof: writing records to %s", col.run_dir)
-    run.broadcast(environment, config)
+        log.info("vprof: writing records to %s", col.run_dir.path if col.run_dir else "?")
+    testplan.broadcast(environment, config)
 
 
 @events.test_stop.add_listener
 def _on_test_stop(environment: Any, **_: Any) -> None:
-    st = run.state(environment)
+    st = testplan.state(environment)
     if st.queue is not None:
         # Arrivals that were due but never sent (the generator fell behind) still count.
         now = wall_now()

@@ -12,123 +12,24 @@ import dataclasses
 from typing import Any
 
 from vprof.common.errors import WorkloadError
+from vprof.locustfiles.optiontable import OPTIONS
 from vprof.traffic.load import get_shape
 from vprof.traffic.shape import TrafficShape
 
-DEFAULT_WORKLOAD = "chat"
-DEFAULT_REQUEST_TIMEOUT_S = 300.0
-DEFAULT_STOP_TIMEOUT_S = 60.0  # let in-flight streams finish when a test ends
-
 
 def add_arguments(parser: Any) -> None:
-    """Add vprof's options to a Locust argument parser."""
-    parser.add_argument(
-        "--workload",
-        type=str,
-        default=DEFAULT_WORKLOAD,
-        env_var="VPROF_WORKLOAD",
-        include_in_web_ui=True,
-        help="Workload preset name or YAML path (see `vprof workloads`).",
-    )
-    parser.add_argument(
-        "--traffic",
-        type=str,
-        default="",
-        env_var="VPROF_TRAFFIC",
-        include_in_web_ui=True,
-        help="Traffic shape preset or YAML path (see `vprof traffic`); empty: -u/-r/-t decide.",
-    )
-    parser.add_argument(
-        "--run-dir",
-        type=str,
-        default="",
-        env_var="VPROF_RUN_DIR",
-        include_in_web_ui=True,
-        help="Folder for records.arrow, locust.json, loadgen.jsonl (default ./vprof-runs/<time>).",
-    )
-    parser.add_argument(
-        "--tokenizer",
-        type=str,
-        default="",
-        env_var="VPROF_TOKENIZER",
-        include_in_web_ui=True,
-        help="Model folder or tokenizer.json (default: vprof's tiny model).",
-    )
-    parser.add_argument(
-        "--model",
-        type=str,
-        default="",
-        env_var="VPROF_MODEL",
-        include_in_web_ui=True,
-        help="Served model name (default: the first one /v1/models lists).",
-    )
-    parser.add_argument(
-        "--endpoint",
-        type=str,
-        default="",
-        env_var="VPROF_ENDPOINT",
-        include_in_web_ui=True,
-        choices=["", "completions", "chat", "generate"],
-        help="Override the workload's endpoint (generate: legacy /generate).",
-    )
-    parser.add_argument(
-        "--seed",
-        type=int,
-        default=-1,
-        env_var="VPROF_SEED",
-        include_in_web_ui=True,
-        help="Seed for prompts and arrivals (-1: the workload's own seed).",
-    )
-    parser.add_argument(
-        "--salt",
-        type=str,
-        default="",
-        env_var="VPROF_SALT",
-        include_in_web_ui=True,
-        help="Changes all prompt text so an earlier run's prefix cache cannot "
-        "help (default: random per run, recorded in locust.json).",
-    )
-    parser.add_argument(
-        "--request-timeout-s",
-        type=float,
-        default=DEFAULT_REQUEST_TIMEOUT_S,
-        env_var="VPROF_REQUEST_TIMEOUT_S",
-        include_in_web_ui=True,
-        help="Give up on one request after this many seconds (status timeout).",
-    )
-    parser.add_argument(
-        "--rate-rps",
-        type=float,
-        default=0.0,
-        env_var="VPROF_RATE_RPS",
-        include_in_web_ui=True,
-        help="Open loop: requests per second (overrides the shape; 0: keep).",
-    )
-    parser.add_argument(
-        "--arrival",
-        type=str,
-        default="",
-        env_var="VPROF_ARRIVAL",
-        include_in_web_ui=True,
-        choices=["", "constant", "poisson", "gamma"],
-        help="Open loop: arrival process (empty: the shape's).",
-    )
-    parser.add_argument(
-        "--burstiness",
-        type=float,
-        default=0.0,
-        env_var="VPROF_BURSTINESS",
-        include_in_web_ui=True,
-        help="Open loop, gamma: 1 = Poisson, <1 burstier, >1 more regular.",
-    )
-    parser.add_argument(
-        "--max-in-flight",
-        type=int,
-        default=0,
-        env_var="VPROF_MAX_IN_FLIGHT",
-        include_in_web_ui=True,
-        help="Open loop: at most this many requests at once (0: the shape's).",
-    )
+    """Add vprof's options (``vprof.locustfiles.optiontable``) to a Locust argument parser."""
+    for option in OPTIONS:
+        extra = {"choices": list(option.choices)} if option.choices else {}
+        parser.add_argument(
+            option.flag,
+            type=option.type,
+            default=option.default,
+            env_var=option.env_var,
+            include_in_web_ui=True,
+            help=option.help,
+            **extra,
+        )
 
 
 @events.init_command_line_parser.add_listener

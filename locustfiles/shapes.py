@@ -13,7 +13,7 @@ from locust.runners import STATE_CLEANUP, STATE_STOPPED, STATE_STOPPING, MasterR
 from typing import Any
 
 from vprof.locustfiles.options import effective_shape, opt
-from vprof.locustfiles.run import OPEN_LOOP_LEAD_S, drain_workers
+from vprof.locustfiles.testplan import OPEN_LOOP_LEAD_S, drain_workers
 from vprof.traffic.shape import TrafficShape
 
 

@@ -2,7 +2,8 @@
 
 The readers take an iterator of byte lines (``requests``' ``iter_lines()``, which yields each
 line as soon as its HTTP chunk arrives) and a ``now()`` clock, so tests can feed them canned
-bytes and a fake clock. Definitions (``reference/vllm-bench.md`` §1.2):
+bytes and a fake clock. Definitions (``vllm bench serve``'s, as the README's metric
+definitions list them):
 
 - TTFT: to the first message whose JSON has a non-empty ``choices`` list;
 - ITL: gaps between consecutive messages with non-empty ``choices`` (per chunk, not per token);

@@ -1,4 +1,4 @@
-"""One test's shared settings, decided once and sent to every process.
+"""The test plan: one Locust test's shared settings, decided once and sent to every process.
 
 When a test starts, the master (or the local runner) decides the seed, the salt, the list of
 workers and — for open-loop traffic — an epoch: a wall-clock moment just ahead. It sends them
@@ -71,7 +71,7 @@ class OpenLoopQueue:
 
 
 @dataclass
-class RunConfig:
+class TestPlan:
     """What the master decided for this test (msgpack-safe as a dict)."""
 
     seed: int
@@ -85,12 +85,12 @@ class RunConfig:
         return dict(self.__dict__)
 
 
-class RunState:
+class ProcessState:
     """Per-process state of the current test: the config and what it takes to send requests."""
 
     def __init__(self, environment: Any) -> None:
         self.environment = environment
-        self.config: RunConfig | None = None
+        self.config: TestPlan | None = None
         self.worker_index = 0
         self.workers = 1
         self.queue: OpenLoopQueue | None = None
@@ -103,7 +103,7 @@ class RunState:
 
     # -- the config ----------------------------------------------------------------------
     def apply(self, data: dict[str, Any]) -> None:
-        config = RunConfig(**data)
+        config = TestPlan(**data)
         runner = self.environment.runner
         me = getattr(runner, "client_id", "local")
         self.workers = max(1, len(config.workers))
@@ -120,7 +120,7 @@ class RunState:
             )
         self.config = config
 
-    def wait_config(self, stopping: Any = lambda: False) -> RunConfig | None:
+    def wait_config(self, stopping: Any = lambda: False) -> TestPlan | None:
         """The current test's settings; ``None`` if ``stopping()`` turns true first."""
         deadline = wall_now() + CONFIG_WAIT_S
         while self.config is None:
@@ -147,7 +147,7 @@ class RunState:
     # -- what requests need ----------------------------------------------------------------
     def workload(self) -> Any:
         if self._workload is None or self._workload_name != opt(self.environment, "workload"):
-            get_workload, _, _ = _workloads_api()
+            from vprof.workloads import get_workload
 
             self._workload_name = opt(self.environment, "workload")
             self._workload = get_workload(self._workload_name)
@@ -157,7 +157,8 @@ class RunState:
         """The request synthesizer for this test (built once per process, on first use)."""
         with self._build_lock:
             if self._synth is None:
-                _, RequestSynthesizer, load_tokenizer = _workloads_api()
+                from vprof.workloads import RequestSynthesizer, load_tokenizer
+
                 config = self.wait_config()
                 assert config is not None
                 tokenizer = load_tokenizer(tokenizer_path(self.environment))
@@ -173,24 +174,12 @@ class RunState:
         return self._model
 
 
-def _workloads_api() -> tuple[Any, Any, Any]:
-    """``get_workload``, ``RequestSynthesizer``, ``load_tokenizer`` from ``vprof.workloads``."""
-    try:
-        from vprof.workloads import RequestSynthesizer, get_workload, load_tokenizer
-    except ImportError:  # an editable install made before workloads/__init__ existed
-        from vprof.workloads.loading import get_workload
-        from vprof.workloads.synthesis import RequestSynthesizer, load_tokenizer
-    return get_workload, RequestSynthesizer, load_tokenizer
-
-
 def tokenizer_path(environment: Any) -> Path:
     given = str(opt(environment, "tokenizer", "") or "")
     if given:
         return Path(given)
-    try:
-        from vprof.tinymodel import ensure_tiny_model
-    except ImportError:  # an editable install made before tinymodel/__init__ existed
-        from vprof.tinymodel.build import ensure_tiny_model
+    from vprof.tinymodel import ensure_tiny_model
+
     return ensure_tiny_model()
 
 
@@ -208,16 +197,16 @@ def _ask_model(host: str) -> str:
         ) from None
 
 
-def state(environment: Any) -> RunState:
-    """This process's :class:`RunState` (created on first use)."""
+def state(environment: Any) -> ProcessState:
+    """This process's :class:`ProcessState` (created on first use)."""
     st = getattr(environment, "_vprof_state", None)
     if st is None:
-        st = RunState(environment)
+        st = ProcessState(environment)
         environment._vprof_state = st
     return st
 
 
-def decide(environment: Any) -> RunConfig:
+def decide(environment: Any) -> TestPlan:
     """Master/local: pick the seed, salt, workers and epoch for a test that is starting."""
     runner = environment.runner
     shape = effective_shape(environment)
@@ -232,7 +221,7 @@ def decide(environment: Any) -> RunConfig:
         workers = ["local"]
     now = wall_now()
     epoch = now + OPEN_LOOP_LEAD_S if shape is not None and shape.open_loop else now
-    return RunConfig(
+    return TestPlan(
         seed=seed,
         salt=salt,
         workers=workers,
@@ -292,7 +281,7 @@ def drain_workers(environment: Any) -> None:
         log.warning("vprof: %d worker(s) did not finish in time", len(workers - done))
 
 
-def broadcast(environment: Any, config: RunConfig) -> None:
+def broadcast(environment: Any, config: TestPlan) -> None:
     """Send the run settings to every worker (or loop them back on a local runner)."""
     environment.runner.send_message(RUN_MESSAGE, config.to_dict())
 

@@ -9,8 +9,8 @@ Each request produces exactly one :class:`~vprof.records.RequestRecord` — succ
 bad stream, timeout, or cut off at the end of a test (``cancelled``, from a ``finally``) — and,
 in Locust's own statistics, one entry carrying the whole stream's duration plus ``TTFT`` and
 ``TPOT`` entries with the same name (never one event per token). Streams are read with
-``requests`` (``iter_lines`` yields each SSE line as its HTTP chunk arrives; see
-``reference/locust.md`` §1.3) on a session of the user's own, so Locust's time-to-headers
+``requests`` (``iter_lines`` yields each SSE line as its HTTP chunk arrives) on a session of
+the user's own, so Locust's time-to-headers
 response time never leaks into the numbers.
 """
 
@@ -26,9 +26,10 @@ import requests
 
 from vprof.common.clock import process_clock
 from vprof.locustfiles import collect
-from vprof.locustfiles.options import DEFAULT_REQUEST_TIMEOUT_S, opt
-from vprof.locustfiles.run import state
+from vprof.locustfiles.options import opt
+from vprof.locustfiles.optiontable import DEFAULT_REQUEST_TIMEOUT_S
 from vprof.locustfiles.stream import StreamError, StreamResult, read_ndjson, read_sse
+from vprof.locustfiles.testplan import state
 from vprof.records.schema import RequestRecord, Status
 
 ENDPOINT_PATHS = {

@@ -12,8 +12,6 @@ from typing import Any
 
 from vprof.records.schema import FIELDS, RequestRecord, arrow_schema
 
-RECORDS_FILE = "records.arrow"
-
 
 class RecordWriter:
     """Buffer records and append them to ``path`` as Arrow record batches."""
@@ -87,7 +85,9 @@ def read_table(path: Path):  # -> pyarrow.Table
 
 def read_records(path: Path):  # -> pandas.DataFrame
     """Records as a pandas DataFrame (``itl_ms`` stays a list column)."""
+    from vprof.records.rundir import RunDir
+
     path = Path(path)
     if path.is_dir():
-        path = path / RECORDS_FILE
+        path = RunDir(path).records
     return read_table(path).to_pandas()

@@ -6,6 +6,7 @@ vLLM (its flag table is ``vllm_args.json``, written by ``scripts/gen_vllm_args.p
 
 from vprof.common.errors import ProfileError
 from vprof.registry.loader import get_profile, load_profiles
+from vprof.registry.overrides import parse_set_args, resolve_profile
 from vprof.registry.profile import Profile
 from vprof.registry.render import render, render_docker, render_k8s, render_shell
 from vprof.registry.validate import validate
@@ -15,9 +16,11 @@ __all__ = [
     "ProfileError",
     "get_profile",
     "load_profiles",
+    "parse_set_args",
     "render",
     "render_docker",
     "render_k8s",
     "render_shell",
+    "resolve_profile",
     "validate",
 ]

@@ -1,6 +1,7 @@
 """Checking a profile before anything runs: flags vLLM knows, types, ranges and combinations.
 
-The rules follow vLLM's own checks (``reference/vllm-bench.md`` §3.4) so a profile vLLM would
+The rules follow vLLM's own config checks (its ``SchedulerConfig`` validation, mirrored case by
+case in ``tests/test_registry_validate.py``) so a profile vLLM would
 refuse fails here, in milliseconds, with the file, line and key — not after a 40 s start-up.
 """
 

@@ -1,10 +1,12 @@
 """Run a matrix of server profiles × traffic shapes, one real server per profile.
 
-For each profile: launch its server (or use ``url`` for one already running), wait until
-healthy, then for each traffic shape run Locust headless from the shipped locustfile while
-sampling ``/metrics``; stop the server. Runs already completed are skipped, so re-running the
-same command resumes. A dead server fails that run with its records kept; Ctrl-C stops
-cleanly, keeps what was measured and leaves no process behind.
+Before any server starts, every profile, the workload and the traffic shapes are checked and
+each profile is planned for this host (``vprof.server.plan_server``). Then for each profile:
+start its server (or use ``url`` for one already running), warm it up, and for each traffic
+shape run Locust headless from the shipped locustfile while sampling ``/metrics``; stop the
+server. Runs already completed are skipped, so re-running the same command resumes. A dead
+server fails that run with its records kept; Ctrl-C stops cleanly, keeps what was measured and
+leaves no process behind.
 """
 
 from __future__ import annotations
@@ -20,25 +22,37 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from vprof.common.errors import LaunchError
+from vprof.common.errors import LaunchError, ProfileError
+from vprof.locustfiles.optiontable import DEFAULT_WORKLOAD
+from vprof.records.rundir import RunDir, RunState
 from vprof.runs.environment import client_versions, hardware, vllm_version
 from vprof.runs.loadgen import LoadProcess, LoadSpec
-from vprof.runs.rundir import RunDir
 from vprof.runs.sampler import MetricsSampler
 
 if TYPE_CHECKING:
     from vprof.registry import Profile
-    from vprof.server import ServerProcess
+    from vprof.server import ServerPlan, StartedServer
+    from vprof.traffic import TrafficShape
+    from vprof.workloads import Workload
 
 Progress = Callable[[str], None]
+
+# Outcomes of a bench cell beyond a run's own states: completed earlier, or never started.
+SKIPPED = "skipped"
+NOT_STARTED = "not-started"
+FINISHED = (RunState.COMPLETED.value, SKIPPED)  # cells whose run folder holds a good run
 
 
 @dataclass(frozen=True)
 class BenchSpec:
-    """What to run; the CLI builds one from its options."""
+    """What to run; the CLI builds one from its options.
 
-    traffic: tuple[str, ...]
-    workload: str = "chat"
+    ``traffic`` holds shape preset names, YAML paths, or :class:`TrafficShape` objects (a
+    sweep's load levels).
+    """
+
+    traffic: tuple[str | TrafficShape, ...]
+    workload: str = DEFAULT_WORKLOAD
     out_dir: Path = Path("vprof-runs")
     url: str | None = None  # measure a server that is already running
     model_overridden: bool = False
@@ -58,29 +72,87 @@ class RunOutcome:
     run: RunDir
     profile: str
     traffic: str
-    state: str  # completed | failed | interrupted | skipped | not-started
+    state: str  # a RunState value, or skipped | not-started
     reason: str = ""
+
+    @property
+    def finished(self) -> bool:
+        """True when the cell's run folder holds a completed run (now or from before)."""
+        return self.state in FINISHED
+
+
+@dataclass(frozen=True)
+class _Resolved:
+    """The bench's inputs, looked up once: the workload, the shapes and each profile's plan."""
+
+    workload: Workload
+    shapes: tuple[TrafficShape, ...]
+    plans: Mapping[str, ServerPlan]  # by profile name; empty with --url
 
 
 def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.=-]+", "_", text).strip("_")
 
 
-def run_key(profile: Profile, spec: BenchSpec, traffic: str) -> str:
+def url_profile(name: str, url: str) -> Profile:
+    """A profile that only labels a deployment vprof did not launch (``--url``)."""
+    from vprof.registry import Profile
+
+    return Profile(name=name, description=f"the server at {url}", model="")
+
+
+def resolve_profiles(
+    names: Sequence[str],
+    profiles_dirs: Sequence[Path] = (),
+    *,
+    url: str | None = None,
+    say: Progress = print,
+    **overrides: Any,
+) -> list[Profile]:
+    """The named profiles with the command line's overrides; with ``url`` a name that is not
+    a profile labels the deployment there."""
+    from vprof.registry import resolve_profile
+
+    profiles = []
+    for name in names:
+        try:
+            profiles.append(resolve_profile(name, profiles_dirs, **overrides))
+        except ProfileError:
+            if not url:
+                raise
+            say(f"note: {name!r} is not a known profile; it labels {url}")
+            profiles.append(url_profile(name, url))
+    return profiles
+
+
+def workload_digest(workload: Workload) -> str:
+    """A hash of what the workload asks for, including a prompt dataset's contents: editing
+    the workload file makes a new run instead of resuming an old one."""
+    digest = hashlib.sha256(json.dumps(workload.to_dict(), sort_keys=True).encode())
+    if workload.dataset is not None:
+        digest.update("\0".join(workload.dataset.prompts).encode())
+        digest.update(repr(workload.dataset.output_tokens).encode())
+    return digest.hexdigest()[:16]
+
+
+def run_key(profile: Profile, spec: BenchSpec, workload: Workload, shape: TrafficShape) -> str:
     """Folder name of a run: readable parts plus a hash of everything that defines it."""
+    from vprof.traffic import shape_to_json
+
     identity = json.dumps(
         {
             "profile": profile.identity(),
-            "workload": spec.workload,
-            "traffic": traffic,
+            "workload": workload_digest(workload),
+            "traffic": shape_to_json(shape),
             "seed": spec.seed,
             "url": spec.url,
             "processes": spec.processes,
+            "tokenizer": spec.tokenizer,
         },
         sort_keys=True,
     )
     digest = hashlib.sha256(identity.encode()).hexdigest()[:8]
-    parts = (profile.name, Path(spec.workload).stem, Path(traffic).stem, digest)
+    parts = (profile.name, Path(spec.workload).stem, shape.name, digest)
     return "--".join(_slug(part) for part in parts)
 
 
@@ -94,63 +166,57 @@ def _health_ok(url: str) -> bool:
 
 
 class _Server:
-    """The server a profile's runs go to: launched here, or already running at ``url``."""
+    """The server a profile's runs go to: started from its plan, or already running at ``url``."""
 
-    def __init__(self, profile: Profile, spec: BenchSpec, log_path: Path, say: Progress) -> None:
-        self.profile = profile
+    def __init__(
+        self, profile: Profile, plan: ServerPlan | None, spec: BenchSpec, log_path: Path
+    ) -> None:
+        self.profile = plan.profile if plan else profile
+        self.plan = plan
         self.spec = spec
-        self.process: ServerProcess | None = None
-        self.changes: list[str] = []
-        self.argv: list[str] = []
-        self.settings: dict[str, Any] = {}
         self.log_path = log_path
-        self.say = say
+        self.started: StartedServer | None = None
+        self.settings: dict[str, Any] = {}
         self.url = spec.url or ""
 
-    def start(self) -> None:
-        self._launch()
+    @property
+    def argv(self) -> list[str]:
+        return list(self.plan.argv) if self.plan else []
+
+    @property
+    def changes(self) -> list[str]:
+        return list(self.plan.changes) if self.plan else []
+
+    def start(self, say: Progress) -> None:
         from vprof.runs.warmup import warm_up
 
+        if self.plan is None:
+            if not _health_ok(self.url):
+                raise LaunchError(f"no healthy server at {self.url}/health")
+        else:
+            from vprof.server import start_server
+
+            for line in self.plan.report():
+                say(f"  {line}")
+            self.started = start_server(
+                self.plan,
+                log_path=self.log_path,
+                timeout_s=self.spec.health_timeout_s,
+                say=lambda line: say(f"  {line}"),
+            )
+            self.url = self.started.url
+            self.settings = self.started.record()
+            say(f"  healthy after {self.started.healthy_after_s:.1f} s")
         self.settings["warmup_s"] = round(warm_up(self.url), 3)
-        self.say(f"  warmed up in {self.settings['warmup_s']:.1f} s")
-
-    def _launch(self) -> None:
-        if self.spec.url:
-            if not _health_ok(self.spec.url):
-                raise LaunchError(f"no healthy server at {self.spec.url}/health")
-            return
-        from vprof.registry import render, validate
-        from vprof.server import ServerProcess, adapt_for_host  # noqa: F811 - lazy
-
-        validate(self.profile)
-        adapted, self.changes = adapt_for_host(
-            self.profile, model_overridden=self.spec.model_overridden
-        )
-        for change in self.changes:
-            self.say(f"  {change}")
-        validate(adapted)
-        self.profile = adapted
-        self.argv = render(adapted, python=sys.executable)
-        process = self.process = ServerProcess(
-            self.argv,
-            env=dict(adapted.env),
-            log_path=self.log_path,
-            host=adapted.host,
-            port=adapted.port,
-        )
-        process.start()
-        self.url = process.url
-        self.say(f"  waiting for {self.url}/health (log: {self.log_path})")
-        process.wait_healthy(timeout_s=self.spec.health_timeout_s)
-        self.settings = dict(process.effective_settings())
+        say(f"  warmed up in {self.settings['warmup_s']:.1f} s")
 
     def alive(self) -> bool:
-        return self.process.alive() if self.process else _health_ok(self.url)
+        return self.started.process.alive() if self.started else _health_ok(self.url)
 
     def death_note(self) -> str:
-        if self.process is None:
+        if self.started is None:
             return f"the server at {self.url} stopped answering"
-        return self.process.death_report("during the run")
+        return self.started.process.death_report("during the run")
 
     def log_offset(self) -> int:
         try:
@@ -159,8 +225,10 @@ class _Server:
             return 0
 
     def stop(self) -> None:
-        if self.process is not None:
-            self.process.stop()
+        if self.started is not None:
+            from vprof.server import stop_quietly
+
+            stop_quietly(self.started.process)
 
 
 def _copy_log_segment(src: Path, start: int, dest: Path) -> None:
@@ -172,12 +240,9 @@ def _copy_log_segment(src: Path, start: int, dest: Path) -> None:
         pass
 
 
-def _run_meta(server: _Server, spec: BenchSpec, traffic: str, salt: str) -> dict[str, Any]:
-    from vprof.traffic import get_shape
-    from vprof.workloads import get_workload
-
-    workload = get_workload(spec.workload)
-    shape = get_shape(traffic)
+def _run_meta(
+    server: _Server, spec: BenchSpec, workload: Workload, shape: TrafficShape, salt: str
+) -> dict[str, Any]:
     profile = server.profile
     return {
         "profile": {
@@ -217,26 +282,34 @@ def _asdict(obj: Any) -> Any:
     return obj
 
 
-def _duration_s(traffic: str) -> float:
-    from vprof.traffic import get_shape
-
-    return get_shape(traffic).total_s
+def _workload_file(spec: BenchSpec, workload: Workload) -> str:
+    """The workload as the load generator should load it: its file, so no name is looked up
+    again on the other side."""
+    source = Path(workload.source) if workload.source else None
+    return str(source.resolve()) if source is not None and source.is_file() else spec.workload
 
 
 def _run_one(
-    server: _Server, spec: BenchSpec, traffic: str, run: RunDir, say: Progress
+    server: _Server,
+    spec: BenchSpec,
+    workload: Workload,
+    shape: TrafficShape,
+    run: RunDir,
+    say: Progress,
 ) -> RunOutcome:
+    from vprof.traffic import shape_to_json
+
     salt = spec.extra_meta.get("salt") or ("" if spec.reuse_prefix_cache else secrets.token_hex(4))
-    run.create(_run_meta(server, spec, traffic, salt))
+    run.create(_run_meta(server, spec, workload, shape, salt))
     log_start = server.log_offset()
-    sampler = MetricsSampler(server.url, run.file("metrics.jsonl"), spec.metrics_interval_s)
+    sampler = MetricsSampler(server.url, run.metrics_jsonl, spec.metrics_interval_s)
     sampler.start()
     load = LoadProcess(
         LoadSpec(
             url=server.url,
-            run_dir=run.path,
-            workload=spec.workload,
-            traffic=traffic,
+            run_dir=run,
+            workload=_workload_file(spec, workload),
+            traffic=shape_to_json(shape),
             seed=spec.seed,
             salt=salt,
             model=server.profile.engine_args.get("served-model-name"),
@@ -244,15 +317,15 @@ def _run_one(
             processes=spec.processes,
         )
     )
-    total_s = _duration_s(traffic)
+    total_s = shape.total_s
     started = time.monotonic()
     done_before: float | None = None  # the server's finished-request count when the run began
-    state, reason = "completed", ""
+    state, reason = RunState.COMPLETED, ""
     try:
         while load.running():
             time.sleep(1.0)
             if not server.alive() or (spec.url and sampler.consecutive_failures >= 5):
-                state, reason = "failed", server.death_note()
+                state, reason = RunState.FAILED, server.death_note()
                 say(f"  ! {reason.splitlines()[0]}; stopping the load generator")
                 break
             values = sampler.last_values
@@ -268,20 +341,21 @@ def _run_one(
                 f"done {finished - (done_before or 0.0):6.0f}"
             )
     except KeyboardInterrupt:
-        state, reason = "interrupted", "interrupted by the user (Ctrl-C)"
+        state, reason = RunState.INTERRUPTED, "interrupted by the user (Ctrl-C)"
         raise
     finally:
         rc = load.stop()
-        sampler.stop(final_sample=state != "failed")
-        _copy_log_segment(server.log_path, log_start, run.file("server.log"))
-        if state == "completed" and rc not in (0, None):
-            state, reason = "failed", f"the load generator exited with code {rc} (see locust.log)"
-        if state == "completed" and not run.file("records.arrow").exists():
-            state, reason = "failed", "the load generator wrote no records (see locust.log)"
+        sampler.stop(final_sample=state is not RunState.FAILED)
+        _copy_log_segment(server.log_path, log_start, run.server_log)
+        if state is RunState.COMPLETED and rc not in (0, None):
+            state = RunState.FAILED
+            reason = f"the load generator exited with code {rc} (see locust.log)"
+        if state is RunState.COMPLETED and not run.records.exists():
+            state, reason = RunState.FAILED, "the load generator wrote no records (see locust.log)"
         _summarize(run, spec, say)
         run.set_status(state, reason)
         say(f"\n  {state}: {run.path}" + (f" — {reason.splitlines()[0]}" if reason else ""))
-    return RunOutcome(run, server.profile.name, traffic, state, reason)
+    return RunOutcome(run, server.profile.name, shape.name, state.value, reason)
 
 
 def _tokenizer_for(profile: Profile) -> str | None:
@@ -290,7 +364,7 @@ def _tokenizer_for(profile: Profile) -> str | None:
 
 
 def _summarize(run: RunDir, spec: BenchSpec, say: Progress) -> None:
-    if not run.file("records.arrow").exists():
+    if not run.records.exists():
         return
     try:
         from vprof.analysis import write_summary
@@ -300,76 +374,87 @@ def _summarize(run: RunDir, spec: BenchSpec, say: Progress) -> None:
         say(f"\n  (could not summarise {run.name}: {exc})")
 
 
-def check_before_running(profiles: Sequence[Profile], spec: BenchSpec, say: Progress) -> None:
-    """Fail on a bad profile, workload or traffic name before any server starts, and warn
-    when a profile's max-model-len would reject part of the workload."""
-    from vprof.registry import validate
+def _shape(traffic: str | TrafficShape) -> TrafficShape:
     from vprof.traffic import get_shape
+
+    return traffic if not isinstance(traffic, str) else get_shape(traffic)
+
+
+def check_before_running(profiles: Sequence[Profile], spec: BenchSpec, say: Progress) -> _Resolved:
+    """Resolve the workload and shapes and plan every profile's server before any starts: a bad
+    profile, workload or traffic name fails now. Warns when a profile's max-model-len would
+    reject part of the workload."""
+    from vprof.server import plan_server
     from vprof.workloads import get_workload
 
     workload = get_workload(spec.workload)
-    for traffic in spec.traffic:
-        get_shape(traffic)
+    shapes = tuple(_shape(t) for t in spec.traffic)
     longest = workload.max_request_tokens()
+    plans: dict[str, ServerPlan] = {}
     for profile in profiles:
         if spec.url:
             continue
-        validate(profile)
-        limit = profile.engine_args.get("max-model-len")
+        plans[profile.name] = plan_server(profile, model_overridden=spec.model_overridden)
+        limit = plans[profile.name].profile.engine_args.get("max-model-len")
         if isinstance(limit, int) and longest > limit:
             say(
                 f"warning: {profile.name} has max-model-len {limit}, but workload "
                 f"{workload.name} can ask for {longest} tokens (prompt + output); the server "
                 "will reject those requests"
             )
+    return _Resolved(workload, shapes, plans)
 
 
 def run_bench(
     profiles: Sequence[Profile], spec: BenchSpec, say: Progress = print
 ) -> list[RunOutcome]:
     """Run every profile × traffic shape; return one outcome per cell, in order."""
-    check_before_running(profiles, spec, say)
+    resolved = check_before_running(profiles, spec, say)
     spec.out_dir.mkdir(parents=True, exist_ok=True)
     outcomes: list[RunOutcome] = []
     stopped = ""  # why the bench stopped early (--on-failure stop)
     for profile in profiles:
-        runs = {t: RunDir(spec.out_dir / run_key(profile, spec, t)) for t in spec.traffic}
+        cells = [
+            (shape, RunDir(spec.out_dir / run_key(profile, spec, resolved.workload, shape)))
+            for shape in resolved.shapes
+        ]
         if stopped:
             outcomes += [
-                RunOutcome(r, profile.name, t, "not-started", stopped) for t, r in runs.items()
+                RunOutcome(r, profile.name, t.name, NOT_STARTED, stopped) for t, r in cells
             ]
             continue
-        pending = [t for t, r in runs.items() if r.state != "completed"]
-        for t in spec.traffic:
-            if t not in pending:
-                say(f"{profile.name} × {t}: already completed, skipping ({runs[t].path})")
-                outcomes.append(RunOutcome(runs[t], profile.name, t, "skipped"))
+        pending = [(t, r) for t, r in cells if r.state != RunState.COMPLETED]
+        for t, r in cells:
+            if (t, r) not in pending:
+                say(f"{profile.name} × {t.name}: already completed, skipping ({r.path})")
+                outcomes.append(RunOutcome(r, profile.name, t.name, SKIPPED))
         if not pending:
             continue
-        say(f"{profile.name}: starting its server")
-        server = _Server(profile, spec, spec.out_dir / f"{_slug(profile.name)}.server.log", say)
+        say(f"{profile.name}: " + ("starting its server" if not spec.url else f"using {spec.url}"))
+        log_path = spec.out_dir / f"{_slug(profile.name)}.server.log"
+        server = _Server(profile, resolved.plans.get(profile.name), spec, log_path)
         try:
-            server.start()
+            server.start(say)
         except LaunchError as exc:
             server.stop()
             say(f"{profile.name}: the server did not start: {exc}")
             outcomes += [
-                RunOutcome(runs[t], profile.name, t, "not-started", str(exc)) for t in pending
+                RunOutcome(r, profile.name, t.name, NOT_STARTED, str(exc)) for t, r in pending
             ]
             if spec.on_failure == "stop":
                 stopped = f"the bench stopped after {profile.name} failed (--on-failure stop)"
             continue
         try:
-            for t in pending:
+            for shape, run in pending:
                 if stopped:
-                    outcomes.append(RunOutcome(runs[t], profile.name, t, "not-started", stopped))
+                    outcomes.append(RunOutcome(run, profile.name, shape.name, NOT_STARTED, stopped))
                     continue
-                if runs[t].path.exists():
-                    runs[t].retire()
-                say(f"{profile.name} × {t}: running")
-                outcome = _run_one(server, spec, t, runs[t], say)
+                if run.path.exists():
+                    run.retire()
+                say(f"{profile.name} × {shape.name}: running")
+                outcome = _run_one(server, spec, resolved.workload, shape, run, say)
                 outcomes.append(outcome)
-                if outcome.state == "failed":
+                if outcome.state == RunState.FAILED:
                     if spec.on_failure == "stop":
                         stopped = f"the bench stopped after {outcome.run.name} failed"
                     elif not server.alive():

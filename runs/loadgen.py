@@ -13,6 +13,10 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+from vprof.locustfiles.optiontable import STOP_TIMEOUT_S, option_argv
+from vprof.records.rundir import RunDir
 
 
 def locustfile_path() -> Path:
@@ -24,8 +28,14 @@ def locustfile_path() -> Path:
 
 @dataclass(frozen=True)
 class LoadSpec:
+    """One headless Locust run: where to send, what, and where the records go.
+
+    ``workload`` is a workload file and ``traffic`` a shape as JSON (``shape_to_json``): the
+    parent has resolved both, so the Locust side looks nothing up by name again.
+    """
+
     url: str
-    run_dir: Path
+    run_dir: RunDir
     workload: str
     traffic: str
     seed: int
@@ -33,7 +43,18 @@ class LoadSpec:
     model: str | None = None
     tokenizer: str | None = None
     processes: int = 1
-    stop_timeout_s: int = 120
+
+    def options(self) -> dict[str, Any]:
+        """vprof's own Locust options (by ``dest`` in ``optiontable.OPTIONS``)."""
+        return {
+            "workload": self.workload,
+            "traffic": self.traffic,
+            "run_dir": str(self.run_dir.path),
+            "seed": self.seed,
+            "salt": self.salt,
+            "model": self.model,
+            "tokenizer": self.tokenizer,
+        }
 
     def argv(self) -> list[str]:
         argv = [
@@ -45,28 +66,15 @@ class LoadSpec:
             "--headless",
             "--host",
             self.url,
-            "--workload",
-            self.workload,
-            "--traffic",
-            self.traffic,
-            "--run-dir",
-            str(self.run_dir),
-            "--seed",
-            str(self.seed),
-            "--salt",
-            self.salt,
             "--stop-timeout",
-            str(self.stop_timeout_s),
+            str(STOP_TIMEOUT_S),
             "--only-summary",
             "--exit-code-on-error",
             "0",
             "--logfile",
-            str(self.run_dir / "locust.log"),
+            str(self.run_dir.locust_log),
+            *option_argv(self.options()),
         ]
-        if self.model:
-            argv += ["--model", self.model]
-        if self.tokenizer:
-            argv += ["--tokenizer", self.tokenizer]
         if self.processes > 1:
             # The forked workers dial --master-port; a port of our own keeps concurrent
             # benches (and other Locust masters on 5557) apart.
@@ -89,7 +97,7 @@ class LoadProcess:
 
     def __init__(self, spec: LoadSpec) -> None:
         self.spec = spec
-        self._out = open(spec.run_dir / "locust.out", "ab")  # noqa: SIM115 - closed in wait()
+        self._out = open(spec.run_dir.locust_out, "ab")  # noqa: SIM115 - closed in wait()
         self.proc = subprocess.Popen(
             spec.argv(),
             stdout=self._out,
@@ -102,8 +110,9 @@ class LoadProcess:
     def running(self) -> bool:
         return self.proc.poll() is None
 
-    def stop(self, grace_s: float = 60.0) -> int:
-        """Ask Locust to stop (it writes what it has), then make sure its group is gone."""
+    def stop(self, grace_s: float = STOP_TIMEOUT_S + 30.0) -> int:
+        """Ask Locust to stop (streams in flight may finish within its stop timeout; it writes
+        what it has), then make sure its group is gone."""
         if self.running():
             try:
                 os.killpg(self.proc.pid, signal.SIGTERM)

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from pathlib import Path
+
+from vprof.records.rundir import append_jsonl
 
 
 class MetricsSampler:
@@ -39,8 +40,7 @@ class MetricsSampler:
         self.consecutive_failures = 0
         self.last_values = values
         self.samples += 1
-        with self.path.open("a") as out:
-            out.write(json.dumps({"t": time.time(), "values": values}) + "\n")
+        append_jsonl(self.path, [{"t": time.time(), "values": values}])
         return True
 
     def _loop(self) -> None:

@@ -6,23 +6,32 @@
   non-chunked profile;
 - any ``--set key=v1,v2,…`` ladder over another engine argument.
 
-The ladder maths and the recommendation are pure; running the rungs reuses ``run_bench``.
+- a load ladder: one profile's offered load (rate or users) climbed on one server, for plans.
+
+The ladder maths and the recommendation are pure; running the rungs reuses ``run_bench``, and
+each sweep writes its rows and recommendation to the bench folder's ``sweep.json``.
 """
 
 from __future__ import annotations
 
-import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from vprof.common.errors import ProfileError
+from vprof.analysis.keys import SummaryKey
+from vprof.common.errors import ProfileError, WorkloadError
+from vprof.records.rundir import RunState, read_json, sweep_manifest, write_json_atomic
+from vprof.runs.bench import NOT_STARTED, SKIPPED
 
 if TYPE_CHECKING:
     from vprof.registry import Profile
     from vprof.runs.bench import BenchSpec, RunOutcome
+    from vprof.traffic import TrafficShape
+
+Progress = Callable[[str], None]
+NOT_RUN = "not run"  # a rung after the ladder stopped
 
 
 @dataclass(frozen=True)
@@ -83,31 +92,29 @@ def variant(profile: Profile, rung: Rung) -> Profile:
     return replace(profile.with_overrides(set_args=dict(rung.overrides)), name=rung.label)
 
 
-def load_ladder(traffic: str, levels: Sequence[float], folder: Path) -> list[str]:
-    """The traffic shape at each load level, written as YAML files the Locust side reads.
-
-    Open-loop shapes climb ``rate_rps``; closed-loop shapes climb ``users``. The files sit in
-    ``folder`` and are named ``<shape>@<field>=<level>.yaml``, so run folders say the level.
-    """
-    import yaml
-
+def load_ladder(traffic: str | TrafficShape, levels: Sequence[float]) -> list[TrafficShape]:
+    """The traffic shape at each load level: open-loop shapes climb ``rate_rps``, closed-loop
+    shapes climb ``users``. Each is named ``<shape>@<field>=<level>``, so run folders say it."""
     from vprof.traffic import get_shape
 
-    shape = get_shape(traffic)
+    shape = get_shape(traffic) if isinstance(traffic, str) else traffic
     field = "rate_rps" if shape.open_loop else "users"
-    folder.mkdir(parents=True, exist_ok=True)
-    paths = []
+    shapes = []
     for level in levels:
+        if not (isinstance(level, (int, float)) and math.isfinite(level) and level > 0):
+            raise WorkloadError(
+                f"load levels must be positive numbers, got {level!r}", key="--levels"
+            )
         value: float | int = float(level) if shape.open_loop else int(level)
-        if value <= 0:
-            raise ProfileError(f"load levels must be positive, got {level!r}", key="--levels")
-        data = {k: v for k, v in shape.to_dict().items() if k not in ("name", "source")}
-        data[field] = value
-        data["description"] = f"{shape.description} (at {field}={value:g})"
-        path = folder / f"{shape.name}@{field}={value:g}.yaml"
-        path.write_text(yaml.safe_dump(data, sort_keys=False))
-        paths.append(str(path))
-    return paths
+        shapes.append(
+            replace(
+                shape,
+                name=f"{shape.name}@{field}={value:g}",
+                description=f"{shape.description} (at {field}={value:g})",
+                **{field: value},
+            )
+        )
+    return shapes
 
 
 # --- reading the evidence -------------------------------------------------------------------
@@ -120,56 +127,57 @@ _OOM = (
 )
 
 
-def _server_log_oom(run_path) -> bool:
+def _server_log_oom(outcome: RunOutcome) -> bool:
     try:
-        text = (run_path / "server.log").read_text(errors="replace").lower()
+        text = outcome.run.server_log.read_text(errors="replace").lower()
     except OSError:
         return False
     return any(marker in text for marker in _OOM)
+
+
+# The summary numbers a rung's row shows: what decides between rungs.
+ROW_KEYS = (
+    SummaryKey.REQUEST_THROUGHPUT,
+    SummaryKey.OUTPUT_THROUGHPUT,
+    SummaryKey.MEDIAN_TTFT_MS,
+    SummaryKey.P95_TTFT_MS,
+    SummaryKey.P95_ITL_MS,
+    SummaryKey.P95_TPOT_MS,
+    SummaryKey.NUM_PREEMPTIONS,
+    SummaryKey.MAX_KV_CACHE_USAGE_PERC,
+    SummaryKey.FAILED,
+)
 
 
 def rung_row(rung: Rung, outcome: RunOutcome | None) -> dict[str, Any]:
     """One table row for a rung: what happened and the numbers that decide between rungs."""
     row: dict[str, Any] = {"rung": rung.label, **{k: v for k, v in rung.overrides.items()}}
     if outcome is None:
-        return {**row, "state": "not run"}
-    row["state"] = outcome.state if outcome.state != "skipped" else "completed"
-    summary = {}
-    try:
-        summary = json.loads((outcome.run.path / "summary.json").read_text())
-    except (OSError, ValueError):
-        pass
-    for key in (
-        "request_throughput",
-        "output_throughput",
-        "median_ttft_ms",
-        "p95_ttft_ms",
-        "p95_itl_ms",
-        "p95_tpot_ms",
-        "num_preemptions",
-        "max_kv_cache_usage_perc",
-        "failed",
-    ):
+        return {**row, "state": NOT_RUN}
+    row["state"] = outcome.state if outcome.state != SKIPPED else RunState.COMPLETED.value
+    row["run"] = outcome.run.name
+    summary = read_json(outcome.run.summary_json, strict=False)
+    for key in ROW_KEYS:
         row[key] = summary.get(key)
     row["oom"] = (
-        outcome.state == "not-started"
+        outcome.state == NOT_STARTED
         and "memory" in outcome.reason.lower()
-        or (outcome.run.path.exists() and _server_log_oom(outcome.run.path))
+        or (outcome.run.path.exists() and _server_log_oom(outcome))
     )
-    if outcome.state == "not-started":
+    if outcome.state == NOT_STARTED:
         row["note"] = outcome.reason.splitlines()[0][:120] if outcome.reason else "did not start"
     return row
 
 
 def should_stop(row: Mapping[str, Any]) -> str | None:
     """The guide's stopping rule: failure to start, out of memory, or preemptions."""
-    if row.get("state") == "not-started":
+    if row.get("state") == NOT_STARTED:
         return "the server failed to start"
     if row.get("oom"):
         return "the server ran out of memory"
-    if (row.get("num_preemptions") or 0) > 0:
-        return f"the server reported {row['num_preemptions']:.0f} preemptions"
-    if row.get("state") == "failed":
+    if (row.get(SummaryKey.NUM_PREEMPTIONS) or 0) > 0:
+        return f"the server reported {row[SummaryKey.NUM_PREEMPTIONS]:.0f} preemptions"
+    if row.get("state") == RunState.FAILED:
         return "the run failed"
     return None
 
@@ -180,18 +188,19 @@ def recommend(rows: Sequence[Mapping[str, Any]], *, prefer: str = "throughput") 
     ``prefer="throughput"``: highest request throughput, ties (within 3 %) broken by lower
     p95 TTFT. ``prefer="itl"``: lowest p95 ITL among rungs within 10 % of the best throughput.
     """
+    tp, ttft, itl = SummaryKey.REQUEST_THROUGHPUT, SummaryKey.P95_TTFT_MS, SummaryKey.P95_ITL_MS
     healthy = [
         r
         for r in rows
-        if r.get("state") == "completed"
+        if r.get("state") == RunState.COMPLETED
         and not r.get("oom")
-        and not (r.get("num_preemptions") or 0)
-        and isinstance(r.get("request_throughput"), (int, float))
-        and r["request_throughput"] > 0
+        and not (r.get(SummaryKey.NUM_PREEMPTIONS) or 0)
+        and isinstance(r.get(tp), (int, float))
+        and r[tp] > 0
     ]
     if not healthy:
         return "No rung completed cleanly, so there is nothing to recommend; see the table."
-    best_tp = max(r["request_throughput"] for r in healthy)
+    best_tp = max(r[tp] for r in healthy)
 
     def num(r: Mapping[str, Any], key: str) -> float:
         value = r.get(key)
@@ -200,23 +209,36 @@ def recommend(rows: Sequence[Mapping[str, Any]], *, prefer: str = "throughput") 
         )
 
     if prefer == "itl":
-        pool = [r for r in healthy if r["request_throughput"] >= 0.9 * best_tp]
-        choice = min(pool, key=lambda r: (num(r, "p95_itl_ms"), -r["request_throughput"]))
+        pool = [r for r in healthy if r[tp] >= 0.9 * best_tp]
+        choice = min(pool, key=lambda r: (num(r, itl), -r[tp]))
         why = "lowest p95 inter-token latency among rungs within 10 % of the best throughput"
     else:
-        pool = [r for r in healthy if r["request_throughput"] >= 0.97 * best_tp]
-        choice = min(pool, key=lambda r: (num(r, "p95_ttft_ms"), -r["request_throughput"]))
+        pool = [r for r in healthy if r[tp] >= 0.97 * best_tp]
+        choice = min(pool, key=lambda r: (num(r, ttft), -r[tp]))
         why = "highest request throughput (ties within 3 % broken by lower p95 TTFT)"
     return (
         f"Recommended: {choice['rung']} — {why}: "
-        f"{choice['request_throughput']:.2f} req/s, p95 TTFT {num(choice, 'p95_ttft_ms'):.0f} ms, "
-        f"p95 ITL {num(choice, 'p95_itl_ms'):.1f} ms "
+        f"{choice[tp]:.2f} req/s, p95 TTFT {num(choice, ttft):.0f} ms, "
+        f"p95 ITL {num(choice, itl):.1f} ms "
         f"(best throughput over {len(healthy)} healthy rung(s): {best_tp:.2f} req/s)."
     )
 
 
+def write_sweep(
+    folder: Path, kind: str, profile: str, rows: Sequence[Mapping[str, Any]], recommendation: str
+) -> Path:
+    """Record a sweep's ladder, its rows (each naming its run folder) and its recommendation in
+    the bench folder, for reports."""
+    path = sweep_manifest(folder)
+    write_json_atomic(
+        path,
+        {"kind": kind, "profile": profile, "rows": list(rows), "recommendation": recommendation},
+    )
+    return path
+
+
 def run_ladder(
-    base: Profile, rungs: Sequence[Rung], spec: BenchSpec, say, *, stop_early: bool
+    base: Profile, rungs: Sequence[Rung], spec: BenchSpec, say: Progress, *, stop_early: bool
 ) -> list[dict[str, Any]]:
     """Run rung after rung; with ``stop_early`` stop at the first that breaks the guide's rule."""
     from vprof.runs.bench import run_bench
@@ -229,6 +251,20 @@ def run_ladder(
         reason = should_stop(row)
         if stop_early and reason:
             say(f"stopping the ladder at {rung.label}: {reason}")
-            rows += [{"rung": r.label, **r.overrides, "state": "not run"} for r in rungs[i + 1 :]]
+            rows += [{"rung": r.label, **r.overrides, "state": NOT_RUN} for r in rungs[i + 1 :]]
             break
     return rows
+
+
+def run_load_ladder(
+    profile: Profile, traffic: str | TrafficShape, levels: Sequence[float], spec: BenchSpec,
+    say: Progress,
+) -> tuple[list[dict[str, Any]], list[RunOutcome]]:  # fmt: skip
+    """Climb ``traffic``'s load through ``levels`` on one server of ``profile``: one run per
+    level. Returns a row per level and the outcomes (for a capacity plan)."""
+    from vprof.runs.bench import run_bench
+
+    shapes = load_ladder(traffic, levels)
+    outcomes = run_bench([profile], replace(spec, traffic=tuple(shapes)), say)
+    rows = [rung_row(Rung(o.traffic, {}), o) for o in outcomes]
+    return rows, outcomes

@@ -19,8 +19,8 @@ import requests
 from click.testing import CliRunner
 
 from vprof.cli.launch import launch, model
-from vprof.cli.options import parse_set_args
 from vprof.common.errors import ProfileError
+from vprof.registry import parse_set_args
 from vprof.server.process import free_port
 from vprof.tinymodel.build import TINY_MODEL_VERSION
 

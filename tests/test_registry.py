@@ -75,10 +75,12 @@ def test_public_api_is_exactly_the_documented_names():
             "ProfileError",
             "get_profile",
             "load_profiles",
+            "parse_set_args",
             "render",
             "render_docker",
             "render_k8s",
             "render_shell",
+            "resolve_profile",
             "validate",
         ]
     )

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 from vprof.analysis import expand_runs
-from vprof.runs.rundir import RunDir
+from vprof.records import RunDir
 from vprof.runs.sweep import parse_ladder_values, recommend, should_stop
 
 
@@ -73,17 +72,23 @@ def test_ladder_values_parse_as_yaml_scalars():
     assert not any(isinstance(v, float) and math.isnan(v) for v in parse_ladder_values("1,2"))
 
 
-def test_load_ladder_writes_one_shape_per_level_that_the_traffic_loader_reads(tmp_path):
+def test_load_ladder_makes_one_shape_per_level_that_crosses_to_locust_unchanged():
     from vprof.runs.sweep import load_ladder
-    from vprof.traffic import get_shape
+    from vprof.traffic import get_shape, shape_to_json
 
-    open_loop = load_ladder("poisson", [2, 4.5], tmp_path)
-    assert [get_shape(p).rate_rps for p in open_loop] == [2.0, 4.5]
-    assert all(get_shape(p).open_loop for p in open_loop)
-    closed = load_ladder("steady", [1, 16], tmp_path)
-    assert [get_shape(p).users for p in closed] == [1, 16]
-    assert get_shape(closed[1]).duration_s == get_shape("steady").duration_s
-    assert Path(closed[1]).name == "steady@users=16.yaml"
+    open_loop = load_ladder("poisson", [2, 4.5])
+    assert [s.rate_rps for s in open_loop] == [2.0, 4.5]
+    assert all(s.open_loop for s in open_loop)
+    closed = load_ladder("steady", [1, 16])
+    assert [s.users for s in closed] == [1, 16]
+    assert closed[1].duration_s == get_shape("steady").duration_s
+    assert closed[1].name == "steady@users=16"
+    # what the Locust side reads back from --traffic is the same shape
+    for shape in open_loop + closed:
+        assert get_shape(shape_to_json(shape)).to_dict() == {
+            **shape.to_dict(),
+            "source": "--traffic",
+        }
 
 
 def test_sweep_load_against_the_emulator_climbs_the_rate_and_plans(tmp_path):

@@ -6,7 +6,7 @@ reads like a compiler message.
 
 from __future__ import annotations
 
-import difflib
+import json
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import fields
@@ -15,6 +15,7 @@ from typing import Any
 
 from vprof.common.errors import WorkloadError
 from vprof.common.presets import YAML_SUFFIXES, preset_files, preset_locations
+from vprof.common.suggest import suggestion
 from vprof.common.yamlfile import KeyPath, read_yaml
 from vprof.traffic.shape import KINDS, PROCESSES, TrafficShape
 
@@ -48,10 +49,7 @@ def shape_from_dict(
         if key == "name":
             continue
         if key not in _SETTABLE:
-            close = difflib.get_close_matches(str(key), sorted(_SETTABLE), n=1)
-            hint = (
-                f"did you mean {close[0]!r}?" if close else f"known: {', '.join(sorted(_SETTABLE))}"
-            )
+            hint = suggestion(key, sorted(_SETTABLE), f"known: {', '.join(sorted(_SETTABLE))}")
             raise fail(str(key), "unknown setting", hint)
         if key in ("kind", "process", "description"):
             values[key] = str(value)
@@ -69,11 +67,8 @@ def shape_from_dict(
     if kind is None:
         raise fail(None, "missing 'kind'", f"one of {', '.join(KINDS)}")
     if kind not in KINDS:
-        close = difflib.get_close_matches(kind, KINDS, n=1)
         raise fail(
-            "kind",
-            f"unknown kind {kind!r}",
-            f"did you mean {close[0]!r}?" if close else f"one of {', '.join(KINDS)}",
+            "kind", f"unknown kind {kind!r}", suggestion(kind, KINDS, f"one of {', '.join(KINDS)}")
         )
     if "duration_s" not in values or values["duration_s"] <= 0:
         raise fail(
@@ -82,11 +77,10 @@ def shape_from_dict(
         )
     process = values.get("process", "poisson")
     if process not in PROCESSES:
-        close = difflib.get_close_matches(process, PROCESSES, n=1)
         raise fail(
             "process",
             f"unknown arrival process {process!r}",
-            f"did you mean {close[0]!r}?" if close else f"one of {', '.join(PROCESSES)}",
+            suggestion(process, PROCESSES, f"one of {', '.join(PROCESSES)}"),
         )
     if kind == "open-loop":
         if values.get("rate_rps", 0) <= 0:
@@ -127,9 +121,29 @@ def load_shapes(extra_dirs: Iterable[str | Path] = ()) -> dict[str, TrafficShape
     return shapes
 
 
+def shape_to_json(shape: TrafficShape) -> str:
+    """A shape as one JSON object that :func:`get_shape` reads back exactly (how the bench
+    hands a resolved shape to the load generator: nothing is looked up twice)."""
+    data = {k: v for k, v in shape.to_dict().items() if k != "source"}
+    return json.dumps(data, sort_keys=True, separators=(",", ":"))
+
+
+def _shape_from_json(text: str) -> TrafficShape:
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise WorkloadError(f"not a JSON object: {exc.msg}", key="traffic") from None
+    if not isinstance(data, dict):
+        raise WorkloadError("a traffic shape in JSON must be an object", key="traffic")
+    return shape_from_dict(data, name=str(data.get("name") or "inline"), source="--traffic")
+
+
 def get_shape(name_or_path: str | Path, extra_dirs: Iterable[str | Path] = ()) -> TrafficShape:
-    """One shape by preset name or YAML path; an unknown name suggests the closest one."""
+    """One shape by preset name, YAML path or JSON object (as :func:`shape_to_json` writes);
+    an unknown name suggests the closest one."""
     text = str(name_or_path)
+    if text.lstrip().startswith("{"):
+        return _shape_from_json(text)
     path = Path(text)
     if text.endswith(YAML_SUFFIXES) or (path.suffix and path.exists()):
         if not path.is_file():
@@ -138,6 +152,5 @@ def get_shape(name_or_path: str | Path, extra_dirs: Iterable[str | Path] = ()) -
     shapes = load_shapes(extra_dirs)
     if text in shapes:
         return shapes[text]
-    close = difflib.get_close_matches(text, list(shapes), n=1)
-    hint = f"did you mean {close[0]!r}?" if close else f"known: {', '.join(sorted(shapes))}"
+    hint = suggestion(text, shapes, f"known: {', '.join(sorted(shapes))}")
     raise WorkloadError(f"no traffic shape named {text!r}", key="traffic", hint=hint)

@@ -1,0 +1,95 @@
+"""The names of a summary's keys that other stages read: one spelling, owned here.
+
+Latency statistics follow ``vllm bench serve``'s pattern ``<stat>_<metric>_ms`` (``stat_key``
+builds them); the fixed keys are members of :class:`SummaryKey`, a ``StrEnum``, so
+``summary[SummaryKey.REQUEST_THROUGHPUT]`` reads the same entry as ``summary["request_throughput"]``
+and JSON keeps plain strings.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class SummaryKey(StrEnum):
+    # what the run was
+    RUN = "run"
+    PATH = "path"
+    PROFILE = "profile"
+    PROFILE_IDENTITY = "profile_identity"
+    WORKLOAD = "workload"
+    TRAFFIC = "traffic"
+    STATE = "state"
+    REASON = "reason"
+    VLLM_VERSION = "vllm_version"
+    WARMUP_UNTIL = "warmup_until"
+    OFFERED_LOAD = "offered_load"
+    OFFERED_LOAD_UNIT = "offered_load_unit"
+    OPEN_LOOP = "open_loop"
+    # requests
+    REQUESTS = "requests"
+    EXCLUDED_WARMUP = "excluded_warmup"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    ERRORS_BY_STATUS = "errors_by_status"
+    ERROR_RATE = "error_rate"
+    DURATION = "duration"
+    # tokens and throughput
+    TOTAL_INPUT_TOKENS = "total_input_tokens"
+    TOTAL_OUTPUT_TOKENS = "total_output_tokens"
+    REQUEST_THROUGHPUT = "request_throughput"
+    OUTPUT_THROUGHPUT = "output_throughput"
+    TOTAL_TOKEN_THROUGHPUT = "total_token_throughput"
+    MAX_OUTPUT_TOKENS_PER_S = "max_output_tokens_per_s"
+    MAX_CONCURRENT_REQUESTS = "max_concurrent_requests"
+    PROMPT_TOKEN_MISMATCH_RATE = "prompt_token_mismatch_rate"
+    MEAN_PROMPT_TOKEN_EXCESS = "mean_prompt_token_excess"
+    CACHED_TOKEN_SHARE = "cached_token_share"
+    # latency statistics read by name elsewhere
+    MEDIAN_TTFT_MS = "median_ttft_ms"
+    P95_TTFT_MS = "p95_ttft_ms"
+    P95_TPOT_MS = "p95_tpot_ms"
+    P95_ITL_MS = "p95_itl_ms"
+    MAX_SCHEDULE_LAG_MS = "max_schedule_lag_ms"
+    # SLO
+    SLO = "slo"
+    SLO_CHECKS = "slo_checks"
+    SLO_MET = "slo_met"
+    REQUEST_GOODPUT = "request_goodput"
+    # the server, from /metrics
+    PREFIX_CACHE_HIT_RATE = "prefix_cache_hit_rate"
+    NUM_PREEMPTIONS = "num_preemptions"
+    MAX_KV_CACHE_USAGE_PERC = "max_kv_cache_usage_perc"
+    MAX_NUM_REQUESTS_WAITING = "max_num_requests_waiting"
+    # the load generator
+    LOADGEN_MAX_CPU_PERCENT = "loadgen_max_cpu_percent"
+    LOADGEN_SATURATED = "loadgen_saturated"
+    LOADGEN_VERDICT = "loadgen_verdict"
+
+
+def stat_key(stat: str, metric: str) -> str:
+    """``stat_key("p95", "ttft")`` → ``"p95_ttft_ms"`` (``stat``: mean, median, std or pNN)."""
+    return f"{stat}_{metric}_ms"
+
+
+def _stats(metric: str, *stats: str) -> tuple[str, ...]:
+    return tuple(stat_key(stat, metric) for stat in stats)
+
+
+K = SummaryKey
+# The rows a summary table shows, in order (JSON output has every key).
+SUMMARY_TABLE_KEYS: tuple[str, ...] = (
+    K.PROFILE, K.TRAFFIC, K.STATE, K.OPEN_LOOP, K.COMPLETED, K.FAILED, K.ERROR_RATE, K.DURATION,
+    K.REQUEST_THROUGHPUT, K.OUTPUT_THROUGHPUT, K.TOTAL_TOKEN_THROUGHPUT, K.REQUEST_GOODPUT,
+    *_stats("ttft", "mean", "median", "p90", "p95", "p99", "p99.9"),
+    *_stats("tpot", "mean", "median", "p95", "p99"),
+    *_stats("itl", "mean", "median", "p95", "p99", "p99.9"),
+    *_stats("e2el", "mean", "median", "p95", "p99"),
+    *_stats("ttft_from_schedule", "p95", "p99"),
+    *_stats("schedule_lag", "p99"),
+    K.MAX_OUTPUT_TOKENS_PER_S, K.MAX_CONCURRENT_REQUESTS, K.PREFIX_CACHE_HIT_RATE,
+    K.CACHED_TOKEN_SHARE, K.PROMPT_TOKEN_MISMATCH_RATE, K.MEAN_PROMPT_TOKEN_EXCESS,
+    K.NUM_PREEMPTIONS, K.MAX_KV_CACHE_USAGE_PERC,
+    K.MAX_NUM_REQUESTS_WAITING, K.LOADGEN_MAX_CPU_PERCENT, K.LOADGEN_VERDICT, K.SLO, K.SLO_MET,
+)  # fmt: skip

@@ -1,0 +1,115 @@
+"""The load generator's options, declared once and free of Locust.
+
+Both sides of the process boundary are made from this table: the Locust side registers each
+option on Locust's parser (``vprof.locustfiles.options``), and the parent builds the argv it
+runs Locust with (``vprof.runs.loadgen``), so a flag, its type and its default cannot drift
+apart. Importing this module imports nothing but the standard library.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+DEFAULT_WORKLOAD = "chat"
+DEFAULT_REQUEST_TIMEOUT_S = 300.0
+# How long a test's end waits for streams in flight (Locust's --stop-timeout, whose own default
+# of 0 would cut every answer off mid-stream).
+STOP_TIMEOUT_S = 60
+ENDPOINT_CHOICES = ("", "completions", "chat", "generate")
+ARRIVAL_CHOICES = ("", "constant", "poisson", "gamma")
+
+
+@dataclass(frozen=True)
+class LoadOption:
+    """One ``--flag`` of vprof's locustfile; ``dest`` is the flag without dashes, underscored."""
+
+    flag: str
+    type: type
+    default: Any
+    help: str
+    choices: tuple[str, ...] | None = None
+
+    @property
+    def dest(self) -> str:
+        return self.flag.lstrip("-").replace("-", "_")
+
+    @property
+    def env_var(self) -> str:
+        return "VPROF_" + self.dest.upper()
+
+
+OPTIONS: tuple[LoadOption, ...] = (
+    LoadOption(
+        "--workload",
+        str,
+        DEFAULT_WORKLOAD,
+        "Workload preset name or YAML path (see `vprof workloads`).",
+    ),
+    LoadOption(
+        "--traffic",
+        str,
+        "",
+        "Traffic shape preset, YAML path or JSON object (see `vprof traffic`); "
+        "empty: -u/-r/-t decide.",
+    ),
+    LoadOption(
+        "--run-dir",
+        str,
+        "",
+        "Folder for records.arrow, locust.json, loadgen.jsonl (default ./vprof-runs/<time>).",
+    ),
+    LoadOption(
+        "--tokenizer", str, "", "Model folder or tokenizer.json (default: vprof's tiny model)."
+    ),
+    LoadOption("--model", str, "", "Served model name (default: the first one /v1/models lists)."),
+    LoadOption(
+        "--endpoint",
+        str,
+        "",
+        "Override the workload's endpoint (generate: legacy /generate).",
+        ENDPOINT_CHOICES,
+    ),
+    LoadOption("--seed", int, -1, "Seed for prompts and arrivals (-1: the workload's own seed)."),
+    LoadOption(
+        "--salt",
+        str,
+        "",
+        "Changes all prompt text so an earlier run's prefix cache cannot help "
+        "(default: random per run, recorded in locust.json).",
+    ),
+    LoadOption(
+        "--request-timeout-s",
+        float,
+        DEFAULT_REQUEST_TIMEOUT_S,
+        "Give up on one request after this many seconds (status timeout).",
+    ),
+    LoadOption(
+        "--rate-rps", float, 0.0, "Open loop: requests per second (overrides the shape; 0: keep)."
+    ),
+    LoadOption(
+        "--arrival", str, "", "Open loop: arrival process (empty: the shape's).", ARRIVAL_CHOICES
+    ),
+    LoadOption(
+        "--burstiness", float, 0.0, "Open loop, gamma: 1 = Poisson, <1 burstier, >1 more regular."
+    ),
+    LoadOption(
+        "--max-in-flight", int, 0, "Open loop: at most this many requests at once (0: the shape's)."
+    ),
+)
+BY_DEST: dict[str, LoadOption] = {option.dest: option for option in OPTIONS}
+
+
+def option_argv(values: Mapping[str, Any]) -> list[str]:
+    """``--flag value`` for each option in ``values`` (by ``dest``) that differs from its default.
+
+    An unknown name is a bug in the caller, not a user error: it raises ``KeyError``.
+    """
+    argv: list[str] = []
+    for dest, value in values.items():
+        option = BY_DEST[dest]
+        if value is None or value == option.default:
+            continue
+        argv += [option.flag, str(option.type(value))]
+    return argv
