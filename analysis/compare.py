@@ -1,9 +1,18 @@
-"""Runs side by side: differences from the baseline with bootstrap confidence intervals.
+"""Runs side by side: is the difference from the baseline real, or noise?
 
-Latency statistics are bootstrapped by resampling *requests* (for ITL, a request brings all
-of its gaps: a cluster bootstrap, because gaps within a request are not independent). Each
-resample is a vector of per-request counts, so a percentile of the resampled data is read
-off the sorted values with cumulative counts: no Python loop per resample.
+Runs are compared as *groups*: the repeats of one configuration (``vprof bench --repeat N``)
+form one group. Two kinds of interval answer two different questions:
+
+- **two or more runs on each side** — a Welch t-interval over the per-run values of each
+  statistic (on a log scale, so the difference reads as a ratio). Each run's value carries both
+  its request noise and the run-to-run variation, so the interval says whether the next runs
+  will agree; a difference is *significant* when the 95 % interval excludes zero. A statistic
+  whose repeats disagree by more than ``UNSTABLE_RATIO`` (a median that flips between two
+  modes, say) is flagged as unstable instead of compared.
+- **one run on a side** — a request bootstrap inside each run (``vprof.analysis.bootstrap``).
+  It measures request noise only, so nothing is called significant.
+
+Runs whose load generator was the bottleneck are suspect: their differences are not judged.
 """
 
 from __future__ import annotations
@@ -15,7 +24,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from vprof.analysis.bootstrap import STAT, all_bootstraps
+from vprof.analysis.keys import SummaryKey as K
 from vprof.analysis.run import Run, display_names, load_run, summarize_loaded
+from vprof.common.errors import RunError
 
 DEFAULT_METRICS: tuple[str, ...] = (
     "median_ttft_ms",
@@ -26,14 +38,11 @@ DEFAULT_METRICS: tuple[str, ...] = (
     "median_itl_ms",
     "p95_itl_ms",
     "p99_itl_ms",
+    "median_e2el_ms",
     "p95_e2el_ms",
     "request_throughput",
     "output_throughput",
     "error_rate",
-)
-_STAT = re.compile(
-    r"^(?P<stat>mean|median|std|p\d+(?:\.\d+)?)_(?P<metric>ttft|tpot|itl|e2el|"
-    r"ttft_from_schedule|e2el_from_schedule)_ms$"
 )
 _LABELS = {
     "ttft": "TTFT",
@@ -44,6 +53,12 @@ _LABELS = {
     "e2el_from_schedule": "E2E latency from schedule",
 }
 _HIGHER_IS_BETTER = ("throughput", "goodput", "cache_hit")
+CONFIDENCE = 0.95
+# Repeats of one configuration whose values differ by more than this factor do not measure one
+# thing: the statistic is unstable (bimodal), and a % change of it would be noise.
+UNSTABLE_RATIO = 3.0
+_REPEAT_SUFFIX = re.compile(r"--r\d+$")
+
 # The columns a terminal table shows (the verdict says better/worse and significance).
 TABLE_COLUMNS = (
     "metric",
@@ -55,74 +70,168 @@ TABLE_COLUMNS = (
     "ci_high_pct",
     "verdict",
 )
-# Cap on requests per run that enter the bootstrap; larger runs use a random subset, which
-# only widens the interval (conservative), and keeps `compare` interactive.
-MAX_BOOT_REQUESTS = 20_000
-_CELLS_PER_CHUNK = 4_000_000
+METHOD_RUNS = "Welch t over per-run values"
+METHOD_REQUESTS = "request bootstrap within one run (request noise only)"
 
 
 @dataclass(frozen=True)
-class _Sample:
-    """Per-request values of one latency metric: ``values`` grouped by ``lengths``."""
+class Group:
+    """The runs of one side of a comparison (the repeats of one configuration)."""
 
-    values: Any  # sorted ascending
-    owner: Any  # request index of each sorted value
-    n_requests: int
+    label: str
+    runs: tuple[Run, ...]
+    summaries: tuple[dict[str, Any], ...]
+
+    @property
+    def suspect(self) -> list[str]:
+        """Runs of this group whose load generator was the bottleneck."""
+        return [str(s.get(K.RUN)) for s in self.summaries if client_limited(s)]
+
+
+def client_limited(summary: dict[str, Any]) -> bool:
+    """True when a run's numbers may be the client's, not the server's."""
+    return bool(summary.get(K.CLIENT_LIMITED) or summary.get(K.LOADGEN_SATURATED))
+
+
+def cell_key(path: Path) -> tuple[str, str]:
+    """Run folders that are repeats of one configuration share this: their bench folder and
+    their name without the ``--rN`` repeat suffix."""
+    path = Path(path)
+    return str(path.parent), _REPEAT_SUFFIX.sub("", path.name)
+
+
+def group_runs(runs: Sequence[Run]) -> list[list[Run]]:
+    """Repeats together, in the order their first run was given (a run given twice is
+    compared with itself, not pooled with itself)."""
+    groups: list[list[Run]] = []
+    for run in runs:
+        home = next(
+            (g for g in groups if cell_key(g[0].path) == cell_key(run.path) and run.path not in
+             {r.path for r in g}),
+            None,
+        )  # fmt: skip
+        if home is None:
+            groups.append([run])
+        else:
+            home.append(run)
+    return groups
+
+
+def repeat_of(run: Run) -> int:
+    """Which repeat a run folder holds (its ``--rN`` suffix; none: the first)."""
+    match = _REPEAT_SUFFIX.search(run.path.name)
+    return int(match.group(0)[3:]) if match else 1
+
+
+def _labels(groups: Sequence[Sequence[Run]], summaries: Sequence[Sequence[dict]]) -> list[str]:
+    """Each group's name; groups of one configuration are told apart by their repeats."""
+    cells = [cell_key(g[0].path) for g in groups]
+    if len(set(cells)) == len(cells):
+        return display_names([s[0] for s in summaries])
+    names = [
+        f"{s[0].get(K.PROFILE) or cell[1]} (r{', r'.join(str(repeat_of(r)) for r in g)})"
+        for g, s, cell in zip(groups, summaries, cells, strict=True)
+    ]
+    if len(set(names)) == len(names):
+        return names
+    return [f"{name}#{i + 1}" for i, name in enumerate(names)]
 
 
 def compare(
-    runs: Sequence[str | Path | Run],
+    runs: Sequence[str | Path | Run] | Sequence[Sequence[str | Path | Run]],
     *,
     metrics: Sequence[str] = DEFAULT_METRICS,
     n_boot: int = 2000,
     seed: int = 0,
     slo: str | None = None,
 ) -> Any:
-    """Compare runs with the first as baseline; one row per (metric, other run).
+    """Compare groups of runs with the first group as baseline; one row per (metric, group).
 
-    Columns: ``metric``, ``baseline``, ``baseline_value``, ``run``, ``value``, ``diff_pct``,
-    ``ci_low_pct``, ``ci_high_pct`` (a bootstrap 95 % interval of the % difference, for
-    latency statistics), ``significant``, ``better`` and a plain ``verdict``.
+    ``runs`` is a list of runs (repeats of one configuration are grouped, see
+    :func:`group_runs`) or a list of explicit groups (lists of runs). Columns: ``metric``,
+    ``baseline``, ``baseline_value``, ``run``, ``value``, ``diff_pct``, ``ci_low_pct``,
+    ``ci_high_pct``, ``runs`` (how many on each side), ``method``, ``significant``,
+    ``stable``, ``suspect``, ``better`` and a plain ``verdict``. The frame's
+    ``attrs["notes"]`` says what the reader must know (different workloads, say).
 
     Example:
         >>> compare(["runs/baseline", "runs/chunked-256"])  # doctest: +SKIP
     """
-    import numpy as np
     import pandas as pd
 
+    groups = _load_groups(runs, slo)
+    if len(groups) < 2:
+        raise RunError(
+            "compare needs at least two runs or groups (the first is the baseline)",
+            hint="pass the runs of two configurations, or two groups separated by `vs`",
+        )
+    _check_metrics(metrics, groups)
+    boots = _bootstraps(groups, metrics, n_boot, seed)
+    base = groups[0]
+    rows = []
+    for metric in metrics:
+        for i, other in enumerate(groups[1:], start=1):
+            if min(len(base.runs), len(other.runs)) >= 2:
+                row = _between_runs(metric, base, other)
+            else:
+                row = _within_run(metric, base, other, boots[0].get(metric), boots[i].get(metric))
+            rows.append(_judge(row, base, other))
+    frame = pd.DataFrame(rows)
+    frame.attrs["notes"] = _notes(groups)
+    return frame
+
+
+def _load_groups(runs: Sequence[Any], slo: str | None) -> list[Group]:
+    explicit = bool(runs) and all(isinstance(r, (list, tuple)) for r in runs)
+    loaded: list[list[Run]]
+    if explicit:
+        loaded = [[_load(r) for r in group] for group in runs]
+    else:
+        loaded = group_runs([_load(r) for r in runs])
+    if any(not group for group in loaded):
+        raise RunError("a group of runs to compare is empty")
+    summaries = [[summarize_loaded(r, slo=slo) for r in group] for group in loaded]
+    labels = _labels(loaded, summaries)
+    return [
+        Group(label, tuple(g), tuple(s))
+        for label, g, s in zip(labels, loaded, summaries, strict=True)
+    ]
+
+
+def _check_metrics(metrics: Sequence[str], groups: Sequence[Group]) -> None:
+    """A metric no summary has is a typo: name the keys that can be compared."""
+    from vprof.common.suggest import suggestion
+
+    known = {
+        k for g in groups for s in g.summaries for k, v in s.items()
+        if isinstance(v, (int, float)) and not isinstance(v, bool)
+    }  # fmt: skip
+    for metric in metrics:
+        if metric not in known:
+            hint = suggestion(
+                metric, sorted(known), "e.g. p95_ttft_ms, median_itl_ms, request_throughput"
+            )
+            raise RunError(f"no summary has a number named {metric!r}", key="--metric", hint=hint)
+
+
+def _load(run: str | Path | Run) -> Run:
+    return run if isinstance(run, Run) else load_run(run)
+
+
+def _bootstraps(groups: list[Group], metrics: Sequence[str], n_boot: int, seed: int) -> list[dict]:
+    """Request-bootstrap distributions of each group's first run, when some side has one run."""
+    if all(len(g.runs) >= 2 for g in groups):
+        return [{} for _ in groups]
     from vprof.analysis.columns import from_records
     from vprof.analysis.summary import masks
 
-    if len(runs) < 2:
-        from vprof.common.errors import RunError
-
-        raise RunError("compare needs at least two runs (the first is the baseline)")
-    loaded = [r if isinstance(r, Run) else load_run(r) for r in runs]
-    summaries = [summarize_loaded(r, slo=slo) for r in loaded]
-    names = display_names(summaries)
     columns = []
-    for run in loaded:
+    for group in groups:
+        run = group.runs[0]
         cols = from_records(run.records)
         _, ok, _ = masks(cols, run.warmup_until)
         columns.append((cols, ok))
-    boots = _all_bootstraps(columns, metrics, n_boot, seed)
-    rows = []
-    for metric in metrics:
-        base_value = _number(summaries[0].get(metric))
-        base_boot = boots[0].get(metric)
-        for i in range(1, len(loaded)):
-            value = _number(summaries[i].get(metric))
-            diff = (value - base_value) / base_value * 100.0 if base_value else math.nan
-            low = high = math.nan
-            boot = boots[i].get(metric)
-            if base_boot is not None and boot is not None:
-                with np.errstate(divide="ignore", invalid="ignore"):
-                    diffs = (boot - base_boot) / base_boot * 100.0
-                diffs = diffs[np.isfinite(diffs)]
-                if diffs.size:
-                    low, high = (float(v) for v in np.percentile(diffs, [2.5, 97.5]))
-            rows.append(_row(metric, names[0], base_value, names[i], value, diff, low, high))
-    return pd.DataFrame(rows)
+    return all_bootstraps(columns, metrics, n_boot, seed)
 
 
 def _number(value: Any) -> float:
@@ -132,171 +241,192 @@ def _number(value: Any) -> float:
         return math.nan
 
 
-def _sample(cols: Any, ok: Any, metric: str, rng: Any) -> _Sample:
-    """The completed requests' values of ``metric``, subsampled to MAX_BOOT_REQUESTS."""
+def _values(group: Group, metric: str) -> list[float]:
+    return [v for s in group.summaries if math.isfinite(v := _number(s.get(metric)))]
+
+
+def _t_quantile(df: float) -> float:
+    from scipy.special import stdtrit
+
+    return float(stdtrit(df, 0.5 + CONFIDENCE / 2))
+
+
+def _spread_ok(values: Sequence[float]) -> bool:
+    positive = [v for v in values if v > 0]
+    if len(positive) < 2:
+        return True
+    return max(positive) / min(positive) <= UNSTABLE_RATIO
+
+
+def _between_runs(metric: str, base: Group, other: Group) -> dict[str, Any]:
+    """Welch's t over per-run values: on logs when every value is positive (a ratio), else on
+    the values (a difference, shown as a share of the baseline's mean)."""
     import numpy as np
 
-    f = cols.floats
-    if metric == "itl":
-        chosen = np.flatnonzero(ok)
-        if chosen.size > MAX_BOOT_REQUESTS:  # subsample before gathering tens of millions of gaps
-            subset = np.zeros_like(ok)
-            subset[rng.choice(chosen, MAX_BOOT_REQUESTS, replace=False)] = True
-            ok = subset
-        values, lengths = cols.gaps(ok)
+    a, b = _values(base, metric), _values(other, metric)
+    row = _row(metric, base, other, method=METHOD_RUNS)
+    if len(a) < 2 or len(b) < 2:
+        return {**row, "missing": True}
+    row["stable"] = _spread_ok(a) and _spread_ok(b)
+    row["spread"] = (min(a), max(a), min(b), max(b))
+    logs = all(v > 0 for v in a + b)
+    xa, xb = (np.log(a), np.log(b)) if logs else (np.asarray(a), np.asarray(b))
+    va, vb = xa.var(ddof=1) / xa.size, xb.var(ddof=1) / xb.size
+    d = float(xb.mean() - xa.mean())
+    se = math.sqrt(va + vb)
+    if se > 0:
+        df = (va + vb) ** 2 / (va**2 / (xa.size - 1) + vb**2 / (xb.size - 1))
+        half = _t_quantile(df) * se
     else:
-        per_request = {
-            "ttft": f["ttft_ms"],
-            "tpot": f["tpot_ms"],
-            "e2el": f["e2e_ms"],
-            "ttft_from_schedule": (f["first_token_at"] - f["scheduled_at"]) * 1000.0,
-            "e2el_from_schedule": (f["last_token_at"] - f["scheduled_at"]) * 1000.0,
-        }[metric][ok]
-        values = per_request[np.isfinite(per_request)]
-        lengths = np.ones(values.size, dtype=np.int64)
-    n = lengths.size
-    owner = np.repeat(np.arange(n), lengths)
-    if n > MAX_BOOT_REQUESTS:
-        chosen = np.zeros(n, dtype=bool)
-        chosen[rng.choice(n, MAX_BOOT_REQUESTS, replace=False)] = True
-        keep = chosen[owner]
-        values, owner = values[keep], np.cumsum(chosen)[owner[keep]] - 1
-        n = MAX_BOOT_REQUESTS
-    order = np.argsort(values, kind="stable")
-    return _Sample(values[order], owner[order], n)
+        half = 0.0  # every repeat gave the same value on each side
+    if logs:
+        base_value, value = float(np.exp(xa.mean())), float(np.exp(xb.mean()))
+        to_pct = [(math.exp(x) - 1.0) * 100.0 for x in (d, d - half, d + half)]
+    else:
+        base_value, value = float(xa.mean()), float(xb.mean())
+        scale = 100.0 / base_value if base_value else math.nan
+        to_pct = [x * scale for x in (d, d - half, d + half)]
+    row.update(baseline_value=base_value, value=value, diff_pct=to_pct[0])
+    row.update(ci_low_pct=to_pct[1], ci_high_pct=to_pct[2], has_ci=True)
+    return row
 
 
-def _all_bootstraps(
-    columns: list[tuple[Any, Any]], metrics: Sequence[str], n_boot: int, seed: int
-) -> list[dict[str, Any]]:
-    """Bootstrap distributions per run for every latency statistic in ``metrics``.
-
-    Statistics of one metric (median, p95, p99 of ITL, say) share each run's resamples.
-    """
+def _within_run(
+    metric: str, base: Group, other: Group, base_boot: Any, boot: Any
+) -> dict[str, Any]:
+    """One run a side: the difference of their values, with a request-noise interval."""
     import numpy as np
 
-    families: dict[str, list[str]] = {}
-    for metric in metrics:
-        match = _STAT.match(metric)
-        if match and n_boot > 0:
-            families.setdefault(match["metric"], []).append(match["stat"])
-    rng = np.random.default_rng(seed)
-    out: list[dict[str, Any]] = []
-    for cols, ok in columns:
-        boots: dict[str, Any] = {}
-        for family, stats in families.items():
-            values = _bootstrap(_sample(cols, ok, family, rng), stats, n_boot, rng)
-            for stat in stats:
-                boots[f"{stat}_{family}_ms"] = values[stat]
-        out.append(boots)
-    return out
+    row = _row(metric, base, other, method=METHOD_REQUESTS)
+    base_value = _number(base.summaries[0].get(metric))
+    value = _number(other.summaries[0].get(metric))
+    diff = (value - base_value) / base_value * 100.0 if base_value else math.nan
+    row.update(baseline_value=base_value, value=value, diff_pct=diff)
+    if base_boot is None or boot is None:
+        return row
+    with np.errstate(divide="ignore", invalid="ignore"):
+        diffs = (boot - base_boot) / base_boot * 100.0
+    diffs = diffs[np.isfinite(diffs)]
+    if diffs.size:
+        low, high = (float(v) for v in np.percentile(diffs, [2.5, 97.5]))
+        row.update(ci_low_pct=low, ci_high_pct=high, has_ci=True)
+        row["stable"] = all(_boot_spread_ok(x) for x in (base_boot, boot))
+    return row
 
 
-def _bootstrap(sample: _Sample, stats: Sequence[str], n_boot: int, rng: Any) -> dict[str, Any]:
-    """``n_boot`` values of each of ``stats`` over request-level resamples of ``sample``.
-
-    A resample is a vector of per-request counts; each sorted value then carries its
-    request's count, and a percentile of the resampled data is read off the cumulative
-    counts, so no resample is ever materialised or sorted.
-    """
+def _boot_spread_ok(boot: Any) -> bool:
+    """A statistic whose own 95 % request interval spans more than UNSTABLE_RATIO is bimodal
+    or too thin to stand for the run."""
     import numpy as np
 
-    n, size = sample.n_requests, sample.values.size
-    out = {stat: np.full(n_boot, np.nan) for stat in stats}
-    if n == 0 or size == 0:
-        return out
-    chunk = max(1, min(n_boot, _CELLS_PER_CHUNK // max(size, n)))
-    v = sample.values
-    quantiles = {
-        stat: 50.0 if stat == "median" else float(stat[1:])
-        for stat in stats
-        if stat == "median" or stat.startswith("p")
+    finite = boot[np.isfinite(boot)]
+    if not finite.size:
+        return True
+    low, high = np.percentile(finite, [2.5, 97.5])
+    return not (low > 0 and high / low > UNSTABLE_RATIO)
+
+
+def _row(metric: str, base: Group, other: Group, *, method: str) -> dict[str, Any]:
+    return {
+        "metric": metric,
+        "baseline": base.label,
+        "baseline_value": math.nan,
+        "run": other.label,
+        "value": math.nan,
+        "diff_pct": math.nan,
+        "ci_low_pct": math.nan,
+        "ci_high_pct": math.nan,
+        "runs": f"{len(base.runs)} vs {len(other.runs)}",
+        "method": method,
+        "stable": True,
+        "has_ci": False,
     }
-    for start in range(0, n_boot, chunk):
-        b = min(chunk, n_boot - start)
-        draws = rng.integers(0, n, size=(b, n)) + (np.arange(b) * n)[:, None]
-        counts = np.bincount(draws.ravel(), minlength=b * n).reshape(b, n).astype(np.int32)
-        weights = counts[:, sample.owner]  # (b, size): copies of each sorted value
-        totals = weights.sum(axis=1, dtype=np.int64)
-        if "mean" in stats or "std" in stats:
-            mean = weights @ v / totals
-            if "mean" in stats:
-                out["mean"][start : start + b] = mean
-            if "std" in stats:
-                var = weights @ (v * v) / totals - mean**2
-                out["std"][start : start + b] = np.sqrt(np.maximum(var, 0.0))
-        if not quantiles:
-            continue
-        cum = np.cumsum(weights, axis=1, out=weights)  # in place: weights are not needed again
-        for stat, q in quantiles.items():
-            # numpy "linear": position h = q/100·(N−1) in the resampled, sorted data.
-            h = q / 100.0 * (totals - 1)
-            lower = np.floor(h)
-            frac = h - lower
-            upper = np.minimum(lower + 1, totals - 1)
-            a = np.empty(b)
-            c = np.empty(b)
-            for row in range(b):  # one binary search per row; the heavy work is vectorised
-                j = np.searchsorted(cum[row], (lower[row], upper[row]), side="right")
-                a[row], c[row] = v[np.minimum(j, size - 1)]
-            diff = c - a
-            out[stat][start : start + b] = np.where(
-                frac >= 0.5, c - diff * (1 - frac), a + diff * frac
-            )
-    return out
 
 
 def _label(metric: str) -> str:
-    match = _STAT.match(metric)
+    match = STAT.match(metric)
     if not match:
         return metric.replace("_", " ")
-    stat = match["stat"]
-    return f"{stat if stat != 'median' else 'median'} {_LABELS[match['metric']]}"
+    return f"{match['stat']} {_LABELS[match['metric']]}"
 
 
 def _fmt(value: float) -> str:
     return f"{value:.0f}" if abs(value) >= 10 else f"{value:.1f}"
 
 
-def _row(
-    metric: str, base: str, base_value: float, name: str, value: float, diff: float,
-    low: float, high: float,
-) -> dict[str, Any]:  # fmt: skip
+def _fmt_value(value: float) -> str:
+    return f"{value:,.0f}" if abs(value) >= 100 else f"{value:.3g}"
+
+
+def _judge(row: dict[str, Any], base: Group, other: Group) -> dict[str, Any]:
+    """Significance, direction and the one-sentence verdict."""
+    metric, name = row["metric"], other.label
     label = _label(metric)
-    has_ci = not math.isnan(low)
-    significant = has_ci and (low > 0 or high < 0)
-    higher_better = any(word in metric for word in _HIGHER_IS_BETTER)
-    better = ""
-    if base_value == value:
-        verdict, diff = f"{label}: identical", 0.0
-    elif math.isnan(diff):
-        missing = name if math.isnan(value) else f"baseline {base}"
-        verdict = f"{label}: not comparable ({missing} has no value, or the baseline is 0)"
-    elif has_ci and not significant:
-        interval = f"[{low:+.1f} %, {high:+.1f} %]"
-        verdict = f"{label}: no significant difference ({diff:+.1f} % {interval})"
+    diff, low, high = row["diff_pct"], row["ci_low_pct"], row["ci_high_pct"]
+    by_runs = row["method"] == METHOD_RUNS
+    suspect = base.suspect + other.suspect
+    has_ci = row.pop("has_ci")
+    spread = row.pop("spread", None)
+    missing = row.pop("missing", False)
+    significant = by_runs and has_ci and row["stable"] and not suspect and (low > 0 or high < 0)
+    interval = f"[{low:+.1f} %, {high:+.1f} %]" if has_ci else ""
+    if row["baseline_value"] == row["value"] and not missing:
+        verdict, row["diff_pct"] = f"{label}: identical", 0.0
+    elif missing or math.isnan(diff):
+        lacking = name if math.isnan(row["value"]) or missing else f"baseline {base.label}"
+        verdict = f"{label}: not comparable ({lacking} has no value, or the baseline is 0)"
+    elif suspect:
+        verdict = (
+            f"{label}: not judged — the load generator was the bottleneck in "
+            f"{', '.join(suspect)} (use --processes or fewer users)"
+        )
+    elif not row["stable"]:
+        if spread:
+            lo_a, hi_a, lo_b, hi_b = (_fmt_value(v) for v in spread)
+            where = f"{lo_a}–{hi_a} in {base.label}, {lo_b}–{hi_b} in {name}"
+            verdict = f"{label}: unstable between repeats ({where}): not compared"
+        else:
+            verdict = f"{label}: unstable within the run (its own interval spans ×3+): not compared"
+    elif not by_runs:
+        detail = f"{diff:+.1f} % {interval}".strip()
+        verdict = (
+            f"{label}: {detail} within one run each — request noise only, not a verdict "
+            "(use --repeat 2 or more)"
+        )
+    elif not significant:
+        verdict = (
+            f"{label}: no significant difference ({diff:+.1f} % {interval}, {row['runs']} runs)"
+        )
     else:
         direction = "lowers" if diff < 0 else "raises"
-        verdict = f"{name} {direction} {label} by {_fmt(abs(diff))} %"
-        if has_ci:
-            a, b = sorted((abs(low), abs(high)))
-            verdict += f" [{_fmt(a)} %, {_fmt(b)} %]"
-        elif diff != 0:
-            verdict += " (one measurement each, no interval)"
-        else:
-            verdict = f"{label}: identical"
-        if diff != 0 and (significant or not has_ci):
-            better = "better" if (diff > 0) == higher_better else "worse"
-    return {
-        "metric": metric,
-        "baseline": base,
-        "baseline_value": base_value,
-        "run": name,
-        "value": value,
-        "diff_pct": diff,
-        "ci_low_pct": low,
-        "ci_high_pct": high,
-        "significant": significant,
-        "better": better,
-        "verdict": verdict,
-    }
+        a, b = sorted((abs(low), abs(high)))
+        verdict = (
+            f"{name} {direction} {label} by {_fmt(abs(diff))} % [{_fmt(a)} %, {_fmt(b)} %] "
+            f"({row['runs']} runs)"
+        )
+    higher_better = any(word in metric for word in _HIGHER_IS_BETTER)
+    better = ""
+    if significant and diff != 0:
+        better = "better" if (diff > 0) == higher_better else "worse"
+    return {**row, "significant": significant, "suspect": bool(suspect), "better": better,
+            "verdict": verdict}  # fmt: skip
+
+
+def _notes(groups: Sequence[Group]) -> list[str]:
+    """What a reader must know before trusting the table."""
+    notes = []
+    workloads = {str(s.get(K.WORKLOAD)) for g in groups for s in g.summaries}
+    if len(workloads) > 1:
+        notes.append(
+            f"the runs used different workloads ({', '.join(sorted(workloads))}): "
+            "their differences mix the workload with the profile"
+        )
+    traffics = {str(s.get(K.TRAFFIC)) for g in groups for s in g.summaries}
+    if len(traffics) > 1:
+        notes.append(f"the runs used different traffic shapes ({', '.join(sorted(traffics))})")
+    if any(len(g.runs) < 2 for g in groups):
+        notes.append(
+            "one run on a side: intervals cover request noise only and nothing is called "
+            "significant; run `vprof bench … --repeat 2` (or more) for verdicts"
+        )
+    return notes

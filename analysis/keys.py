@@ -64,8 +64,10 @@ class SummaryKey(StrEnum):
     MAX_NUM_REQUESTS_WAITING = "max_num_requests_waiting"
     # the load generator
     LOADGEN_MAX_CPU_PERCENT = "loadgen_max_cpu_percent"
+    LOADGEN_LOOP_LAG_P99_MS = "loadgen_loop_lag_p99_ms"
     LOADGEN_SATURATED = "loadgen_saturated"
     LOADGEN_VERDICT = "loadgen_verdict"
+    CLIENT_LIMITED = "client_limited"  # the load generator, not the server, set the pace
 
 
 def stat_key(stat: str, metric: str) -> str:
@@ -91,5 +93,6 @@ SUMMARY_TABLE_KEYS: tuple[str, ...] = (
     K.MAX_OUTPUT_TOKENS_PER_S, K.MAX_CONCURRENT_REQUESTS, K.PREFIX_CACHE_HIT_RATE,
     K.CACHED_TOKEN_SHARE, K.PROMPT_TOKEN_MISMATCH_RATE, K.MEAN_PROMPT_TOKEN_EXCESS,
     K.NUM_PREEMPTIONS, K.MAX_KV_CACHE_USAGE_PERC,
-    K.MAX_NUM_REQUESTS_WAITING, K.LOADGEN_MAX_CPU_PERCENT, K.LOADGEN_VERDICT, K.SLO, K.SLO_MET,
+    K.MAX_NUM_REQUESTS_WAITING, K.LOADGEN_MAX_CPU_PERCENT, K.LOADGEN_LOOP_LAG_P99_MS,
+    K.LOADGEN_VERDICT, K.CLIENT_LIMITED, K.SLO, K.SLO_MET,
 )  # fmt: skip

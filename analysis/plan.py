@@ -31,8 +31,9 @@ class Level:
     passed: bool
     checks: tuple[dict[str, Any], ...]
     state: str = RunState.COMPLETED.value
-    loadgen_saturated: bool = False
+    client_limited: bool = False
     offered: tuple[float, str] | None = None  # (load, unit) the traffic shape asked for
+    repeats: int = 1  # runs merged into this level
 
 
 @dataclass(frozen=True)
@@ -171,7 +172,8 @@ def _level(summary: dict[str, Any], slo: Slo) -> Level:
             checks.append({"key": "errors", "threshold": slo.max_error_rate, "value": rate,
                            "met": rate <= slo.max_error_rate})  # fmt: skip
     state = str(summary.get(K.STATE) or RunState.COMPLETED.value)
-    passed = all(c["met"] for c in checks) and state != RunState.FAILED
+    client_limited = bool(summary.get(K.CLIENT_LIMITED) or summary.get(K.LOADGEN_SATURATED))
+    passed = all(c["met"] for c in checks) and state != RunState.FAILED and not client_limited
     rps = _num(summary.get(K.REQUEST_THROUGHPUT))
     return Level(
         run=str(summary.get(K.RUN, "?")),
@@ -179,7 +181,7 @@ def _level(summary: dict[str, Any], slo: Slo) -> Level:
         passed=passed and not math.isnan(rps),
         checks=tuple(checks),
         state=state,
-        loadgen_saturated=bool(summary.get(K.LOADGEN_SATURATED)),
+        client_limited=client_limited,
         offered=(
             (float(summary[K.OFFERED_LOAD]), str(summary.get(K.OFFERED_LOAD_UNIT, "")))
             if summary.get(K.OFFERED_LOAD) is not None
@@ -220,7 +222,7 @@ def _plan_profile(
     # saturation the achieved rate can fall while the offered load still rises.
     units = {lv.offered[1] if lv.offered else None for lv in levels}
     if len(units) == 1 and None not in units:
-        levels = sorted(levels, key=lambda lv: (lv.offered or (0.0, ""))[0])
+        levels = sorted(_merge_repeats(levels), key=lambda lv: (lv.offered or (0.0, ""))[0])
     else:
         levels = sorted(levels, key=lambda lv: (math.isnan(lv.rps), lv.rps))
     measured = [lv.rps for lv in levels if not math.isnan(lv.rps)]
@@ -230,7 +232,11 @@ def _plan_profile(
     if first_fail == 0:
         worst = levels[0]
         missed = "; ".join(_check_text(c) for c in worst.checks if not c["met"])
-        why = missed or f"run {worst.state}"
+        why = missed or (
+            "the load generator was the bottleneck"
+            if worst.client_limited
+            else f"run {worst.state}"
+        )
         return ProfilePlan(
             name, None, None, None, "no measured level met the SLO", max_rps, tuple(levels),
             (f"lowest level {worst.rps:.2f} req/s ({worst.run}) missed: {why}",),
@@ -250,8 +256,11 @@ def _plan_profile(
                 f"failure at {fail.rps:.2f} req/s (conservative)"
             )
     for lv in levels:
-        if lv.loadgen_saturated:
-            notes.append(f"load generator saturated in {lv.run}: that level may be client-bound")
+        if lv.client_limited:
+            notes.append(
+                f"the load generator was the bottleneck in {lv.run}: that level is not counted "
+                "as met (re-run it with --processes or fewer users)"
+            )
     if sustainable <= 0 or math.isnan(sustainable):
         return ProfilePlan(name, None, None, binding, "no positive sustainable rate measured",
                            max_rps, tuple(levels), tuple(notes),
@@ -271,6 +280,40 @@ def _plan_profile(
                        tuple(notes), message)  # fmt: skip
 
 
+def _merge_repeats(levels: list[Level]) -> list[Level]:
+    """Repeats of one offered load as one level: it met the SLO only if every repeat did, its
+    rate is their mean, and each check keeps its worst value (a plan must hold on a bad run)."""
+    by_load: dict[tuple[float, str] | None, list[Level]] = {}
+    for level in levels:
+        by_load.setdefault(level.offered, []).append(level)
+    merged = []
+    for group in by_load.values():
+        if len(group) == 1:
+            merged.append(group[0])
+            continue
+        checks: dict[str, dict[str, Any]] = {}
+        for level in group:
+            for check in level.checks:
+                kept = checks.get(check["key"])
+                if kept is None or _observed(check)[0] > _observed(kept)[0]:
+                    checks[check["key"]] = dict(check)
+        rates = [lv.rps for lv in group if not math.isnan(lv.rps)]
+        failed = next((lv.state for lv in group if lv.state != RunState.COMPLETED), None)
+        merged.append(
+            Level(
+                run=", ".join(lv.run for lv in group),
+                rps=sum(rates) / len(rates) if rates else math.nan,
+                passed=all(lv.passed for lv in group),
+                checks=tuple(checks.values()),
+                state=failed or RunState.COMPLETED.value,
+                client_limited=any(lv.client_limited for lv in group),
+                offered=group[0].offered,
+                repeats=len(group),
+            )
+        )
+    return merged
+
+
 def _closest(level: Level) -> str | None:
     """The constraint with the least margin at a passing level."""
     ratios = []
@@ -283,6 +326,13 @@ def _closest(level: Level) -> str | None:
 
 def _interpolate(last: Level, fail: Level) -> tuple[float, str | None, str]:
     """Sustainable rate between a passing and a failing level, and the binding constraint."""
+    if fail.client_limited and all(c["met"] for c in fail.checks):
+        return (
+            last.rps,
+            "client limit",
+            f"last passing level {last.rps:.2f} req/s; the load generator was the bottleneck in "
+            f"the next ({fail.run}), so capacity there is unknown",
+        )
     if fail.state == RunState.FAILED and all(c["met"] for c in fail.checks):
         return (
             last.rps,

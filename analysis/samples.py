@@ -10,6 +10,8 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from vprof.records.schema import LOOP_LAG_BUCKETS_MS
+
 HITS = "vllm:prefix_cache_hits_total"
 QUERIES = "vllm:prefix_cache_queries_total"
 PREEMPTIONS = "vllm:num_preemptions_total"
@@ -19,6 +21,9 @@ RUNNING = "vllm:num_requests_running"
 
 # A load generator busier than this cannot keep time: its latencies include its own queueing.
 SATURATED_CPU_PERCENT = 90.0
+# Event-loop lag (ms, p99 over a sample) above which a Locust process's timestamps are late by
+# more than the measurement can tolerate.
+LAG_P99_LIMIT_MS = 10.0
 
 
 def _value(values: Mapping[str, Any], name: str) -> float | None:
@@ -72,40 +77,106 @@ def _mean(values: list[float]) -> float:
     return sum(values) / len(values)
 
 
-def loadgen_stats(samples: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """Mean and max CPU per load-generator process, and whether any was saturated.
+def _in_window(samples: Sequence[Mapping[str, Any]], lo: float, hi: float) -> list:
+    timed = [s for s in samples if isinstance(s.get("t"), (int, float))]
+    inside = [s for s in timed if lo <= float(s["t"]) <= hi]
+    return inside or list(samples)
 
-    A process counts as saturated when more than a quarter of its samples exceed 90 %:
-    one busy moment is normal, a generator pinned at 100 % delays sends and reads.
+
+def _pooled_quantile(histograms: list[list[int]], q: float) -> float | None:
+    """A quantile of the pooled lag histograms: the upper edge of its bucket (conservative)."""
+    if not histograms:
+        return None
+    counts = [sum(column) for column in zip(*histograms, strict=False)]
+    total = sum(counts)
+    if not total:
+        return None
+    rank, seen = q * total, 0
+    for i, count in enumerate(counts):
+        seen += count
+        if seen >= rank:
+            return LOOP_LAG_BUCKETS_MS[i] if i < len(LOOP_LAG_BUCKETS_MS) else math.inf
+    return math.inf
+
+
+def loadgen_stats(
+    samples: Sequence[Mapping[str, Any]], start_s: float | None = None, end_s: float | None = None
+) -> dict[str, Any]:
+    """The load generator's health over [start, end]: event-loop lag, CPU, and a verdict.
+
+    The verdict rests on event-loop lag: a process counts as overloaded when its lag p99
+    exceeded ``LAG_P99_LIMIT_MS`` in more than a quarter of its samples (one busy moment is
+    normal; a loop that keeps waking late stamps every chunk late). Files written before lag
+    was measured fall back to CPU: a process above 90 % for over a quarter of its samples.
     """
-    by_worker: dict[str, list[float]] = {}
-    for sample in samples:
-        if sample.get("cpu_percent") is None:
-            continue
-        by_worker.setdefault(str(sample.get("worker", "")), []).append(float(sample["cpu_percent"]))
+    lo = -math.inf if start_s is None or math.isnan(start_s) else start_s
+    hi = math.inf if end_s is None or math.isnan(end_s) else end_s
+    by_worker: dict[str, list[Mapping[str, Any]]] = {}
+    for sample in _in_window(samples, lo, hi):
+        if sample.get("cpu_percent") is not None or sample.get("loop_probes"):
+            by_worker.setdefault(str(sample.get("worker", "")), []).append(sample)
     if not by_worker:
         return {}
-    per_worker = {
-        worker: {
-            "mean_cpu_percent": _mean(values),
-            "max_cpu_percent": max(values),
-            "saturated": sum(v > SATURATED_CPU_PERCENT for v in values) > len(values) / 4,
-        }
-        for worker, values in sorted(by_worker.items())
-    }
-    busy = [w for w, s in per_worker.items() if s["saturated"]]
-    peak = max(s["max_cpu_percent"] for s in per_worker.values())
-    if busy:
+    per_worker = {worker: _worker_health(rows) for worker, rows in sorted(by_worker.items())}
+    has_lag = any(w["loop_lag_p99_ms"] is not None for w in per_worker.values())
+    busy = [w for w, h in per_worker.items() if (h["lagging"] if has_lag else h["cpu_bound"])]
+    peak = max(h["max_cpu_percent"] for h in per_worker.values())
+    everything = [s for rows in by_worker.values() for s in rows]
+    histograms = [s["loop_lag_histogram"] for s in everything if s.get("loop_lag_histogram")]
+    p99 = _pooled_quantile(histograms, 0.99)
+    machine = [float(v) for s in everything if (v := s.get("machine_cpu_percent")) is not None]
+    steal = [float(v) for s in everything if (v := s.get("steal_percent")) is not None]
+    fix = (
+        "its latencies include its own delay; use --processes N (one per spare core) or fewer users"
+    )
+    if has_lag and busy:
+        worst = max(per_worker[w]["typical_lag_p99_ms"] or 0.0 for w in busy)
+        verdict = (
+            f"load generator overloaded: event-loop lag p99 {worst:.1f} ms > "
+            f"{LAG_P99_LIMIT_MS:g} ms in {', '.join(busy)} for over a quarter of the run; {fix}"
+        )
+    elif has_lag:
+        verdict = (
+            f"load generator healthy: event-loop lag p99 ≤ {p99:g} ms (limit "
+            f"{LAG_P99_LIMIT_MS:g} ms); main loop at most {peak:.0f} % of a core"
+        )
+    elif busy:
         verdict = (
             f"load generator saturated ({', '.join(busy)} above {SATURATED_CPU_PERCENT:g} % CPU "
-            "for over a quarter of the run): latencies may be client-bound; add Locust workers"
+            f"for over a quarter of the run); {fix}"
         )
     else:
-        verdict = f"load generator healthy (peak {peak:.0f} % CPU per process)"
+        verdict = f"load generator healthy (peak {peak:.0f} % CPU per process; no lag measured)"
     return {
         "loadgen_cpu": per_worker,
-        "loadgen_mean_cpu_percent": _mean([s["mean_cpu_percent"] for s in per_worker.values()]),
+        "loadgen_mean_cpu_percent": _mean([h["mean_cpu_percent"] for h in per_worker.values()]),
         "loadgen_max_cpu_percent": peak,
+        "loadgen_loop_lag_p50_ms": _pooled_quantile(histograms, 0.5),
+        "loadgen_loop_lag_p99_ms": p99,
+        "loadgen_loop_lag_max_ms": max(
+            (h["max_lag_ms"] for h in per_worker.values() if h["max_lag_ms"] is not None),
+            default=None,
+        ),
+        "loadgen_machine_cpu_percent": _mean(machine) if machine else None,
+        "loadgen_steal_percent": _mean(steal) if steal else None,
         "loadgen_saturated": bool(busy),
         "loadgen_verdict": verdict,
+    }
+
+
+def _worker_health(rows: list[Mapping[str, Any]]) -> dict[str, Any]:
+    # CPU is the main thread's share of one core; older files held the whole process's.
+    cpu = [min(float(r["cpu_percent"]), 100.0) for r in rows if r.get("cpu_percent") is not None]
+    p99s = [float(r["loop_lag_p99_ms"]) for r in rows if r.get("loop_probes")]
+    maxes = [float(r["loop_lag_max_ms"]) for r in rows if r.get("loop_probes")]
+    over = sum(v > LAG_P99_LIMIT_MS for v in p99s)
+    return {
+        "mean_cpu_percent": _mean(cpu) if cpu else 0.0,
+        "max_cpu_percent": max(cpu) if cpu else 0.0,
+        "cpu_bound": sum(v > SATURATED_CPU_PERCENT for v in cpu) > len(cpu) / 4 if cpu else False,
+        "loop_lag_p99_ms": max(p99s) if p99s else None,
+        "typical_lag_p99_ms": sorted(p99s)[len(p99s) // 2] if p99s else None,
+        "max_lag_ms": max(maxes) if maxes else None,
+        "lagging_share": over / len(p99s) if p99s else 0.0,
+        "lagging": over > len(p99s) / 4 if p99s else False,
     }

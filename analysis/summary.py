@@ -96,7 +96,8 @@ def summarize(
     if metrics:
         out.update(server_stats(metrics, first_send, _nanmax(ends[keep])))
     if loadgen:
-        out.update(loadgen_stats(loadgen))
+        out.update(loadgen_stats(loadgen, first_send, _nanmax(ends[keep])))
+    out["client_limited"] = bool(out.get("loadgen_saturated"))
     return out
 
 

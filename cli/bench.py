@@ -15,6 +15,7 @@ import click
 from vprof.cli.options import profile_override_options, profiles_dir_option
 from vprof.cli.output import emit, format_option
 from vprof.locustfiles.optiontable import DEFAULT_WORKLOAD
+from vprof.runs.order import ORDERS
 
 _last_progress = [0.0]
 
@@ -116,6 +117,26 @@ def run_options(func):
             default=None,
             help="Tokenizer (model folder or tokenizer.json) for building prompts.",
         ),
+        click.option(
+            "--repeat",
+            type=click.IntRange(min=1, max=100),
+            default=1,
+            show_default=True,
+            help="Runs per profile × traffic shape: the evidence compare needs for a verdict.",
+        ),
+        click.option(
+            "--order",
+            type=click.Choice(ORDERS),
+            default="interleaved",
+            show_default=True,
+            help="Order of repeats across profiles: A B A B (interleaved), A A B B (blocked), "
+            "or shuffled with --seed.",
+        ),
+        click.option(
+            "--fresh-server",
+            is_flag=True,
+            help="Restart the server between repeats (a fresh server is part of what varies).",
+        ),
     ]
     for option in reversed(options):
         func = option(func)
@@ -137,6 +158,9 @@ def _spec(opts: dict[str, Any], **extra: Any):
         processes=opts["processes"],
         slo=opts["slo"],
         tokenizer=opts["tokenizer"],
+        repeat=opts["repeat"],
+        order=opts["order"],
+        fresh_server=opts["fresh_server"],
         **extra,
     )
 
@@ -168,8 +192,7 @@ def _report(outcomes, fmt: str, slo: str | None) -> None:
         click.echo()
         show_summaries(runs, fmt=fmt, slo=slo)
     if len(runs) > 1:
-        click.echo()
-        show_comparison(runs, fmt=fmt)
+        show_comparison(runs, fmt=fmt, only_if_several=True)
     if not all(o.finished for o in outcomes):
         raise SystemExit(1)
 

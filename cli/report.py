@@ -8,8 +8,6 @@ from typing import Any
 
 import click
 
-from vprof.analysis.compare import TABLE_COLUMNS as COMPARE_TABLE_COLUMNS
-from vprof.analysis.keys import SUMMARY_TABLE_KEYS
 from vprof.cli.output import emit, format_option
 
 slo_option = click.option(
@@ -30,6 +28,7 @@ def show_summaries(
     Tables put runs side by side (one column per run); JSON prints every key. With
     ``timeline_interval_s`` the per-interval rows follow.
     """
+    from vprof.analysis.keys import SUMMARY_TABLE_KEYS
     from vprof.analysis.run import display_names, json_safe, load_run, summarize_run, write_summary
     from vprof.analysis.slo import parse_slo
     from vprof.analysis.summary import timeline
@@ -42,6 +41,9 @@ def show_summaries(
         summaries = [write_summary(p, slo=parsed, interval_s=interval_s) for p in paths]
     else:
         summaries = [summarize_run(p, slo=parsed) for p in paths]
+    for name, summary in zip(display_names(summaries), summaries, strict=True):
+        if summary.get("client_limited"):
+            click.echo(f"warning: {name}: {summary.get('loadgen_verdict')}", err=True)
     if fmt in ("json", "ndjson"):
         emit([json_safe(s) for s in summaries], fmt)
     else:
@@ -69,23 +71,53 @@ def show_comparison(
     metrics: Sequence[str] = (),
     n_boot: int = 2000,
     seed: int = 0,
+    only_if_several: bool = False,
 ) -> None:
-    """Print the comparison of ``runs`` against the first; also used by ``vprof bench``."""
-    from vprof.analysis.compare import DEFAULT_METRICS
+    """Print the comparison of ``runs`` against the first group; also used by ``vprof bench``
+    (``only_if_several``: print nothing when the runs are all one configuration's repeats).
+
+    A literal ``vs`` among ``runs`` separates explicit groups; otherwise repeats of one
+    configuration are grouped. Notes for the reader go to stderr, so stdout stays one table
+    (or one JSON document).
+    """
+    from vprof.analysis.compare import DEFAULT_METRICS, METHOD_RUNS, cell_key
+    from vprof.analysis.compare import TABLE_COLUMNS as COMPARE_TABLE_COLUMNS
     from vprof.analysis.compare import compare as compare_runs
     from vprof.analysis.run import json_safe
     from vprof.records import expand_runs
 
-    frame = compare_runs(
-        expand_runs(runs), metrics=metrics or DEFAULT_METRICS, n_boot=n_boot, seed=seed
-    )
+    sides = _split_on_vs([str(r) for r in runs])
+    groups: Any = [expand_runs(side) for side in sides] if len(sides) > 1 else expand_runs(runs)
+    if only_if_several and len(sides) == 1 and len({cell_key(p) for p in groups}) < 2:
+        return
+    click.echo()
+    frame = compare_runs(groups, metrics=metrics or DEFAULT_METRICS, n_boot=n_boot, seed=seed)
     rows = json_safe(frame.to_dict("records"))
+    for note in frame.attrs.get("notes", []):
+        click.echo(f"note: {note}", err=True)
     # The verdict already says better/worse and whether it is significant; tables stay narrow.
     columns = None
     if fmt in ("table", "markdown") and rows:
         columns = COMPARE_TABLE_COLUMNS
-        click.echo(f"Against {rows[0]['baseline']} (the first run), with bootstrap 95 % intervals:")
+        how = (
+            "95 % intervals from repeated runs (Welch t over per-run values)"
+            if all(r["method"] == METHOD_RUNS for r in rows)
+            else "95 % request-noise intervals (one run a side: no verdicts)"
+        )
+        click.echo(f"Against {rows[0]['baseline']} (the first), {how}:")
     emit(rows, fmt, columns)
+
+
+def _split_on_vs(args: Sequence[str]) -> list[list[str]]:
+    sides: list[list[str]] = [[]]
+    for arg in args:
+        if arg == "vs":
+            sides.append([])
+        else:
+            sides[-1].append(arg)
+    if len(sides) > 1 and any(not side for side in sides):
+        raise click.UsageError("`vs` needs runs on both sides: RUN... vs RUN...")
+    return sides
 
 
 @click.command(short_help="Percentile tables for one or more runs.")
@@ -120,12 +152,20 @@ def summarize(
 def compare(
     runs: tuple[str, ...], fmt: str, metrics: tuple[str, ...], n_boot: int, seed: int
 ) -> None:
-    """Runs side by side; the first is the baseline. Differences carry bootstrap 95 % CIs.
+    """Runs side by side; the first configuration is the baseline.
+
+    Repeats of one configuration (`vprof bench --repeat N`) are grouped; with two or more runs
+    on each side the 95 % intervals include run-to-run variation (Welch t over per-run
+    values) and a difference whose interval excludes zero is called significant. With one run
+    a side the interval covers request noise only and nothing is called significant. Give
+    explicit groups with `vs` between them.
 
     \b
     Example:
-      vprof compare runs/bench-1/baseline-steady runs/bench-1/chunked-256-steady
       vprof compare runs/bench-1 --metric p95_itl_ms --metric p99_ttft_ms
+      vprof compare runs/bench-1/baseline--chat--steady--* runs/bench-1/chunked-256--chat--*
+      vprof compare out/a--chat--steady--1a2b3c4d out/a--chat--steady--1a2b3c4d--r2 \\
+          vs out/a--chat--steady--1a2b3c4d--r3 out/a--chat--steady--1a2b3c4d--r4
     """
     show_comparison(runs, fmt=fmt, metrics=metrics, n_boot=n_boot, seed=seed)
 

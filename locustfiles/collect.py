@@ -1,10 +1,11 @@
 """Records leave the Locust processes and land in the run folder as they arrive.
 
 Every process (local runner, master, worker) buffers the record dicts its users produce and
-samples its own CPU every ~2 s. Workers ship both on ``report_to_master`` (every 3 s) and in a
+samples its own health (event-loop lag and CPU, ``vprof.locustfiles.health``) every ~2 s.
+Workers ship both on ``report_to_master`` (every 3 s) and in a
 custom message when their test stops, so nothing waits for the next report. The master or the
 local runner appends records to ``<run-dir>/records.arrow`` with :class:`RecordWriter` (bounded
-memory: only the current batch is held), CPU samples to ``loadgen.jsonl``, and describes the
+memory: only the current batch is held), health samples to ``loadgen.jsonl``, and describes the
 test in ``locust.json``. Callbacks given to :func:`subscribe` see each list of record dicts as
 it arrives (the web UI's live table uses this).
 """
@@ -21,12 +22,11 @@ from typing import Any
 
 import gevent
 
-from vprof.common.clock import wall_now
+from vprof.locustfiles.health import run_sampler
 from vprof.records.rundir import RunDir, append_jsonl
 from vprof.records.store import RecordWriter
 
 RECORDS_MESSAGE = "vprof_records"
-CPU_SAMPLE_INTERVAL_S = 2.0
 LOCAL_FLUSH_INTERVAL_S = 1.0
 
 Callback = Callable[[list[dict[str, Any]]], None]
@@ -47,12 +47,12 @@ class _Buffer:
 
     def __init__(self) -> None:
         self.records: list[dict[str, Any]] = []
-        self.cpu: list[dict[str, Any]] = []
+        self.health: list[dict[str, Any]] = []
 
     def take(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-        records, cpu = self.records, self.cpu
-        self.records, self.cpu = [], []
-        return records, cpu
+        records, health = self.records, self.health
+        self.records, self.health = [], []
+        return records, health
 
 
 class Collector:
@@ -73,7 +73,7 @@ class Collector:
         self.run_dir.path.mkdir(parents=True, exist_ok=True)
         self.writer = RecordWriter(self.run_dir.records, batch_size=500)
 
-    def add(self, records: list[dict[str, Any]], cpu: list[dict[str, Any]] = ()) -> None:  # type: ignore[assignment]
+    def add(self, records: list[dict[str, Any]], health: list[dict[str, Any]] = ()) -> None:  # type: ignore[assignment]
         if records:
             self.received += len(records)
             if self.writer is not None:
@@ -81,8 +81,8 @@ class Collector:
                 self.writer.flush()  # every arrival is complete on disk; batches stay small
             for callback in list(self.callbacks):
                 callback(records)
-        if cpu and self.run_dir is not None:
-            append_jsonl(self.run_dir.loadgen_jsonl, cpu)
+        if health and self.run_dir is not None:
+            append_jsonl(self.run_dir.loadgen_jsonl, health)
 
     def write_info(self, **updates: Any) -> None:
         self.info.update(updates)
@@ -129,21 +129,12 @@ def default_run_dir() -> Path:
     return Path.cwd() / "vprof-runs" / f"{stamp}-locust"
 
 
-def _cpu_sampler(environment: Any) -> None:
-    import psutil
-
-    proc = psutil.Process()
-    proc.cpu_percent(None)  # the first reading is meaningless; it starts the interval
-    while True:
-        gevent.sleep(CPU_SAMPLE_INTERVAL_S)
-        # The name is read each time: a worker learns its index only after it connects.
-        name = process_name(environment)
-        sample = {"t": wall_now(), "worker": name, "cpu_percent": proc.cpu_percent(None)}
-        col = collector(environment)
-        if col is not None and not isinstance(environment.runner, WorkerRunner):
-            col.add([], [sample])
-        else:
-            _buffer(environment).cpu.append(sample)
+def _emit_health(environment: Any, sample: dict[str, Any]) -> None:
+    col = collector(environment)
+    if col is not None and not isinstance(environment.runner, WorkerRunner):
+        col.add([], [sample])
+    else:
+        _buffer(environment).health.append(sample)
 
 
 def flush_local(environment: Any) -> None:
@@ -151,15 +142,15 @@ def flush_local(environment: Any) -> None:
     col = collector(environment)
     if col is None:
         return
-    records, cpu = _buffer(environment).take()
-    col.add(records, cpu)
+    records, health = _buffer(environment).take()
+    col.add(records, health)
 
 
 def ship_to_master(environment: Any) -> None:
     """Worker: send the buffer to the master now, marked final (its test has stopped)."""
-    records, cpu = _buffer(environment).take()
-    environment.runner.send_message(RECORDS_MESSAGE, {"records": records, "cpu": cpu,
-                                                      "final": True})  # fmt: skip
+    records, health = _buffer(environment).take()
+    message = {"records": records, "health": health, "final": True}
+    environment.runner.send_message(RECORDS_MESSAGE, message)
 
 
 def finished_workers(environment: Any) -> set[str]:
@@ -173,14 +164,18 @@ def finished_workers(environment: Any) -> set[str]:
 def install(environment: Any) -> None:
     """Wire collection into a runner (call from the ``init`` event, once per process)."""
     runner = environment.runner
-    gevent.spawn(_cpu_sampler, environment)
+    gevent.spawn(
+        run_sampler,
+        lambda: process_name(environment),
+        lambda sample: _emit_health(environment, sample),
+    )
     if isinstance(runner, WorkerRunner):
 
         @environment.events.report_to_master.add_listener
         def _report(client_id: str, data: dict[str, Any], **_: Any) -> None:
-            records, cpu = _buffer(environment).take()
+            records, health = _buffer(environment).take()
             data["vprof_records"] = records
-            data["vprof_cpu"] = cpu
+            data["vprof_health"] = health
 
         return
 
@@ -193,10 +188,10 @@ def install(environment: Any) -> None:
 
         @environment.events.worker_report.add_listener
         def _worker_report(client_id: str, data: dict[str, Any], **_: Any) -> None:
-            col.add(data.get("vprof_records") or [], data.get("vprof_cpu") or [])
+            col.add(data.get("vprof_records") or [], data.get("vprof_health") or [])
 
         def _on_records(environment: Any, msg: Any, **_: Any) -> None:
-            col.add(msg.data.get("records") or [], msg.data.get("cpu") or [])
+            col.add(msg.data.get("records") or [], msg.data.get("health") or [])
             if msg.data.get("final"):
                 finished_workers(environment).add(msg.node_id)
 

@@ -25,8 +25,10 @@ from typing import TYPE_CHECKING, Any
 from vprof.common.errors import LaunchError, ProfileError
 from vprof.locustfiles.optiontable import DEFAULT_WORKLOAD
 from vprof.records.rundir import RunDir, RunState
+from vprof.runs.clientwatch import ClientWatch
 from vprof.runs.environment import client_versions, hardware, vllm_version
 from vprof.runs.loadgen import LoadProcess, LoadSpec
+from vprof.runs.order import block_order
 from vprof.runs.sampler import MetricsSampler
 
 if TYPE_CHECKING:
@@ -64,6 +66,9 @@ class BenchSpec:
     metrics_interval_s: float = 2.0
     tokenizer: str | None = None
     slo: str | None = None
+    repeat: int = 1  # runs per profile × shape
+    order: str = "interleaved"  # of the (profile, repeat) blocks: see runs.order
+    fresh_server: bool = False  # restart the server between repeats of one profile
     extra_meta: Mapping[str, Any] = field(default_factory=dict)
 
 
@@ -74,6 +79,7 @@ class RunOutcome:
     traffic: str
     state: str  # a RunState value, or skipped | not-started
     reason: str = ""
+    repeat: int = 1
 
     @property
     def finished(self) -> bool:
@@ -135,8 +141,12 @@ def workload_digest(workload: Workload) -> str:
     return digest.hexdigest()[:16]
 
 
-def run_key(profile: Profile, spec: BenchSpec, workload: Workload, shape: TrafficShape) -> str:
-    """Folder name of a run: readable parts plus a hash of everything that defines it."""
+def run_key(
+    profile: Profile, spec: BenchSpec, workload: Workload, shape: TrafficShape, repeat: int = 1
+) -> str:
+    """Folder name of a run: readable parts plus a hash of everything that defines it, and
+    ``--rN`` for its N-th repeat (the first repeat is the plain run, so ``--repeat 3`` after a
+    single run adds two)."""
     from vprof.traffic import shape_to_json
 
     identity = json.dumps(
@@ -153,7 +163,7 @@ def run_key(profile: Profile, spec: BenchSpec, workload: Workload, shape: Traffi
     )
     digest = hashlib.sha256(identity.encode()).hexdigest()[:8]
     parts = (profile.name, Path(spec.workload).stem, shape.name, digest)
-    return "--".join(_slug(part) for part in parts)
+    return "--".join(_slug(part) for part in parts) + (f"--r{repeat}" if repeat > 1 else "")
 
 
 def _health_ok(url: str) -> bool:
@@ -241,7 +251,12 @@ def _copy_log_segment(src: Path, start: int, dest: Path) -> None:
 
 
 def _run_meta(
-    server: _Server, spec: BenchSpec, workload: Workload, shape: TrafficShape, salt: str
+    server: _Server,
+    spec: BenchSpec,
+    workload: Workload,
+    shape: TrafficShape,
+    salt: str,
+    repeat: int,
 ) -> dict[str, Any]:
     profile = server.profile
     return {
@@ -260,6 +275,9 @@ def _run_meta(
         "traffic": _asdict(shape),
         "seed": spec.seed,
         "salt": salt,
+        "repeat": repeat,
+        "repeats": spec.repeat,
+        "order": spec.order,
         "open_loop": shape.open_loop,
         "vllm_version": vllm_version() if not spec.url else None,
         "hardware": hardware(),
@@ -296,11 +314,12 @@ def _run_one(
     shape: TrafficShape,
     run: RunDir,
     say: Progress,
+    repeat: int = 1,
 ) -> RunOutcome:
     from vprof.traffic import shape_to_json
 
     salt = spec.extra_meta.get("salt") or ("" if spec.reuse_prefix_cache else secrets.token_hex(4))
-    run.create(_run_meta(server, spec, workload, shape, salt))
+    run.create(_run_meta(server, spec, workload, shape, salt, repeat))
     log_start = server.log_offset()
     sampler = MetricsSampler(server.url, run.metrics_jsonl, spec.metrics_interval_s)
     sampler.start()
@@ -317,6 +336,7 @@ def _run_one(
             processes=spec.processes,
         )
     )
+    watch = ClientWatch(run)
     total_s = shape.total_s
     started = time.monotonic()
     done_before: float | None = None  # the server's finished-request count when the run began
@@ -328,6 +348,8 @@ def _run_one(
                 state, reason = RunState.FAILED, server.death_note()
                 say(f"  ! {reason.splitlines()[0]}; stopping the load generator")
                 break
+            if warning := watch.check():
+                say(f"\n  ! {warning}")
             values = sampler.last_values
             finished = values.get("vllm:request_success_total", 0.0)
             if done_before is None and values:
@@ -355,7 +377,7 @@ def _run_one(
         _summarize(run, spec, say)
         run.set_status(state, reason)
         say(f"\n  {state}: {run.path}" + (f" — {reason.splitlines()[0]}" if reason else ""))
-    return RunOutcome(run, server.profile.name, shape.name, state.value, reason)
+    return RunOutcome(run, server.profile.name, shape.name, state.value, reason, repeat)
 
 
 def _tokenizer_for(profile: Profile) -> str | None:
@@ -405,62 +427,125 @@ def check_before_running(profiles: Sequence[Profile], spec: BenchSpec, say: Prog
     return _Resolved(workload, shapes, plans)
 
 
+class _Bench:
+    """Runs the (profile, repeat) blocks in order, keeping one server up between blocks of
+    the same profile (unless ``fresh_server``), and collects one outcome per cell."""
+
+    def __init__(self, profiles: Sequence[Profile], spec: BenchSpec, say: Progress) -> None:
+        self.profiles = profiles
+        self.spec = spec
+        self.say = say
+        self.resolved = check_before_running(profiles, spec, say)
+        self.outcomes: list[RunOutcome] = []
+        self.stopped = ""  # why the bench stopped early (--on-failure stop)
+        self.broken: dict[int, str] = {}  # profiles whose server would not start, and why
+        self.server: _Server | None = None
+        self.serving = -1  # the profile index whose server is up
+
+    def run(self) -> list[RunOutcome]:
+        self.spec.out_dir.mkdir(parents=True, exist_ok=True)
+        spec = self.spec
+        try:
+            for index, repeat in block_order(
+                len(self.profiles), spec.repeat, spec.order, spec.seed
+            ):
+                self._block(index, repeat)
+        finally:
+            self._stop_server()
+        return self.outcomes
+
+    def _cells(self, profile: Profile, repeat: int) -> list[tuple[TrafficShape, RunDir]]:
+        workload = self.resolved.workload
+        return [
+            (
+                shape,
+                RunDir(self.spec.out_dir / run_key(profile, self.spec, workload, shape, repeat)),
+            )
+            for shape in self.resolved.shapes
+        ]
+
+    def _not_started(self, profile: Profile, repeat: int, cells: Sequence, reason: str) -> None:
+        self.outcomes += [
+            RunOutcome(run, profile.name, shape.name, NOT_STARTED, reason, repeat)
+            for shape, run in cells
+        ]
+
+    def _block(self, index: int, repeat: int) -> None:
+        profile, spec, say = self.profiles[index], self.spec, self.say
+        cells = self._cells(profile, repeat)
+        if self.stopped or index in self.broken:
+            self._not_started(profile, repeat, cells, self.stopped or self.broken[index])
+            return
+        pending = [(shape, run) for shape, run in cells if run.state != RunState.COMPLETED]
+        for shape, run in cells:
+            if (shape, run) not in pending:
+                where = f"{profile.name} × {shape.name}{_of(repeat, spec)}"
+                say(f"{where}: already completed ({run.path})")
+                self.outcomes.append(RunOutcome(run, profile.name, shape.name, SKIPPED, "", repeat))
+        if not pending:
+            return
+        server = self._server_for(index)
+        if server is None:
+            self._not_started(profile, repeat, pending, self.broken[index])
+            return
+        for i, (shape, run) in enumerate(pending):
+            if run.path.exists():
+                run.retire()
+            say(f"{profile.name} × {shape.name}{_of(repeat, spec)}: running")
+            outcome = _run_one(server, spec, self.resolved.workload, shape, run, say, repeat)
+            self.outcomes.append(outcome)
+            if outcome.state != RunState.FAILED:
+                continue
+            if spec.on_failure == "stop":
+                self.stopped = f"the bench stopped after {outcome.run.name} failed"
+            elif server.alive():
+                continue
+            # Stopped, or the server died: this block's other shapes are lost (a later block
+            # of the profile starts a fresh server).
+            reason = self.stopped or f"the server of {profile.name} died"
+            self._not_started(profile, repeat, pending[i + 1 :], reason)
+            return
+
+    def _server_for(self, index: int) -> _Server | None:
+        """The running server of profile ``index``, started if needed; None if it failed."""
+        server, spec = self.server, self.spec
+        if server is not None and (
+            self.serving != index or spec.fresh_server or not server.alive()
+        ):
+            self._stop_server()
+        if self.server is not None:
+            return self.server
+        profile = self.profiles[index]
+        self.say(
+            f"{profile.name}: " + ("starting its server" if not spec.url else f"using {spec.url}")
+        )
+        log_path = spec.out_dir / f"{_slug(profile.name)}.server.log"
+        server = _Server(profile, self.resolved.plans.get(profile.name), spec, log_path)
+        try:
+            server.start(self.say)
+        except LaunchError as exc:
+            server.stop()
+            self.say(f"{profile.name}: the server did not start: {exc}")
+            self.broken[index] = str(exc)
+            if spec.on_failure == "stop":
+                self.stopped = f"the bench stopped after {profile.name} failed (--on-failure stop)"
+            return None
+        self.server, self.serving = server, index
+        return server
+
+    def _stop_server(self) -> None:
+        if self.server is not None:
+            self.server.stop()
+        self.server, self.serving = None, -1
+
+
 def run_bench(
     profiles: Sequence[Profile], spec: BenchSpec, say: Progress = print
 ) -> list[RunOutcome]:
-    """Run every profile × traffic shape; return one outcome per cell, in order."""
-    resolved = check_before_running(profiles, spec, say)
-    spec.out_dir.mkdir(parents=True, exist_ok=True)
-    outcomes: list[RunOutcome] = []
-    stopped = ""  # why the bench stopped early (--on-failure stop)
-    for profile in profiles:
-        cells = [
-            (shape, RunDir(spec.out_dir / run_key(profile, spec, resolved.workload, shape)))
-            for shape in resolved.shapes
-        ]
-        if stopped:
-            outcomes += [
-                RunOutcome(r, profile.name, t.name, NOT_STARTED, stopped) for t, r in cells
-            ]
-            continue
-        pending = [(t, r) for t, r in cells if r.state != RunState.COMPLETED]
-        for t, r in cells:
-            if (t, r) not in pending:
-                say(f"{profile.name} × {t.name}: already completed, skipping ({r.path})")
-                outcomes.append(RunOutcome(r, profile.name, t.name, SKIPPED))
-        if not pending:
-            continue
-        say(f"{profile.name}: " + ("starting its server" if not spec.url else f"using {spec.url}"))
-        log_path = spec.out_dir / f"{_slug(profile.name)}.server.log"
-        server = _Server(profile, resolved.plans.get(profile.name), spec, log_path)
-        try:
-            server.start(say)
-        except LaunchError as exc:
-            server.stop()
-            say(f"{profile.name}: the server did not start: {exc}")
-            outcomes += [
-                RunOutcome(r, profile.name, t.name, NOT_STARTED, str(exc)) for t, r in pending
-            ]
-            if spec.on_failure == "stop":
-                stopped = f"the bench stopped after {profile.name} failed (--on-failure stop)"
-            continue
-        try:
-            for shape, run in pending:
-                if stopped:
-                    outcomes.append(RunOutcome(run, profile.name, shape.name, NOT_STARTED, stopped))
-                    continue
-                if run.path.exists():
-                    run.retire()
-                say(f"{profile.name} × {shape.name}: running")
-                outcome = _run_one(server, spec, resolved.workload, shape, run, say)
-                outcomes.append(outcome)
-                if outcome.state == RunState.FAILED:
-                    if spec.on_failure == "stop":
-                        stopped = f"the bench stopped after {outcome.run.name} failed"
-                    elif not server.alive():
-                        stopped = f"the server of {profile.name} died"
-        finally:
-            server.stop()
-        if stopped and spec.on_failure != "stop":
-            stopped = ""  # only this profile's remaining shapes are lost; go on with the next
-    return outcomes
+    """Run every profile × traffic shape × repeat; return one outcome per cell, in the order
+    the blocks ran (see :func:`block_order`)."""
+    return _Bench(profiles, spec, say).run()
+
+
+def _of(repeat: int, spec: BenchSpec) -> str:
+    return f" (repeat {repeat} of {spec.repeat})" if spec.repeat > 1 else ""

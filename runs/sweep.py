@@ -146,11 +146,41 @@ ROW_KEYS = (
     SummaryKey.NUM_PREEMPTIONS,
     SummaryKey.MAX_KV_CACHE_USAGE_PERC,
     SummaryKey.FAILED,
+    SummaryKey.CLIENT_LIMITED,
 )
 
 
-def rung_row(rung: Rung, outcome: RunOutcome | None) -> dict[str, Any]:
-    """One table row for a rung: what happened and the numbers that decide between rungs."""
+def rung_row(rung: Rung, outcomes: RunOutcome | Sequence[RunOutcome] | None) -> dict[str, Any]:
+    """One table row for a rung: what happened and the numbers that decide between rungs.
+
+    With repeats (several outcomes) the numbers are the mean over the repeats that measured
+    them, ``repeats`` says how many there were, and the state is the worst of them.
+    """
+    if outcomes is None or isinstance(outcomes, Sequence):
+        runs = list(outcomes or [])
+        if len(runs) != 1:
+            return _mean_row(rung, [_one_row(rung, o) for o in runs])
+        outcomes = runs[0]
+    return _one_row(rung, outcomes)
+
+
+def _mean_row(rung: Rung, rows: list[dict[str, Any]]) -> dict[str, Any]:
+    if not rows:
+        return {"rung": rung.label, **rung.overrides, "state": NOT_RUN}
+    worst = next((r for r in rows if r["state"] != RunState.COMPLETED), rows[0])
+    out: dict[str, Any] = {**worst, "repeats": len(rows), "run": [r.get("run") for r in rows]}
+    for key in ROW_KEYS:
+        if key == SummaryKey.CLIENT_LIMITED:
+            out[key] = any(r.get(key) for r in rows)
+            continue
+        values = [r[key] for r in rows if isinstance(r.get(key), (int, float))]
+        values = [v for v in values if not math.isnan(v)]
+        out[key] = sum(values) / len(values) if values else None
+    out["oom"] = any(r.get("oom") for r in rows)
+    return out
+
+
+def _one_row(rung: Rung, outcome: RunOutcome | None) -> dict[str, Any]:
     row: dict[str, Any] = {"rung": rung.label, **{k: v for k, v in rung.overrides.items()}}
     if outcome is None:
         return {**row, "state": NOT_RUN}
@@ -195,11 +225,21 @@ def recommend(rows: Sequence[Mapping[str, Any]], *, prefer: str = "throughput") 
         if r.get("state") == RunState.COMPLETED
         and not r.get("oom")
         and not (r.get(SummaryKey.NUM_PREEMPTIONS) or 0)
+        and not r.get(SummaryKey.CLIENT_LIMITED)
         and isinstance(r.get(tp), (int, float))
         and r[tp] > 0
     ]
+    suspect = [str(r["rung"]) for r in rows if r.get(SummaryKey.CLIENT_LIMITED)]
+    caveat = (
+        f" Left out because the load generator was the bottleneck: {', '.join(suspect)} "
+        "(re-run them with --processes or fewer users)."
+        if suspect
+        else ""
+    )
     if not healthy:
-        return "No rung completed cleanly, so there is nothing to recommend; see the table."
+        return (
+            "No rung completed cleanly, so there is nothing to recommend; see the table." + caveat
+        )
     best_tp = max(r[tp] for r in healthy)
 
     def num(r: Mapping[str, Any], key: str) -> float:
@@ -221,7 +261,7 @@ def recommend(rows: Sequence[Mapping[str, Any]], *, prefer: str = "throughput") 
         f"{choice[tp]:.2f} req/s, p95 TTFT {num(choice, ttft):.0f} ms, "
         f"p95 ITL {num(choice, itl):.1f} ms "
         f"(best throughput over {len(healthy)} healthy rung(s): {best_tp:.2f} req/s)."
-    )
+    ) + caveat
 
 
 def write_sweep(
@@ -243,13 +283,15 @@ def run_ladder(
     """Run rung after rung; with ``stop_early`` stop at the first that breaks the guide's rule."""
     from vprof.runs.bench import run_bench
 
+    if not stop_early:  # one bench: repeats interleave across the rungs
+        outcomes = run_bench([variant(base, rung) for rung in rungs], spec, say)
+        return [rung_row(rung, [o for o in outcomes if o.profile == rung.label]) for rung in rungs]
     rows: list[dict[str, Any]] = []
     for i, rung in enumerate(rungs):
-        outcomes = run_bench([variant(base, rung)], spec, say)
-        row = rung_row(rung, outcomes[0] if outcomes else None)
+        row = rung_row(rung, run_bench([variant(base, rung)], spec, say))
         rows.append(row)
         reason = should_stop(row)
-        if stop_early and reason:
+        if reason:
             say(f"stopping the ladder at {rung.label}: {reason}")
             rows += [{"rung": r.label, **r.overrides, "state": NOT_RUN} for r in rungs[i + 1 :]]
             break
@@ -266,5 +308,8 @@ def run_load_ladder(
 
     shapes = load_ladder(traffic, levels)
     outcomes = run_bench([profile], replace(spec, traffic=tuple(shapes)), say)
-    rows = [rung_row(Rung(o.traffic, {}), o) for o in outcomes]
+    rows = [
+        rung_row(Rung(shape.name, {}), [o for o in outcomes if o.traffic == shape.name])
+        for shape in shapes
+    ]
     return rows, outcomes

@@ -1,0 +1,72 @@
+"""Watch the load generator's health samples as they land, and say once, live, that it is
+falling behind (the summary says it again on top, with the numbers over the whole run)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from vprof.analysis.samples import LAG_P99_LIMIT_MS
+from vprof.records.rundir import RunDir, read_json
+
+# Consecutive late samples (2 s each) before a warning: one busy moment is normal.
+LATE_SAMPLES = 3
+
+
+class ClientWatch:
+    """Reads new lines of a run's ``loadgen.jsonl``; :meth:`check` returns a warning the first
+    time a Locust process's event-loop lag p99 stays above the limit for ``LATE_SAMPLES``
+    samples after the warm-up (building prompts and tokenizers at the start is not lag)."""
+
+    def __init__(self, run: RunDir) -> None:
+        self.run = run
+        self.path: Path = run.loadgen_jsonl
+        self._offset = 0
+        self._late: dict[str, int] = {}
+        self._measured_from: float | None = None
+        self.warned = False
+
+    def _warmup_until(self) -> float | None:
+        if self._measured_from is None:
+            value = read_json(self.run.locust_json, strict=False).get("warmup_until")
+            self._measured_from = float(value) if isinstance(value, (int, float)) else None
+        return self._measured_from
+
+    def _new_samples(self) -> list[dict]:
+        try:
+            with self.path.open("rb") as f:
+                f.seek(self._offset)
+                data = f.read()
+        except OSError:
+            return []
+        complete = data[: data.rfind(b"\n") + 1]  # a line still being written waits
+        self._offset += len(complete)
+        samples = []
+        for line in complete.splitlines():
+            try:
+                sample = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(sample, dict):
+                samples.append(sample)
+        return samples
+
+    def check(self) -> str | None:
+        if self.warned or self._warmup_until() is None:
+            return None  # nothing to judge before the test has started
+        for sample in self._new_samples():
+            if float(sample.get("t", 0.0)) < (self._measured_from or 0.0):
+                continue
+            lag = sample.get("loop_lag_p99_ms")
+            worker = str(sample.get("worker", ""))
+            if not isinstance(lag, (int, float)):
+                continue
+            self._late[worker] = self._late.get(worker, 0) + 1 if lag > LAG_P99_LIMIT_MS else 0
+            if self._late[worker] >= LATE_SAMPLES:
+                self.warned = True
+                return (
+                    f"the load generator is falling behind (event-loop lag p99 {lag:.0f} ms > "
+                    f"{LAG_P99_LIMIT_MS:g} ms in {worker}): its latencies include its own delay; "
+                    "use --processes N (one per spare core) or fewer users"
+                )
+        return None

@@ -1,0 +1,110 @@
+"""The load generator measures itself: event-loop lag decides whether it kept time."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from locust_run import run_headless
+
+from vprof.analysis import summarize_run
+from vprof.analysis.samples import LAG_P99_LIMIT_MS, loadgen_stats
+from vprof.records.schema import LOOP_LAG_BUCKETS_MS
+from vprof.server.process import free_port
+
+
+def _sample(
+    t: float, worker: str, p99: float, *, cpu: float = 30.0, n: int = 400, late: float = 0.01
+) -> dict:
+    histogram = [0] * (len(LOOP_LAG_BUCKETS_MS) + 1)
+    histogram[0] = n - int(n * late)
+    histogram[next(i for i, edge in enumerate(LOOP_LAG_BUCKETS_MS) if edge >= p99)] += int(n * late)
+    return {"t": t, "worker": worker, "cpu_percent": cpu, "loop_lag_p50_ms": 0.1,
+            "loop_lag_p99_ms": p99, "loop_lag_max_ms": p99 * 2, "loop_probes": n,
+            "loop_lag_histogram": histogram, "machine_cpu_percent": 60.0,
+            "steal_percent": 0.0}  # fmt: skip
+
+
+def test_verdict_rests_on_event_loop_lag_not_cpu():
+    calm = [_sample(i, "w0", 1.5, cpu=95.0) for i in range(20)]  # busy but on time
+    stats = loadgen_stats(calm)
+    assert not stats["loadgen_saturated"]
+    assert stats["loadgen_verdict"].startswith("load generator healthy: event-loop lag p99")
+    assert stats["loadgen_max_cpu_percent"] <= 100.0
+    late = [_sample(i, "w0", 40.0, cpu=45.0) for i in range(20)]  # mostly idle, yet late
+    stats = loadgen_stats(late)
+    assert stats["loadgen_saturated"]
+    verdict = stats["loadgen_verdict"]
+    assert "40.0 ms" in verdict and f"{LAG_P99_LIMIT_MS:g} ms" in verdict
+    assert "--processes" in verdict
+
+
+def test_one_late_moment_is_not_an_overloaded_client():
+    samples = [_sample(i, "w0", 1.0) for i in range(19)] + [_sample(19, "w0", 80.0)]
+    assert not loadgen_stats(samples)["loadgen_saturated"]
+
+
+def test_lag_outside_the_measured_window_does_not_count():
+    warm_up = [_sample(i, "w0", 200.0) for i in range(10)]  # tokenizer loading, say
+    measured = [_sample(10 + i, "w0", 1.0) for i in range(10)]
+    assert not loadgen_stats(warm_up + measured, 10.0, 20.0)["loadgen_saturated"]
+
+
+def test_pooled_lag_percentile_is_the_bucket_edge_over_every_worker():
+    samples = [_sample(i, "w0", 1.0) for i in range(5)]
+    samples += [_sample(i, "w1", 30.0, late=0.05) for i in range(5)]
+    stats = loadgen_stats(samples)
+    assert stats["loadgen_loop_lag_p50_ms"] == LOOP_LAG_BUCKETS_MS[0]
+    assert stats["loadgen_loop_lag_p99_ms"] == 30.0
+    assert set(stats["loadgen_cpu"]) == {"w0", "w1"}
+
+
+@pytest.fixture(scope="module")
+def emulator() -> Iterator[str]:
+    """`vprof emulate` in its own process, so it does not share the test's interpreter."""
+    port = free_port()
+    argv = [sys.executable, "-m", "vprof.cli.main", "emulate", "--port", str(port),
+            "--ttft-ms", "50", "--itl-ms", "5", "--model", "tiny"]  # fmt: skip
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        import requests
+
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if requests.get(url + "/health", timeout=1).status_code == 200:
+                    break
+            except requests.RequestException:
+                pass
+            assert time.monotonic() < deadline and proc.poll() is None, "emulator did not start"
+            time.sleep(0.2)
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def _run(url: str, run_dir: Path, users: int, seconds: int) -> dict:
+    run_dir.parent.mkdir(parents=True)
+    shape = run_dir.parent / f"steady-{users}.yaml"
+    shape.write_text(f"kind: steady\nusers: {users}\nduration_s: {seconds}\nwarmup_s: 4\n")
+    run_headless(url, run_dir, "--workload", "tiny-smoke", "--traffic", str(shape),
+                 "--stop-timeout", "10", timeout_s=seconds + 120)  # fmt: skip
+    return summarize_run(run_dir)
+
+
+def test_a_few_users_are_called_healthy_and_256_users_overloaded(emulator, tmp_path):
+    calm = _run(emulator, tmp_path / "calm" / "run", 4, 10)
+    assert calm["completed"] > 0 and calm["loadgen_loop_lag_p99_ms"] is not None
+    assert not calm["client_limited"], calm["loadgen_verdict"]
+    assert calm["loadgen_verdict"].startswith("load generator healthy: event-loop lag")
+    busy = _run(emulator, tmp_path / "busy" / "run", 256, 12)
+    assert busy["client_limited"], busy["loadgen_verdict"]
+    assert busy["loadgen_verdict"].startswith("load generator overloaded: event-loop lag p99")
+    # Per core, never above 100 % for one process (the main loop's own thread).
+    assert 0 < busy["loadgen_max_cpu_percent"] <= 100.0

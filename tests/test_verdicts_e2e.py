@@ -1,0 +1,103 @@
+"""Verdicts you can act on, on real vLLM (CPU build) with real Locust: the same configuration
+repeated is called no different (A/A), a real difference between two profiles is found with
+two repeats each (A/B), and every summary still equals a recomputation from its records."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from vprof.records import read_records
+from vprof.server.process import free_port
+
+pytestmark = pytest.mark.e2e
+
+HEADLINE = ("median_ttft_ms", "p95_ttft_ms", "median_tpot_ms", "p95_tpot_ms",
+            "median_e2el_ms", "p95_e2el_ms")  # fmt: skip
+
+
+def vprof(*args: str, timeout_s: float = 1200) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "vprof.cli.main", *args],
+                          capture_output=True, text=True, timeout=timeout_s)  # fmt: skip
+
+
+def steady(tmp_path: Path, users: int, seconds: int) -> str:
+    path = tmp_path / f"steady-{users}.yaml"
+    path.write_text(f"kind: steady\nusers: {users}\nwarmup_s: 3\nduration_s: {seconds}\n")
+    return str(path)
+
+
+def runs_of(out: Path) -> list[Path]:
+    return sorted(p.parent for p in out.glob("*/run.json"))
+
+
+def compare_json(*args: str) -> dict[str, dict]:
+    proc = vprof("compare", *args, "--format", "json", "--metric", "request_throughput",
+                 *(a for m in HEADLINE for a in ("--metric", m)))  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return {row["metric"]: row for row in json.loads(proc.stdout)}
+
+
+def test_the_same_configuration_four_times_is_called_no_different(tmp_path, vllm_server):
+    workload = tmp_path / "w256.yaml"
+    workload.write_text("endpoint: completions\nprompt_tokens: 256\noutput_tokens: 64\n")
+    out = tmp_path / "aa"
+    shape = steady(tmp_path, 8, 10)
+    proc = vprof("bench", "tiny", "--url", vllm_server.url, "--repeat", "4", "--workload",
+                 str(workload), "--traffic", shape, "--out", str(out))  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    runs = runs_of(out)
+    assert [r.name[-4:] for r in runs][1:] == ["--r2", "--r3", "--r4"]
+    assert [json.loads((r / "run.json").read_text())["repeat"] for r in runs] == [1, 2, 3, 4]
+    rows = compare_json(*map(str, runs[:2]), "vs", *map(str, runs[2:]))
+    for metric in HEADLINE:
+        assert rows[metric]["runs"] == "2 vs 2"
+        assert not rows[metric]["significant"], rows[metric]["verdict"]
+    assert rows["request_throughput"]["ci_low_pct"] is not None  # throughput has an interval
+
+
+def test_prefix_caching_on_against_off_is_found_with_two_repeats(tmp_path):
+    profiles = tmp_path / "profiles"
+    profiles.mkdir()
+    (profiles / "no-prefix-cache.yaml").write_text(
+        "description: prefix caching off\nextends: prefix-cached\n"
+        "engine_args:\n  enable-prefix-caching: false\n"
+    )
+    out = tmp_path / "ab"
+    port = free_port(lo=18900, hi=18999)
+    proc = vprof("bench", "prefix-cached", "no-prefix-cache", "--profiles-dir", str(profiles),
+                 "--repeat", "2", "--order", "blocked", "--workload", "rag-shared-prefix",
+                 "--traffic", steady(tmp_path, 4, 10), "--set", "enforce-eager=true",
+                 "--set", "max-model-len=2048", "--port", str(port), "--out", str(out))  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stderr.count("healthy after") == 2  # blocked: one server per profile
+    runs = runs_of(out)
+    assert len(runs) == 4
+    rows = compare_json(str(out))
+    ttft = rows["median_ttft_ms"]
+    assert ttft["baseline"] == "prefix-cached" and ttft["run"] == "no-prefix-cache"
+    assert ttft["runs"] == "2 vs 2" and ttft["significant"], ttft["verdict"]
+    assert ttft["verdict"].startswith("no-prefix-cache raises median TTFT by ")
+    for run in runs:  # every summary is its own records, recomputed independently
+        meta = json.loads((run / "run.json").read_text())
+        assert meta["vllm_version"].startswith("0.32") and meta["server"]["healthy_after_s"] > 0
+        summary = json.loads((run / "summary.json").read_text())
+        records = read_records(run)
+        ok = records[records.status == "ok"]
+        assert summary["completed"] == len(ok) > 5
+        for metric, column in (("ttft", "ttft_ms"), ("e2el", "e2e_ms"), ("tpot", "tpot_ms")):
+            values = ok[column].dropna().to_numpy()
+            for q in (50, 90, 95, 99):
+                key = f"p{q}_{metric}_ms" if q != 50 else f"median_{metric}_ms"
+                assert summary[key] == pytest.approx(np.percentile(values, q), rel=1e-9)
+        itl = np.concatenate([np.asarray(x, dtype=float) for x in ok.itl_ms])
+        assert summary["p99_itl_ms"] == pytest.approx(np.percentile(itl, 99), rel=1e-9)
+        assert (ok.completion_tokens == 64).all()
+        assert summary["loadgen_loop_lag_p99_ms"] is not None
+        assert (run / "server.log").stat().st_size > 0
+        assert (run / "metrics.jsonl").read_text().count("\n") >= 2
