@@ -17,6 +17,7 @@ import vprof.registry as registry
 from vprof.cli.options import profile_override_options, profiles_dir_option
 from vprof.cli.output import emit, format_option
 from vprof.registry import Profile, ProfileError
+from vprof.registry.overrides import parse_env_args
 from vprof.registry.profile import ENTRYPOINTS
 
 # The settings the guide tunes, shown as columns by `vprof profiles`.
@@ -198,17 +199,6 @@ def validate(
 # ---------------------------------------------------------------------------- render
 
 
-def _parse_env(values: Sequence[str]) -> dict[str, str]:
-    """``NAME=value`` pairs, taken literally (environment values are strings)."""
-    parsed: dict[str, str] = {}
-    for item in values:
-        name, sep, value = item.partition("=")
-        if not sep or not name.strip():
-            raise click.BadParameter(f"expected NAME=VALUE, got {item!r}", param_hint="--env")
-        parsed[name.strip()] = value
-    return parsed
-
-
 RENDER_FORMATS = ("shell", "argv", "docker", "k8s")
 
 
@@ -256,7 +246,7 @@ def render(
     """
     profile = registry.resolve_profile(
         name, profiles_dirs, model=model, port=port, set_args=set_args,
-        entrypoint=entrypoint, env=_parse_env(env_args),
+        entrypoint=entrypoint, env=parse_env_args(env_args),
     )  # fmt: skip
     registry.validate(profile)
     image_kw = {"image": image} if image else {}
