@@ -15,6 +15,7 @@ before anything is built. Uses libyaml's C loader where available.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -63,6 +64,25 @@ class YamlDoc:
         YAML turned into a number, bool or date; otherwise ``value`` unchanged."""
         text = self.text(*keys)
         return text if text is not None and value is not None else value
+
+    def strings_as_written(self, names: Collection[str]) -> Any:
+        """A copy of ``data`` where the value of each mapping key in ``names``, at any depth,
+        is its source text if YAML read a plain scalar there as a non-string
+        (``name: 1.10`` → ``"1.10"``)."""
+
+        def walk(value: Any, path: KeyPath) -> Any:
+            if isinstance(value, dict):
+                out = {}
+                for key, item in value.items():
+                    sub = path + (str(key),)
+                    text = self.texts.get(sub) if key in names else None
+                    out[key] = text if text is not None and item is not None else walk(item, sub)
+                return out
+            if isinstance(value, list):
+                return [walk(item, path + (str(i),)) for i, item in enumerate(value)]
+            return value
+
+        return walk(self.data, ())
 
 
 class _DuplicateKey(Exception):
