@@ -213,7 +213,7 @@ RENDER_FORMATS = ("shell", "argv", "docker", "k8s")
 @click.option("--python", default="python3", show_default=True, help="Python for module forms.")
 @click.option(
     "--replicas",
-    type=click.IntRange(min=0),
+    type=click.IntRange(0, 100_000),
     default=1,
     show_default=True,
     help="Replicas in the Kubernetes Deployment.",
