@@ -42,13 +42,15 @@ class YamlDoc:
 
     ``lines`` maps a key path (each key as ``str``; list items by their index) to its 1-based
     line; ``()`` is the line the document's top-level value starts on. ``texts`` maps the key
-    path of each plain (unquoted) scalar that YAML read as a non-string to its source text.
+    path of each plain (unquoted) scalar that YAML read as a non-string to its source text;
+    ``key_texts`` does the same for mapping keys (``ON: 1`` has the key ``True``, written "ON").
     """
 
     path: str
     data: Any
     lines: dict[KeyPath, int] = field(default_factory=dict)
     texts: dict[KeyPath, str] = field(default_factory=dict)
+    key_texts: dict[KeyPath, str] = field(default_factory=dict)
 
     def line(self, *keys: Any) -> int | None:
         """The line of ``keys`` (e.g. ``line("engine_args", "port")``), or None if not written."""
@@ -58,6 +60,11 @@ class YamlDoc:
         """The source text of the plain scalar at ``keys`` when YAML read it as a non-string
         (``VER: 1.10`` → ``"1.10"``); None for strings, quoted scalars and collections."""
         return self.texts.get(tuple(str(k) for k in keys))
+
+    def key_as_written(self, *keys: Any) -> Any:
+        """The last of ``keys`` (a mapping key) as written: ``"ON"`` for a key YAML read as
+        ``True``; the key itself when it was a string."""
+        return self.key_texts.get(tuple(str(k) for k in keys), keys[-1])
 
     def as_written(self, *keys: Any, value: Any) -> Any:
         """``value`` (the data at ``keys``) as a string when it was written as a plain scalar
@@ -108,6 +115,7 @@ class _LineLoader(_BaseLoader):  # type: ignore[misc, valid-type]
         super().__init__(stream)
         self.key_lines: dict[int, dict[Any, int]] = {}  # id(mapping) -> {key: line}
         self.scalar_texts: dict[int, dict[Any, str]] = {}  # id(collection) -> {key: text}
+        self.key_texts: dict[int, dict[Any, str]] = {}  # id(mapping) -> {key: its text}
 
 
 def _plain_text(node: yaml.Node) -> str | None:
@@ -123,8 +131,11 @@ def _construct_mapping(loader: _LineLoader, node: yaml.MappingNode) -> dict[Any,
     result: dict[Any, Any] = {}
     lines: dict[Any, int] = {}
     texts: dict[Any, str] = {}
+    key_texts: dict[Any, str] = {}
     for key_node, value_node in node.value:
         key = loader.construct_object(key_node, deep=True)
+        if (key_text := _plain_text(key_node)) is not None:
+            key_texts[key] = key_text
         line = key_node.start_mark.line + 1
         if not isinstance(key, (str, int, float, bool)) and key is not None:
             raise yaml.constructor.ConstructorError(
@@ -140,6 +151,8 @@ def _construct_mapping(loader: _LineLoader, node: yaml.MappingNode) -> dict[Any,
     loader.key_lines[id(result)] = lines
     if texts:
         loader.scalar_texts[id(result)] = texts
+    if key_texts:
+        loader.key_texts[id(result)] = key_texts
     return result
 
 
@@ -205,6 +218,7 @@ def _collect(
     loader: _LineLoader,
     out: dict[KeyPath, int],
     texts: dict[KeyPath, str],
+    key_texts: dict[KeyPath, str],
 ) -> None:
     """Record the line of every key and the text of every plain scalar below ``value`` under
     its path (aliased values under each path that uses them)."""
@@ -216,13 +230,16 @@ def _collect(
     else:
         return
     scalar_texts = loader.scalar_texts.get(id(value), {})
+    written_keys = loader.key_texts.get(id(value), {}) if isinstance(value, dict) else {}
     for key, item in items:
         sub = path + (str(key),)
         if key in table:
             out.setdefault(sub, table[key])
         if key in scalar_texts:
             texts.setdefault(sub, scalar_texts[key])
-        _collect(item, sub, loader, out, texts)
+        if key in written_keys:
+            key_texts.setdefault(sub, written_keys[key])
+        _collect(item, sub, loader, out, texts, key_texts)
 
 
 def parse_yaml(
@@ -280,13 +297,14 @@ def parse_yaml(
         loader.dispose()
     lines: dict[KeyPath, int] = {}
     texts: dict[KeyPath, str] = {}
+    key_texts: dict[KeyPath, str] = {}
     if node is not None:
         lines[()] = node.start_mark.line + 1
         top = _plain_text(node)
         if top is not None:
             texts[()] = top
-        _collect(data, (), loader, lines, texts)
-    return YamlDoc(path, data, lines, texts)
+        _collect(data, (), loader, lines, texts, key_texts)
+    return YamlDoc(path, data, lines, texts, key_texts)
 
 
 def read_yaml(

@@ -108,12 +108,30 @@ def _read_raw(file: Path, layer: int) -> _Raw:
             path=path,
             line=1,
         )
-    doc = YamlDoc(doc.path, _strings_as_written(doc), doc.lines, doc.texts)
+    doc = _env_names_as_written(doc)
+    doc = YamlDoc(doc.path, _strings_as_written(doc), doc.lines, doc.texts, doc.key_texts)
     data = doc.data
     raw = _Raw(name=str(data.get("name") or file.stem), path=path, layer=layer, doc=doc)
     _check_shape(raw)
     _engine_args_as_written(raw)
     return raw
+
+
+def _env_names_as_written(doc: YamlDoc) -> YamlDoc:
+    """Environment names as written (``ON:`` is the name "ON", not YAML's ``True``), with the
+    lines and texts of their entries moved to the written names."""
+    env = doc.data.get("env")
+    if not isinstance(env, dict) or not any(("env", str(k)) in doc.key_texts for k in env):
+        return doc
+    lines, texts = dict(doc.lines), dict(doc.texts)
+    renamed: dict[Any, Any] = {}
+    for key, value in env.items():
+        name = doc.key_as_written("env", key)
+        for table in (lines, texts):
+            if ("env", str(key)) in table:
+                table[("env", str(name))] = table.pop(("env", str(key)))
+        renamed[name] = value
+    return YamlDoc(doc.path, {**doc.data, "env": renamed}, lines, texts, doc.key_texts)
 
 
 def _strings_as_written(doc: YamlDoc) -> dict[str, Any]:

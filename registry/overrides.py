@@ -37,12 +37,24 @@ def parse_set_args(items: Sequence[str]) -> dict[str, Any]:
             parsed[key] = None
             continue
         spec = table.lookup(flag_key(key))
+        if spec is not None and spec.kind == "str":
+            # a string flag takes what was typed: YAML only removes quotes around it, or makes
+            # a list for a flag that takes several; anything else YAML sees (a number, a
+            # mapping, a syntax error) is not what the user meant
+            try:
+                doc = parse_yaml(text, "", ProfileError, key=where)
+            except ProfileError:
+                parsed[key] = text
+                continue
+            if isinstance(doc.data, str) or (isinstance(doc.data, list) and spec.is_list):
+                parsed[key] = table.as_written(key, doc.data, None)
+                if isinstance(doc.data, list):
+                    parsed[key] = [doc.as_written(i, value=v) for i, v in enumerate(doc.data)]
+            else:
+                parsed[key] = text
+            continue
         doc = parse_yaml(text, "", ProfileError, key=where)
         value = doc.data
-        if spec is not None and spec.kind == "str" and not spec.is_list:
-            # a string flag takes what was typed; YAML only removes quotes around it
-            parsed[key] = value if isinstance(value, str) else text
-            continue
         try:
             if isinstance(value, list):
                 value = [table.as_written(key, v, doc.text(i)) for i, v in enumerate(value)]
