@@ -180,6 +180,7 @@ def validate(
         profiles_found = {n: p for n, p in profiles_found.items() if p.source in wanted}
         if not profiles_found and not problems:
             raise ProfileError("no profile files (*.yaml, *.yml) in " + ", ".join(map(str, paths)))
+    shown: set[str] = set()  # a note about the flag table itself comes with every profile
     for profile in profiles_found.values():
         errors, notes = check(profile)
         problems += errors
@@ -187,7 +188,9 @@ def validate(
             click.echo(f"ok    {profile.name:<24} {_short(profile.source)}")
         if not quiet:
             for note in notes:
-                click.echo("note: " + _short_note(note))
+                if note not in shown:
+                    shown.add(note)
+                    click.echo("note: " + _short_note(note))
     for problem in problems:
         if problem.path:
             problem.path = _short(problem.path)

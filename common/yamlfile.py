@@ -266,6 +266,16 @@ def parse_yaml(
     if "\x00" in text:
         line = text.count("\n", 0, text.index("\x00")) + 1
         raise error(f"{invalid}: a NUL character", path=path, line=line, key=key)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:  # a lone surrogate: bytes that were not UTF-8 (argv)
+        line = text.count("\n", 0, exc.start) + 1
+        raise error(
+            f"{invalid}: not valid Unicode (bytes that are not UTF-8?)",
+            path=path,
+            line=line,
+            key=key,
+        ) from None
     loader = _LineLoader(text)
     try:
         node = loader.get_single_node()

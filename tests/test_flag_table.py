@@ -127,3 +127,17 @@ def test_the_generator_ships_in_the_package_and_reproduces_the_shipped_table(tmp
     )
     assert proc.returncode == 0, proc.stderr
     assert json.loads(out.read_text()) == json.loads(SHIPPED.read_text())
+
+
+def test_validate_says_once_which_vllm_the_table_describes(fake, tmp_path, monkeypatch):
+    from click.testing import CliRunner
+
+    from vprof.cli.main import cli
+
+    fake("0.25.1", _FAILING_GENERATOR)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("VPROF_PROFILES_DIR", raising=False)
+    result = CliRunner().invoke(cli, ["validate"])
+    assert result.exit_code == 0, result.output
+    table_notes = [line for line in result.output.splitlines() if "installed vLLM" in line]
+    assert table_notes == [f"note: {flag_table().note}"]
