@@ -349,15 +349,3 @@ def read_yaml(
     if text.startswith("\ufeff"):  # a BOM, as some editors write
         text = text[1:]
     return parse_yaml(text, str(path), error, invalid=invalid)
-
-
-def parse_value(
-    text: str, key: str, error: type[VprofError] = VprofError
-) -> tuple[Any, str | None]:
-    """One value given on the command line (``--set KEY=VALUE``) read as YAML, as a profile
-    file would read it: ``(value, source text when YAML read a plain scalar as a non-string)``.
-
-    The same limits apply; errors name ``key`` (the option).
-    """
-    doc = parse_yaml(text, "", error, key=key)
-    return doc.data, doc.texts.get(())

@@ -46,10 +46,10 @@ def parse_set_args(items: Sequence[str]) -> dict[str, Any]:
             except ProfileError:
                 parsed[key] = text
                 continue
-            if isinstance(doc.data, str) or (isinstance(doc.data, list) and spec.is_list):
-                parsed[key] = table.as_written(key, doc.data, None)
-                if isinstance(doc.data, list):
-                    parsed[key] = [doc.as_written(i, value=v) for i, v in enumerate(doc.data)]
+            if doc.data is None or isinstance(doc.data, str):  # null drops the flag
+                parsed[key] = doc.data
+            elif isinstance(doc.data, list) and spec.is_list:
+                parsed[key] = [doc.as_written(i, value=v) for i, v in enumerate(doc.data)]
             else:
                 parsed[key] = text
             continue

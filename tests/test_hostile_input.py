@@ -244,6 +244,14 @@ def test_odd_render_flags_render_exactly_as_written(run, args, fmt, fragments):
         )
 
 
+@pytest.mark.parametrize("empty", ["null", "~", ""])
+def test_null_still_drops_a_string_flag(run, empty):
+    result = run(
+        "render", "base", "--set", "served-model-name=x", "--set", f"served-model-name={empty}"
+    )
+    assert result.exit_code == 0 and "--served-model-name" not in result.output
+
+
 # ---------------------------------------------------------------------------- workload files
 
 W = "prompt_tokens: 10\noutput_tokens: 3\n"
