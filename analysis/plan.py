@@ -116,10 +116,10 @@ def plan(
         >>> plan(["runs/a-2rps", "runs/a-4rps"], target_rps=40, slo="ttft_p95=500ms")
     """
     slo = parse_slo(slo) if isinstance(slo, str) else slo
-    if target_rps <= 0:
-        raise SloError(f"target rate must be positive, got {target_rps:g}", key="--rps")
-    if headroom < 0:
-        raise SloError(f"headroom must be zero or more, got {headroom:g}", key="--headroom")
+    from vprof.common.numbers import check_number
+
+    check_number(target_rps, above=0, error=SloError, key="--rps")
+    check_number(headroom, minimum=0, error=SloError, key="--headroom")
     if not any(t.percentile is not None for t in slo.targets) and slo.max_error_rate is None:
         raise SloError(
             "a plan needs percentile targets such as ttft_p95=500ms (or errors=1%)", key="--slo"

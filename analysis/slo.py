@@ -107,7 +107,11 @@ def _parse_ms(value: str, key: str) -> float:
             key="--slo",
             hint="write a number with ms, s or us, e.g. 500ms",
         )
-    return float(match["number"]) * _UNITS_MS[match["unit"] or "ms"]
+    from vprof.common.numbers import check_number
+
+    # 400 digits parse as float("inf"): the one rule for numbers applies here too
+    ms = float(match["number"]) * _UNITS_MS[match["unit"] or "ms"]
+    return float(check_number(ms, error=SloError, key=f"--slo {key}"))
 
 
 def _parse_rate(value: str, key: str) -> float:

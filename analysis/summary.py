@@ -385,6 +385,9 @@ def _cached_share(cols: Columns, ok: Any) -> dict[str, Any]:
     return {"cached_token_share": share}
 
 
+MAX_TIMELINE_ROWS = 100_000  # 6 days at 5 s; more rows than any reader of a timeline wants
+
+
 def timeline(records: Any, interval_s: float = 5.0) -> Any:
     """Per-interval activity (a DataFrame): requests started and finished, throughput, and
     p50/p95 TTFT and TPOT of the requests *sent* in each interval.
@@ -394,10 +397,9 @@ def timeline(records: Any, interval_s: float = 5.0) -> Any:
     import numpy as np
     import pandas as pd
 
-    if not interval_s > 0:
-        raise RunError(
-            f"the timeline interval must be positive, got {interval_s!r}", key="--interval"
-        )
+    from vprof.common.numbers import check_number
+
+    check_number(interval_s, above=0, error=RunError, key="--interval")
     cols = records if isinstance(records, Columns) else from_records(records)
     f = cols.floats
     columns = [
@@ -413,6 +415,13 @@ def timeline(records: Any, interval_s: float = 5.0) -> Any:
     start_bin = np.floor((started_at - t0) / interval_s)
     end_bin = np.floor((ends - t0) / interval_s)
     n_bins = int(np.nanmax(np.concatenate([start_bin, end_bin]))) + 1
+    if n_bins > MAX_TIMELINE_ROWS:
+        raise RunError(
+            f"{interval_s:g} s intervals over this run make {n_bins:,} timeline rows "
+            f"(at most {MAX_TIMELINE_ROWS:,})",
+            key="--interval",
+            hint=f"use an interval of at least {(n_bins * interval_s) / MAX_TIMELINE_ROWS:.3g} s",
+        )
 
     def count(bins: Any, mask: Any, weights: Any = None) -> Any:
         good = mask & np.isfinite(bins)

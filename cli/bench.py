@@ -12,7 +12,7 @@ from typing import Any
 
 import click
 
-from vprof.cli.options import profile_override_options, profiles_dir_option
+from vprof.cli.options import FiniteFloat, OutDir, profile_override_options, profiles_dir_option
 from vprof.cli.output import emit, format_option
 from vprof.locustfiles.optiontable import DEFAULT_WORKLOAD
 from vprof.runs.order import ORDERS
@@ -75,7 +75,7 @@ def run_options(func):
         click.option(
             "--out",
             "out_dir",
-            type=click.Path(path_type=Path),
+            type=OutDir(),
             default=Path("vprof-runs"),
             show_default=True,
             help="Folder for run folders; re-running resumes.",
@@ -106,7 +106,7 @@ def run_options(func):
         ),
         click.option(
             "--processes",
-            type=int,
+            type=click.IntRange(1, 512),
             default=1,
             show_default=True,
             help="Locust worker processes (one per spare core).",
@@ -265,7 +265,7 @@ def _ladder(
 @click.argument("profile_name", metavar="PROFILE")
 @click.option(
     "--rungs",
-    type=int,
+    type=click.IntRange(1, 100),
     default=4,
     show_default=True,
     help="How many multiples of max-model-len to try at most.",
@@ -312,9 +312,9 @@ def chunked(profile_name: str, sizes: str, fmt: str, **opts: Any) -> None:
     Example:
       vprof sweep chunked baseline --sizes 128,256,512,1024 --traffic steady
     """
-    from vprof.runs.sweep import chunked_ladder, parse_ladder_values
+    from vprof.runs.sweep import chunked_ladder, parse_sizes
 
-    values = [int(v) for v in parse_ladder_values(sizes)]
+    values = parse_sizes(sizes)
     _ladder(
         "chunked",
         profile_name,
@@ -343,7 +343,7 @@ def set_(profile_name: str, ladder: str, fmt: str, **opts: Any) -> None:
     key, sep, values = ladder.partition("=")
     if not sep or not values:
         raise click.BadParameter("expected KEY=V1,V2,...", param_hint="LADDER")
-    parsed = parse_ladder_values(values)
+    parsed = parse_ladder_values(values, key.strip().lstrip("-"))
     _ladder(
         "set",
         profile_name,
@@ -366,7 +366,7 @@ def set_(profile_name: str, ladder: str, fmt: str, **opts: Any) -> None:
 @click.option(
     "--rps",
     "target_rps",
-    type=float,
+    type=FiniteFloat(above=0, maximum=1e9),
     default=None,
     help="With --slo: also plan replicas for this request rate.",
 )
@@ -383,10 +383,10 @@ def load(profile_name: str, levels: str, target_rps: float | None, fmt: str, **o
       vprof sweep load chunked-512 --traffic poisson --levels 2,4,8,12 --slo ttft_p95=500ms
       vprof sweep load baseline --traffic steady --levels 1,4,16 --slo tpot_p95=50ms --rps 40
     """
-    from vprof.runs.sweep import parse_ladder_values, run_load_ladder, write_sweep
+    from vprof.runs.sweep import parse_levels, run_load_ladder, write_sweep
 
+    values = parse_levels(levels)
     (profile,) = _profiles((profile_name,), opts)
-    values = [float(v) for v in parse_ladder_values(levels)]
     with _interruptible(opts["out_dir"]):
         rows, outcomes = run_load_ladder(profile, opts["traffic"][0], values, _spec(opts), _say)
     write_sweep(opts["out_dir"], "load", profile.name, rows, "")

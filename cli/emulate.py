@@ -4,45 +4,56 @@ from __future__ import annotations
 
 import click
 
+from vprof.cli.options import FiniteFloat
+from vprof.common.numbers import MAX_TOKENS
+
+_MS = FiniteFloat(minimum=0, maximum=3_600_000)  # up to an hour per token is plenty
+
 
 @click.command(short_help="Run a fast streaming server that emulates vLLM.")
 @click.option("--host", default="127.0.0.1", show_default=True, help="Interface to listen on.")
-@click.option("--port", default=8000, show_default=True, type=int, help="0 picks a free port.")
+@click.option(
+    "--port",
+    default=8000,
+    show_default=True,
+    type=click.IntRange(0, 65535),
+    help="0 picks a free port.",
+)
 @click.option("--model", default="emulated", show_default=True, help="Served model name.")
 @click.option(
     "--ttft-ms",
     default=20.0,
     show_default=True,
-    type=float,
+    type=_MS,
     help="Delay from request to first token.",
 )
-@click.option("--itl-ms", default=10.0, show_default=True, type=float, help="Delay between tokens.")
+@click.option("--itl-ms", default=10.0, show_default=True, type=_MS, help="Delay between tokens.")
 @click.option(
     "--jitter-ms",
     default=0.0,
     show_default=True,
-    type=float,
+    type=_MS,
     help="Each token late by up to this much (uniform).",
 )
 @click.option(
     "--prefill-ms-per-token",
     default=0.0,
     show_default=True,
-    type=float,
+    type=_MS,
     help="Extra first-token delay per prompt token.",
 )
 @click.option(
     "--default-max-tokens",
     default=16,
     show_default=True,
-    type=int,
+    type=click.IntRange(1, MAX_TOKENS),
     help="Output length when a request gives no max_tokens.",
 )
 @click.option(
     "--max-model-len",
     default=2048,
     show_default=True,
-    type=int,
+    type=click.IntRange(1, MAX_TOKENS),
     help="Prompt + output limit, enforced like vLLM.",
 )
 @click.option(

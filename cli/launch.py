@@ -14,7 +14,7 @@ from typing import Any
 
 import click
 
-from vprof.cli.options import profile_override_options, profiles_dir_option
+from vprof.cli.options import FiniteFloat, profile_override_options, profiles_dir_option
 from vprof.common.errors import LaunchError
 
 
@@ -49,7 +49,7 @@ def _default_log_path(name: str) -> Path:
 @click.option(
     "--timeout",
     "timeout_s",
-    type=click.FloatRange(min=1),
+    type=FiniteFloat(minimum=1, maximum=7 * 86_400),
     default=600.0,
     show_default=True,
     help="Seconds to wait for /health.",

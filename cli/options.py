@@ -10,6 +10,48 @@ import click
 
 F = TypeVar("F", bound=Callable[..., Any])
 
+
+class FiniteFloat(click.ParamType):
+    """A number option checked by the one rule for numbers (finite, within its range)."""
+
+    name = "number"
+
+    def __init__(
+        self,
+        minimum: float | None = None,
+        maximum: float | None = None,
+        *,
+        above: float | None = None,
+    ) -> None:
+        self.limits = {"minimum": minimum, "maximum": maximum, "above": above}
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        from vprof.common.errors import VprofError
+        from vprof.common.numbers import check_number, parse_number
+
+        try:
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                return float(check_number(value, **self.limits))
+            return float(parse_number(value, **self.limits))
+        except VprofError as exc:
+            self.fail(exc.message, param, ctx)
+
+
+class OutDir(click.ParamType):
+    """A folder vprof will write into: refused at once when it is a file or not writable."""
+
+    name = "folder"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        from vprof.common.errors import VprofError
+        from vprof.common.paths import check_writable_dir
+
+        try:
+            return check_writable_dir(Path(value))
+        except VprofError as exc:
+            self.fail(exc.message + (f" ({exc.hint})" if exc.hint else ""), param, ctx)
+
+
 profiles_dir_option = click.option(
     "--profiles-dir",
     "profiles_dirs",

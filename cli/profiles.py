@@ -17,6 +17,7 @@ import vprof.registry as registry
 from vprof.cli.options import profile_override_options, profiles_dir_option
 from vprof.cli.output import emit, format_option
 from vprof.registry import Profile, ProfileError
+from vprof.registry.overrides import parse_env_args
 from vprof.registry.profile import ENTRYPOINTS
 
 # The settings the guide tunes, shown as columns by `vprof profiles`.
@@ -179,6 +180,7 @@ def validate(
         profiles_found = {n: p for n, p in profiles_found.items() if p.source in wanted}
         if not profiles_found and not problems:
             raise ProfileError("no profile files (*.yaml, *.yml) in " + ", ".join(map(str, paths)))
+    shown: set[str] = set()  # a note about the flag table itself comes with every profile
     for profile in profiles_found.values():
         errors, notes = check(profile)
         problems += errors
@@ -186,7 +188,9 @@ def validate(
             click.echo(f"ok    {profile.name:<24} {_short(profile.source)}")
         if not quiet:
             for note in notes:
-                click.echo("note: " + _short_note(note))
+                if note not in shown:
+                    shown.add(note)
+                    click.echo("note: " + _short_note(note))
     for problem in problems:
         if problem.path:
             problem.path = _short(problem.path)
@@ -196,17 +200,6 @@ def validate(
 
 
 # ---------------------------------------------------------------------------- render
-
-
-def _parse_env(values: Sequence[str]) -> dict[str, str]:
-    """``NAME=value`` pairs, taken literally (environment values are strings)."""
-    parsed: dict[str, str] = {}
-    for item in values:
-        name, sep, value = item.partition("=")
-        if not sep or not name.strip():
-            raise click.BadParameter(f"expected NAME=VALUE, got {item!r}", param_hint="--env")
-        parsed[name.strip()] = value
-    return parsed
 
 
 RENDER_FORMATS = ("shell", "argv", "docker", "k8s")
@@ -223,7 +216,7 @@ RENDER_FORMATS = ("shell", "argv", "docker", "k8s")
 @click.option("--python", default="python3", show_default=True, help="Python for module forms.")
 @click.option(
     "--replicas",
-    type=click.IntRange(min=0),
+    type=click.IntRange(0, 100_000),
     default=1,
     show_default=True,
     help="Replicas in the Kubernetes Deployment.",
@@ -256,7 +249,7 @@ def render(
     """
     profile = registry.resolve_profile(
         name, profiles_dirs, model=model, port=port, set_args=set_args,
-        entrypoint=entrypoint, env=_parse_env(env_args),
+        entrypoint=entrypoint, env=parse_env_args(env_args),
     )  # fmt: skip
     registry.validate(profile)
     image_kw = {"image": image} if image else {}

@@ -8,6 +8,7 @@ from typing import Any
 
 import click
 
+from vprof.cli.options import FiniteFloat
 from vprof.cli.output import emit, format_option
 
 slo_option = click.option(
@@ -125,7 +126,14 @@ def _split_on_vs(args: Sequence[str]) -> list[list[str]]:
 @format_option
 @slo_option
 @click.option("--timeline", "show_timeline", is_flag=True, help="Also print per-interval rows.")
-@click.option("--interval", "interval_s", default=5.0, show_default=True, help="Timeline bin, s.")
+@click.option(
+    "--interval",
+    "interval_s",
+    type=FiniteFloat(above=0, maximum=1e9),
+    default=5.0,
+    show_default=True,
+    help="Timeline bin, s.",
+)
 @click.option("--save", is_flag=True, help="Write summary.json and timeline.csv into each run.")
 def summarize(
     runs: tuple[str, ...], fmt: str, slo: str | None, show_timeline: bool, interval_s: float,
@@ -147,7 +155,13 @@ def summarize(
 @click.argument("runs", nargs=-1, required=True, type=click.Path())
 @format_option
 @click.option("--metric", "metrics", multiple=True, help="Summary key to compare (repeatable).")
-@click.option("--n-boot", default=2000, show_default=True, help="Bootstrap resamples.")
+@click.option(
+    "--n-boot",
+    type=click.IntRange(1, 100_000),
+    default=2000,
+    show_default=True,
+    help="Bootstrap resamples.",
+)
 @click.option("--seed", default=0, show_default=True, help="Bootstrap seed.")
 def compare(
     runs: tuple[str, ...], fmt: str, metrics: tuple[str, ...], n_boot: int, seed: int
@@ -204,9 +218,21 @@ def show_plan(
 
 @click.command(short_help="Replicas needed to serve a request rate within an SLO.")
 @click.argument("runs", nargs=-1, required=True, type=click.Path())
-@click.option("--rps", "target_rps", type=float, required=True, help="Request rate to serve.")
+@click.option(
+    "--rps",
+    "target_rps",
+    type=FiniteFloat(above=0, maximum=1e9),
+    required=True,
+    help="Request rate to serve.",
+)
 @click.option("--slo", required=True, help="Objectives, e.g. ttft_p95=500ms,tpot_p95=50ms.")
-@click.option("--headroom", default=0.2, show_default=True, help="Spare capacity (0.2 = 20 %).")
+@click.option(
+    "--headroom",
+    type=FiniteFloat(minimum=0, maximum=100),
+    default=0.2,
+    show_default=True,
+    help="Spare capacity (0.2 = 20 %).",
+)
 @click.option("--evidence", is_flag=True, help="Also list every measured level and its checks.")
 @format_option
 def plan(

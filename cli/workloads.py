@@ -59,7 +59,14 @@ def workloads(ctx: click.Context, extra_dirs: tuple[str, ...], fmt: str) -> None
 
 @workloads.command("show")
 @click.argument("name")
-@click.option("-n", "--samples", default=8, show_default=True, help="Planned requests to show.")
+@click.option(
+    "-n",
+    "--samples",
+    type=click.IntRange(0, 100_000),
+    default=8,
+    show_default=True,
+    help="Planned requests to show.",
+)
 @click.option(
     "--tokenizer",
     "tokenizer_path",

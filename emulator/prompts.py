@@ -28,7 +28,15 @@ def _load_tokenizer(tokenizer_path: str):  # -> tokenizers.Tokenizer
         )
     from tokenizers import Tokenizer  # lazy: only when a tokenizer is asked for
 
-    return Tokenizer.from_file(str(path))
+    try:
+        return Tokenizer.from_file(str(path))
+    except Exception as exc:  # the Rust side raises plain Exceptions for bad files
+        raise VprofError(
+            f"not a tokenizer.json: {' '.join(str(exc).split())[:200]}",
+            path=str(path),
+            key="--tokenizer",
+            hint="pass a Hugging Face tokenizer.json or a model folder that holds one",
+        ) from None
 
 
 def load_counter(tokenizer_path: str | None) -> Callable[[str], int]:

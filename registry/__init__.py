@@ -1,7 +1,8 @@
 """Named vLLM server profiles: loading with ``extends`` and layering, validation, rendering.
 
 Imports only the standard library and PyYAML, so registry commands start fast; it never imports
-vLLM (its flag table is ``vllm_args.json``, written by ``scripts/gen_vllm_args.py``).
+vLLM (its flag table is ``vllm_args.json``, written by ``vprof.registry.gen_vllm_args``, which
+runs in a child process when another vLLM is installed).
 """
 
 from vprof.common.errors import ProfileError

@@ -20,12 +20,19 @@ from vprof.common.errors import ProfileError
 from vprof.common.presets import YAML_SUFFIXES, preset_locations, yaml_files
 from vprof.common.suggest import closest, suggestion
 from vprof.common.yamlfile import YamlDoc, read_yaml
-from vprof.registry.profile import Profile, flag_key
+from vprof.registry.profile import (
+    ENV_NAME_HINT,
+    Profile,
+    env_name_problem,
+    flag_key,
+    text_problem,
+)
 
 ENV_VAR = "VPROF_PROFILES_DIR"
 TOP_LEVEL_KEYS = ("name", "description", "extends", "model", "entrypoint", "engine_args", "env")
-_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
-_ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_STRING_KEYS = ("name", "description", "extends", "model", "entrypoint")
+# \A…\Z: "$" would also match before a trailing newline
+_NAME_RE = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9._-]*\Z")
 
 
 @dataclass(frozen=True, eq=False)
@@ -101,9 +108,75 @@ def _read_raw(file: Path, layer: int) -> _Raw:
             path=path,
             line=1,
         )
+    doc = _env_names_as_written(doc)
+    doc = YamlDoc(doc.path, _strings_as_written(doc), doc.lines, doc.texts, doc.key_texts)
+    data = doc.data
     raw = _Raw(name=str(data.get("name") or file.stem), path=path, layer=layer, doc=doc)
     _check_shape(raw)
+    _engine_args_as_written(raw)
     return raw
+
+
+def _env_names_as_written(doc: YamlDoc) -> YamlDoc:
+    """Environment names as written (``ON:`` is the name "ON", not YAML's ``True``), with the
+    lines and texts of their entries moved to the written names."""
+    env = doc.data.get("env")
+    if not isinstance(env, dict) or not any(("env", str(k)) in doc.key_texts for k in env):
+        return doc
+    lines, texts = dict(doc.lines), dict(doc.texts)
+    renamed: dict[Any, Any] = {}
+    for key, value in env.items():
+        name = doc.key_as_written("env", key)
+        for table in (lines, texts):
+            if ("env", str(key)) in table:
+                table[("env", str(name))] = table.pop(("env", str(key)))
+        renamed[name] = value
+    return YamlDoc(doc.path, {**doc.data, "env": renamed}, lines, texts, doc.key_texts)
+
+
+def _strings_as_written(doc: YamlDoc) -> dict[str, Any]:
+    """A copy of the profile's data where the keys that hold strings (name, description, …,
+    env values) keep the text YAML read as a number, bool or date (``VER: 1.10`` → "1.10")."""
+    data = dict(doc.data)
+    for key in _STRING_KEYS:
+        if key in data:
+            data[key] = doc.as_written(key, value=data[key])
+    env = data.get("env")
+    if isinstance(env, dict):
+        data["env"] = {name: doc.as_written("env", name, value=v) for name, v in env.items()}
+    return data
+
+
+def _engine_args_as_written(raw: _Raw) -> None:
+    """Engine arguments vLLM reads as strings keep their text (``served-model-name: 1.10``);
+    integers YAML reads differently from vLLM (``010``) are refused."""
+    from vprof.registry.vllm_args import flag_table
+
+    args = raw.data.get("engine_args")
+    if not args:
+        return
+    table = flag_table()
+    doc = raw.doc
+    kept: dict[Any, Any] = {}
+    for written, value in args.items():
+        key = flag_key(written)
+        try:
+            if isinstance(value, list):
+                value = [
+                    table.as_written(key, item, doc.text("engine_args", written, i))
+                    for i, item in enumerate(value)
+                ]
+            else:
+                value = table.as_written(key, value, doc.text("engine_args", written))
+        except ValueError as exc:
+            raise ProfileError(
+                str(exc),
+                path=raw.path,
+                line=doc.line("engine_args", written) or 1,
+                key=str(written),
+            ) from None
+        kept[written] = value
+    raw.data["engine_args"] = kept
 
 
 def _check_shape(raw: _Raw) -> None:
@@ -133,15 +206,19 @@ def _check_shape(raw: _Raw) -> None:
             raise raw.error(f"must be a mapping, not {_type_name(value)}", key=key)
     env = data.get("env") or {}
     for name, value in env.items():
-        where = {"path": raw.path, "line": raw.doc.line("env", name), "key": f"env.{name}"}
-        if not isinstance(name, str) or not _ENV_NAME_RE.match(name):
-            raise ProfileError("not a valid environment variable name", **where)
+        where = {"path": raw.path, "line": raw.doc.line("env", name), "key": f"env.{name!r}"}
+        if env_name_problem(name):
+            raise ProfileError("not a valid environment variable name", hint=ENV_NAME_HINT, **where)
+        where["key"] = f"env.{name}"
         if isinstance(value, bool) or not isinstance(value, (str, int, float)):
             raise ProfileError(
                 f"environment values must be strings, not {_type_name(value)}",
                 hint='quote it, e.g. "1"',
                 **where,
             )
+        problem = text_problem(str(value))
+        if problem:
+            raise ProfileError(f"the value {problem}", **where)
 
 
 def _looks_like_flag(key: str) -> bool:

@@ -1,4 +1,11 @@
-"""Command-line overrides on top of a named profile: ``--model``, ``--port``, ``--set K=V``."""
+"""Command-line overrides on top of a named profile: ``--model``, ``--port``, ``--set K=V``,
+``--env NAME=VALUE``, read as a profile file would read them.
+
+``--set KEY=VALUE`` values are YAML, as under ``engine_args:`` (``512`` an int, ``false`` a
+bool, ``{a: 1}`` a mapping, empty or ``null`` drops the flag), with the same limits and the
+same rule for strings: where vLLM expects a string the text arrives as typed
+(``served-model-name=1.10`` stays ``1.10``). ``--env NAME=VALUE`` values are taken literally.
+"""
 
 from __future__ import annotations
 
@@ -8,17 +15,15 @@ from typing import Any
 
 from vprof.common.errors import ProfileError
 from vprof.registry.loader import get_profile
-from vprof.registry.profile import Profile
+from vprof.registry.profile import ENV_NAME_HINT, Profile, env_name_problem, flag_key
 
 
 def parse_set_args(items: Sequence[str]) -> dict[str, Any]:
-    """``["max-num-batched-tokens=512", "enable-chunked-prefill=false"]`` → typed values.
+    """``["max-num-batched-tokens=512", "enable-chunked-prefill=false"]`` → typed values."""
+    from vprof.common.yamlfile import parse_yaml
+    from vprof.registry.vllm_args import flag_table
 
-    Values are read as YAML scalars, as in a profile file: ``512`` is an int, ``false`` a bool;
-    an empty value (``key=``) drops the flag.
-    """
-    import yaml
-
+    table = flag_table()
     parsed: dict[str, Any] = {}
     for item in items:
         key, sep, text = item.partition("=")
@@ -27,11 +32,52 @@ def parse_set_args(items: Sequence[str]) -> dict[str, Any]:
             raise ProfileError(
                 f"--set {item!r} is not KEY=VALUE", hint="e.g. --set max-num-batched-tokens=512"
             )
+        where = f"--set {key}"
+        if not text.strip():
+            parsed[key] = None
+            continue
+        spec = table.lookup(flag_key(key))
+        if spec is not None and spec.kind == "str":
+            # a string flag takes what was typed: YAML only removes quotes around it, or makes
+            # a list for a flag that takes several; anything else YAML sees (a number, a
+            # mapping, a syntax error) is not what the user meant
+            try:
+                doc = parse_yaml(text, "", ProfileError, key=where)
+            except ProfileError:
+                parsed[key] = text
+                continue
+            if doc.data is None or isinstance(doc.data, str):  # null drops the flag
+                parsed[key] = doc.data
+            elif isinstance(doc.data, list) and spec.is_list:
+                parsed[key] = [doc.as_written(i, value=v) for i, v in enumerate(doc.data)]
+            else:
+                parsed[key] = text
+            continue
+        doc = parse_yaml(text, "", ProfileError, key=where)
+        value = doc.data
         try:
-            value = yaml.safe_load(text) if text.strip() else None
-        except yaml.YAMLError:
-            value = text
+            if isinstance(value, list):
+                value = [table.as_written(key, v, doc.text(i)) for i, v in enumerate(value)]
+            else:
+                value = table.as_written(key, value, doc.text())
+        except ValueError as exc:
+            raise ProfileError(str(exc), key=where) from None
         parsed[key] = value
+    return parsed
+
+
+def parse_env_args(items: Sequence[str]) -> dict[str, str]:
+    """``["NAME=value", …]`` → ``{"NAME": "value"}``; a name that is not a valid environment
+    variable name is refused, naming ``--env``."""
+    parsed: dict[str, str] = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            raise ProfileError(f"expected NAME=VALUE, got {item!r}", key="--env")
+        problem = env_name_problem(name)
+        if problem:
+            raise ProfileError(problem, key="--env", hint=ENV_NAME_HINT)
+        parsed[name] = value
     return parsed
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -10,6 +11,27 @@ from typing import Any
 ENTRYPOINTS = ("serve", "openai-module", "api-server")
 DEFAULT_PORT = 8000
 DEFAULT_HOST = "127.0.0.1"
+# POSIX portable names; \A…\Z because "$" also matches before a trailing newline
+ENV_NAME_RE = re.compile(r"\A[A-Za-z_][A-Za-z0-9_]*\Z")
+ENV_NAME_HINT = "letters, digits and '_', not starting with a digit"
+
+
+def env_name_problem(name: object) -> str | None:
+    """Why ``name`` cannot be an environment variable's name, or None if it can."""
+    if not isinstance(name, str) or not ENV_NAME_RE.match(name):
+        return f"{name!r} is not a valid environment variable name"
+    return None
+
+
+def text_problem(text: str) -> str | None:
+    """Why ``text`` cannot go into a command line or an environment value, or None."""
+    if "\x00" in text:
+        return "contains a NUL character, which no command line or environment can hold"
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return "is not valid Unicode (it holds a lone surrogate, perhaps from bytes not in UTF-8)"
+    return None
 
 
 def flag_key(name: str) -> str:
@@ -59,8 +81,18 @@ class Profile:
         """A copy with command-line overrides applied; a ``set_args`` value of None drops a flag.
 
         Origins of overridden values name the option (``--model``, ``--port``, ``--set``, …).
-        Validate the result again: overrides are not checked here.
+        Environment names and values are checked here (``ProfileError`` naming ``--env``);
+        validate the result again for the rest.
         """
+        from vprof.common.errors import ProfileError
+
+        for key, value in (env or {}).items():
+            problem = env_name_problem(key)
+            if problem:
+                raise ProfileError(problem, key="--env", hint=ENV_NAME_HINT)
+            problem = text_problem(str(value))
+            if problem:
+                raise ProfileError(f"the value of {key} {problem}", key="--env")
         engine_args = dict(self.engine_args)
         env_out = dict(self.env)
         origins = dict(self.origins)

@@ -1,7 +1,12 @@
 """Profile → launch command, as an argv, a shell line, a ``docker run`` line or Kubernetes YAML.
 
 All pure functions of the profile. The argv is what vprof executes (never through a shell);
-the other forms are for people to paste or apply.
+the other forms are for people to paste or apply, and each is safe for any string a profile
+can hold: shell and docker lines quote every token (environment names are checked, not
+quoted), Kubernetes YAML comes from a safe dumper with ``$`` escaped from the kubelet's
+``$(VAR)`` expansion, and a value vLLM's parser would take for an option (a leading ``-``) is
+passed as ``--flag=value``. What no command line can carry (NUL, a lone surrogate) raises
+``ProfileError`` naming the setting.
 """
 
 from __future__ import annotations
@@ -13,7 +18,8 @@ from typing import Any
 
 import yaml
 
-from vprof.registry.profile import Profile
+from vprof.common.errors import ProfileError
+from vprof.registry.profile import ENV_NAME_HINT, Profile, env_name_problem, text_problem
 from vprof.registry.vllm_args import flag_table
 
 DOCKER_IMAGE = "vllm/vllm-openai:latest"
@@ -26,42 +32,88 @@ _MODULES = {
 _NOT_IN_CONTAINERS = ("host",)
 
 
-def _value_text(value: Any) -> str:
+# argparse (and vLLM's parser on top of it) takes these for values; any other leading "-" may
+# start an option (vLLM's parser even rewrites "-0.5" as a dotted config key)
+_NEGATIVE_NUMBER = re.compile(r"-\d+")
+
+
+def _checked(text: str, key: str) -> str:
+    problem = text_problem(text)
+    if problem:
+        raise ProfileError(problem, key=key)
+    return text
+
+
+def _value_text(value: Any, key: str) -> str:
     if isinstance(value, (dict, list)):
-        return json.dumps(value, separators=(",", ":"))
-    return str(value)
+        return _checked(json.dumps(value, separators=(",", ":")), key)
+    text = _checked(str(value), key)
+    if text == "--":  # argparse drops a "--" value, in either form, before it reaches vLLM
+        raise ProfileError("'--' cannot be passed to vLLM as a value", key=key)
+    return text
+
+
+def _looks_like_option(text: str) -> bool:
+    return text.startswith("-") and not _NEGATIVE_NUMBER.fullmatch(text)
 
 
 def flag_tokens(key: str, value: Any) -> list[str]:
-    """argv tokens for one engine argument (``True`` → ``--flag``, ``False`` → ``--no-flag``)."""
+    """argv tokens for one engine argument (``True`` → ``--flag``, ``False`` → ``--no-flag``).
+
+    A value starting with ``-`` (other than a negative number) is joined to its flag
+    (``--flag=-x``) so vLLM's parser does not read it as an option.
+    """
     spec = flag_table().lookup(key)
-    flag = f"--{key}"
+    flag = f"--{_checked(str(key), key)}"
+
+    def pair(text: str) -> list[str]:
+        return [f"{flag}={text}"] if _looks_like_option(text) else [flag, text]
+
     if isinstance(value, bool):
         if value:
             return [flag]
         # store_true flags have no --no- form: leaving them out is how to say False
         return [f"--no-{key}"] if spec is None or spec.negatable else []
     if isinstance(value, list) and spec is not None and spec.is_list:
+        items = [_value_text(item, key) for item in value]
         if spec.append:
-            return [token for item in value for token in (flag, _value_text(item))]
-        return [flag, *(_value_text(item) for item in value)]
-    return [flag, _value_text(value)]
+            return [token for item in items for token in pair(item)]
+        if len(items) == 1:
+            return pair(items[0])
+        dashed = next((item for item in items if _looks_like_option(item)), None)
+        if dashed is not None:
+            raise ProfileError(
+                f"the list item {dashed!r} starts with '-', so vLLM would read it as an option",
+                key=key,
+                hint="give that value on its own (a one-item list is written --flag=value)",
+            )
+        return [flag, *items]
+    return pair(_value_text(value, key))
+
+
+def _model(profile: Profile) -> str:
+    model = _checked(profile.model, "model")
+    if model.startswith("-"):
+        raise ProfileError(
+            f"the model {model!r} starts with '-', so vLLM would read it as an option",
+            key="model",
+            hint="for a local folder write ./" + model,
+        )
+    return model
 
 
 def _launcher(profile: Profile, python: str) -> list[str]:
     """The program part of the argv, up to and including the model."""
     if profile.entrypoint == "serve":
-        return ["vllm", "serve", profile.model]
+        return ["vllm", "serve", _model(profile)]
     module = _MODULES.get(profile.entrypoint)
     if module is None:
-        from vprof.common.errors import ProfileError
-
         raise ProfileError(
             f"unknown entrypoint {profile.entrypoint!r}",
             key="entrypoint",
             hint="choose serve, openai-module or api-server",
         )
-    return [python, "-m", module, "--model", profile.model]
+    return [python, "-m", module, "--model", _model(profile)]
 
 
 def _flags(profile: Profile, skip: tuple[str, ...] = ()) -> list[str]:
@@ -77,29 +129,46 @@ def render(profile: Profile, *, python: str = "python3") -> list[str]:
     return _launcher(profile, python) + _flags(profile)
 
 
+def _env(profile: Profile) -> list[tuple[str, str]]:
+    """The profile's environment, every name and value checked for a command line."""
+    pairs = []
+    for name, value in profile.env.items():
+        problem = env_name_problem(name)
+        if problem:
+            raise ProfileError(problem, key="env", hint=ENV_NAME_HINT)
+        pairs.append((name, _checked(str(value), f"env.{name}")))
+    return pairs
+
+
 def render_shell(profile: Profile, *, python: str = "python3") -> str:
     """One shell line: ``NAME=value … <argv>``, every token quoted safely."""
-    env = [f"{name}={shlex.quote(value)}" for name, value in profile.env.items()]
+    env = [f"{name}={shlex.quote(value)}" for name, value in _env(profile)]
     return " ".join([*env, shlex.join(render(profile, python=python))])
+
+
+def _image(image: str) -> str:
+    if _checked(image, "--image").startswith("-") or not image.strip():
+        raise ProfileError(f"{image!r} is not a container image", key="--image")
+    return image
 
 
 def render_docker(profile: Profile, *, image: str = DOCKER_IMAGE, gpus: str = "all") -> str:
     """A ``docker run`` line for vLLM's official image (GPU, host IPC, HF cache mounted)."""
     port = profile.port
     head = ["docker", "run", "--rm", "--gpus", gpus, "--ipc=host", "-p", f"{port}:{port}"]
-    for name, value in profile.env.items():
+    for name, value in _env(profile):
         head += ["-e", f"{name}={value}"]
     head += ["-e", "HF_TOKEN"]  # passed through from the caller's environment when set
     if profile.entrypoint == "api-server":
         # the image's entrypoint is the OpenAI server; the legacy server needs python itself
         head += ["--entrypoint", "python3"]
-        tail = ["-m", _MODULES["api-server"], "--model", profile.model]
+        tail = ["-m", _MODULES["api-server"], "--model", _model(profile)]
     else:
-        tail = ["--model", profile.model]
+        tail = ["--model", _model(profile)]
     tail += _flags(profile, skip=_NOT_IN_CONTAINERS)
     # double quotes so the shell expands $HOME; every other token is single-quoted as needed
     volume = f'-v "$HOME/.cache/huggingface:{HF_CACHE_IN_CONTAINER}"'
-    return " ".join([shlex.join(head), volume, shlex.join([image, *tail])])
+    return " ".join([shlex.join(head), volume, shlex.join([_image(image), *tail])])
 
 
 class _NoAliasDumper(yaml.SafeDumper):
@@ -115,6 +184,17 @@ def k8s_name(profile_name: str) -> str:
     return f"vllm-{cleaned}"[:63].rstrip("-")
 
 
+def k8s_escape(text: str) -> str:
+    """``text`` safe from the kubelet's ``$(VAR)`` expansion in command, args and env values:
+    the kubelet turns ``$$`` into ``$``, so doubling every ``$`` leaves the text as written."""
+    return text.replace("$", "$$")
+
+
+def _comment(text: str) -> str:
+    """``text`` on one line of printable characters, for a YAML ``#`` comment."""
+    return " ".join("".join(c if c.isprintable() else " " for c in text).split())
+
+
 def _gpus_per_replica(profile: Profile) -> int:
     size = 1
     for key in ("tensor-parallel-size", "pipeline-parallel-size"):
@@ -128,11 +208,12 @@ def render_k8s(profile: Profile, *, replicas: int = 1, image: str = DOCKER_IMAGE
     """A Deployment (GPU limits, /health probes, the argv as command/args) and a Service."""
     name = k8s_name(profile.name)
     port = profile.port
-    argv = _launcher(profile, "python3") + _flags(profile, skip=_NOT_IN_CONTAINERS)
+    argv = [k8s_escape(token) for token in _launcher(profile, "python3")]
+    argv += [k8s_escape(token) for token in _flags(profile, skip=_NOT_IN_CONTAINERS)]
     split = 2 if profile.entrypoint == "serve" else 3  # "vllm serve" | "python3 -m module"
     gpus = _gpus_per_replica(profile)
     labels = {"app.kubernetes.io/name": "vllm", "app.kubernetes.io/instance": name}
-    env = [{"name": k, "value": v} for k, v in profile.env.items()]
+    env: list[dict[str, Any]] = [{"name": k, "value": k8s_escape(v)} for k, v in _env(profile)]
     env.append(
         {
             "name": "HF_TOKEN",
@@ -149,7 +230,7 @@ def render_k8s(profile: Profile, *, replicas: int = 1, image: str = DOCKER_IMAGE
 
     container = {
         "name": "vllm",
-        "image": image,
+        "image": _image(image),
         "command": argv[:split],
         "args": argv[split:],
         "env": env,
@@ -204,7 +285,7 @@ def render_k8s(profile: Profile, *, replicas: int = 1, image: str = DOCKER_IMAGE
         },
     }
     header = (
-        f"# vprof profile {profile.name}: {profile.description}\n"
+        f"# vprof profile {_comment(profile.name)}: {_comment(profile.description)}\n"
         f"# {replicas} replica(s) × {gpus} GPU(s); replace the hf-cache emptyDir with a "
         "PersistentVolumeClaim to keep weights across restarts.\n"
     )

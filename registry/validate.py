@@ -7,14 +7,15 @@ refuse fails here, in milliseconds, with the file, line and key — not after a 
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Any
 
 from vprof.common.errors import ProfileError
-from vprof.registry.profile import ENTRYPOINTS, Profile
+from vprof.registry.profile import ENTRYPOINTS, Profile, text_problem
 from vprof.registry.vllm_args import FlagSpec, FlagTable, flag_table
 
-_HUMAN_INT = re.compile(r"^(\d+(?:\.\d+)?)([kKmMgGtT])$")
+_HUMAN_INT = re.compile(r"(\d+(?:\.\d+)?)([kKmMgGtT])")  # used with fullmatch
 _DECIMAL = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
 _BINARY = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
 
@@ -52,7 +53,7 @@ def _as_int(value: Any, spec: FlagSpec) -> int | None:
             return -1
         if re.fullmatch(r"-?\d+", text):
             return int(text)
-        match = _HUMAN_INT.match(text)
+        match = _HUMAN_INT.fullmatch(text)
         if match and spec.human_readable:
             number, suffix = match.groups()
             if suffix in _DECIMAL:
@@ -118,6 +119,8 @@ class _Checker:
         elif kind == "float":
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 expected = "a number"
+            elif not math.isfinite(value):
+                expected = "a finite number"
         elif kind == "json":
             if not isinstance(value, (dict, list, str)):
                 expected = "a mapping or a JSON string"
@@ -126,6 +129,10 @@ class _Checker:
                 expected = "a string"
         if expected:
             self.error(key, f"expected {expected}, got {value!r}")
+            return False
+        problem = _text_problem_in(value)
+        if problem:
+            self.error(key, f"the value {problem}")
             return False
         if spec.choices is not None and str(value) not in spec.choices:
             near = [c for c in spec.choices if c.lower() == str(value).lower()]
@@ -239,8 +246,18 @@ class _Checker:
 
     def check_profile(self) -> None:
         profile = self.profile
+        if self.table.note:
+            self.notes.append(self.table.note)
         if not profile.model:
             self.error("model", "no model set", hint="add 'model: <hub id or path>'")
+        elif text_problem(profile.model):
+            self.error("model", f"the model name {text_problem(profile.model)}")
+        elif profile.model.startswith("-"):
+            self.error(
+                "model",
+                f"the model {profile.model!r} starts with '-', so vLLM would read it as an option",
+                hint=f"for a local folder write ./{profile.model}",
+            )
         if profile.entrypoint not in ENTRYPOINTS:
             self.error(
                 "entrypoint",
@@ -260,6 +277,19 @@ class _Checker:
             self.check_flag(key, value)
         self.check_combinations()
         self.add_guide_notes()
+
+
+def _text_problem_in(value: Any) -> str | None:
+    """Why a string somewhere in ``value`` cannot reach a command line, or None."""
+    if isinstance(value, str):
+        return text_problem(value)
+    if isinstance(value, dict):
+        items = [*value.keys(), *value.values()]
+    elif isinstance(value, list):
+        items = value
+    else:
+        return None
+    return next((p for item in items if (p := _text_problem_in(item))), None)
 
 
 def check(profile: Profile) -> tuple[list[ProfileError], list[str]]:

@@ -81,11 +81,46 @@ def set_ladder(profile: Profile, key: str, values: Sequence[Any]) -> list[Rung]:
     return [Rung(f"{profile.name}@{key}={v}", {key: v}) for v in values]
 
 
-def parse_ladder_values(text: str) -> list[Any]:
-    """``"128,256,true"`` → ``[128, 256, True]`` (YAML scalars)."""
-    import yaml
+MAX_RUNGS = 100  # each rung is a server start and a run of minutes
 
-    return [yaml.safe_load(part.strip()) for part in text.split(",") if part.strip()]
+
+def parse_ladder_values(text: str, key: str | None = None) -> list[Any]:
+    """``"128,256,true"`` → ``[128, 256, True]``: each value read as ``--set KEY=VALUE`` reads
+    it (YAML scalars; strings as typed where vLLM expects a string when ``key`` is given)."""
+    from vprof.registry.overrides import parse_set_args
+
+    parts = [part.strip() for part in text.split(",")]
+    if not any(parts):
+        raise ProfileError("no values", key=key or "LADDER", hint="e.g. max-num-seqs=16,32,64")
+    if len(parts) > MAX_RUNGS:
+        raise ProfileError(f"at most {MAX_RUNGS} values, got {len(parts)}", key=key or "LADDER")
+    name = key or "value"
+    values = []
+    for part in parts:
+        if not part:
+            raise ProfileError(f"an empty value in {text!r}", key=key or "LADDER")
+        values.append(parse_set_args([f"{name}={part}"])[name])
+    return values
+
+
+def parse_sizes(text: str) -> list[int]:
+    """``--sizes 128,256,512`` → batched-token sizes: whole numbers from 1 to MAX_TOKENS."""
+    from vprof.common.numbers import MAX_TOKENS, parse_number_list
+
+    return parse_number_list(
+        text, minimum=1, maximum=MAX_TOKENS, integer=True, max_items=MAX_RUNGS,
+        error=ProfileError, key="--sizes",
+    )  # fmt: skip
+
+
+def parse_levels(text: str) -> list[float]:
+    """``--levels 2,4,8`` → load levels: positive, finite (rates or user counts)."""
+    from vprof.common.numbers import parse_number_list
+
+    return parse_number_list(
+        text, above=0, maximum=1_000_000, max_items=MAX_RUNGS, error=ProfileError,
+        key="--levels",
+    )  # fmt: skip
 
 
 def variant(profile: Profile, rung: Rung) -> Profile:
@@ -95,25 +130,28 @@ def variant(profile: Profile, rung: Rung) -> Profile:
 def load_ladder(traffic: str | TrafficShape, levels: Sequence[float]) -> list[TrafficShape]:
     """The traffic shape at each load level: open-loop shapes climb ``rate_rps``, closed-loop
     shapes climb ``users``. Each is named ``<shape>@<field>=<level>``, so run folders say it."""
+    from vprof.common.numbers import check_number
     from vprof.traffic import get_shape
 
     shape = get_shape(traffic) if isinstance(traffic, str) else traffic
     field = "rate_rps" if shape.open_loop else "users"
     shapes = []
     for level in levels:
-        if not (isinstance(level, (int, float)) and math.isfinite(level) and level > 0):
-            raise WorkloadError(
-                f"load levels must be positive numbers, got {level!r}", key="--levels"
+        value: float | int = check_number(
+            level, above=0, integer=not shape.open_loop, error=WorkloadError, key="--levels",
+            hint=None if shape.open_loop else f"{shape.name} is closed-loop: levels are users",
+        )  # fmt: skip
+        try:  # the shape's own checks, as for a file (e.g. how many requests a rate schedules)
+            shapes.append(
+                replace(
+                    shape,
+                    name=f"{shape.name}@{field}={value:g}",
+                    description=f"{shape.description} (at {field}={value:g})",
+                    **{field: value},
+                )
             )
-        value: float | int = float(level) if shape.open_loop else int(level)
-        shapes.append(
-            replace(
-                shape,
-                name=f"{shape.name}@{field}={value:g}",
-                description=f"{shape.description} (at {field}={value:g})",
-                **{field: value},
-            )
-        )
+        except WorkloadError as exc:
+            raise WorkloadError(exc.message, key="--levels", hint=exc.hint) from None
     return shapes
 
 

@@ -121,9 +121,11 @@ def test_plan_reads_run_folders(tmp_path):
 @pytest.mark.parametrize(
     "kwargs, fragment",
     [
-        ({"target_rps": 0, "slo": "ttft_p95=1s"}, "target rate must be positive"),
+        ({"target_rps": 0, "slo": "ttft_p95=1s"}, "--rps: must be more than 0, got 0"),
+        ({"target_rps": float("nan"), "slo": "ttft_p95=1s"}, "--rps: must be a finite number"),
         ({"target_rps": 1, "slo": "ttft=1s"}, "a plan needs percentile targets"),
         ({"target_rps": 1, "slo": "ttft_p95=1s", "headroom": -1}, "headroom"),
+        ({"target_rps": 1, "slo": "ttft_p95=1s", "headroom": float("inf")}, "--headroom"),
     ],
 )
 def test_plan_rejects_what_it_cannot_answer(kwargs, fragment):

@@ -79,7 +79,7 @@ def test_read_yaml_reports_unreadable_files(tmp_path: Path):
         read_yaml(tmp_path / "nope.yaml", WorkloadError, what="the workload file")
     assert info.value.message == "cannot read the workload file: No such file or directory"
     (tmp_path / "bin.yaml").write_bytes(b"a: \xff\n")
-    with pytest.raises(ProfileError, match="cannot read profile file: 'utf-8' codec"):
+    with pytest.raises(ProfileError, match="cannot read profile file: byte 0xff is not UTF-8"):
         read_yaml(tmp_path / "bin.yaml", ProfileError, what="profile file")
 
 

@@ -422,7 +422,7 @@ def test_emulate_help_has_an_example():
     result = CliRunner().invoke(cli, ["emulate", "--help"])
     assert result.exit_code == 0 and "Example:" in result.output
     bad = CliRunner().invoke(cli, ["emulate", "--itl-ms", "-3"])
-    assert bad.exit_code == 2 and "itl_ms" in bad.output
+    assert bad.exit_code == 2 and "--itl-ms" in bad.output
 
 
 def test_vprof_emulate_serves_until_terminated():

@@ -287,8 +287,13 @@ def test_misspelled_top_level_key_gets_did_you_mean(isolated):
     assert info.value.hint == "did you mean 'description'?"
 
 
-def test_boolean_env_value_must_be_quoted(isolated):
-    write(isolated / "profiles", "env.yaml", "model: a\nenv:\n  FOO: true\n")
+def test_env_values_arrive_as_written_even_when_yaml_reads_them_otherwise(isolated):
+    write(isolated / "profiles", "env.yaml", "model: a\nenv:\n  FOO: true\n  BAR: 010\n")
+    assert load_profiles()["env"].env == {"FOO": "true", "BAR": "010"}
+
+
+def test_empty_env_value_must_be_quoted(isolated):
+    write(isolated / "profiles", "env.yaml", "model: a\nenv:\n  FOO:\n")
     with pytest.raises(ProfileError) as info:
         load_profiles()
     assert (info.value.line, info.value.key) == (3, "env.FOO")

@@ -7,7 +7,6 @@ reads like a compiler message.
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Iterable, Mapping
 from dataclasses import fields
 from pathlib import Path
@@ -17,12 +16,11 @@ from vprof.common.errors import WorkloadError
 from vprof.common.presets import YAML_SUFFIXES, preset_files, preset_locations
 from vprof.common.suggest import suggestion
 from vprof.common.yamlfile import KeyPath, read_yaml
-from vprof.traffic.shape import KINDS, PROCESSES, TrafficShape
+from vprof.traffic.shape import KINDS, LIMITS, PROCESSES, TrafficShape, check_field
 
 PRESETS_DIR = Path(__file__).parent / "presets"
 ENV_DIRS = "VPROF_TRAFFIC_DIR"
 _FIELDS = {f.name: f for f in fields(TrafficShape)}
-_INT_FIELDS = {"users", "start_users", "step_users", "spike_users", "max_in_flight"}
 _SETTABLE = set(_FIELDS) - {"name", "source"}
 
 
@@ -54,15 +52,9 @@ def shape_from_dict(
         if key in ("kind", "process", "description"):
             values[key] = str(value)
             continue
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise fail(key, f"must be a number, got {value!r}")
-        if key in _INT_FIELDS:
-            if float(value) != int(value):
-                raise fail(key, f"must be a whole number, got {value!r}")
-            value = int(value)
-        if value < 0 or (isinstance(value, float) and math.isnan(value)):
-            raise fail(key, f"must not be negative, got {value!r}")
-        values[key] = float(value) if key not in _INT_FIELDS else value
+        line = (lines or {}).get((key,))
+        value = check_field(key, value, path=source, line=line)
+        values[key] = value if LIMITS[key][2] else float(value)
     kind = values.get("kind")
     if kind is None:
         raise fail(None, "missing 'kind'", f"one of {', '.join(KINDS)}")
@@ -92,16 +84,21 @@ def shape_from_dict(
             raise fail("max_in_flight", "must be at least 1")
         if process == "gamma" and values.get("burstiness", 1.0) <= 0:
             raise fail("burstiness", "must be positive (1 = Poisson, <1 burstier)")
+        if values.get("burstiness", 1.0) == 0:
+            raise fail("burstiness", "must be positive (1 = Poisson, <1 burstier)")
     elif values.get("users", 1) < 1 and kind != "spike":
         raise fail("users", "must be at least 1")
     if kind == "step" and values.get("step_s", 10.0) <= 0:
         raise fail("step_s", "must be positive")
-    return TrafficShape(name=name, source=source, **values)
+    try:
+        return TrafficShape(name=name, source=source, **values)
+    except WorkloadError as exc:  # a combination of fields, e.g. too many scheduled requests
+        raise fail(exc.key, exc.message, exc.hint) from None
 
 
 def _load_file(path: Path) -> TrafficShape:
     doc = read_yaml(path, WorkloadError, what="the traffic shape file", invalid="not valid YAML")
-    data = doc.data
+    data = doc.strings_as_written(("name", "kind", "process", "description"))
     name = path.stem
     if isinstance(data, Mapping) and "name" in data:
         name = str(data["name"])

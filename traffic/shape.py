@@ -11,13 +11,47 @@ Time ``t_s`` counts from the start of the test and includes the warm-up: a shape
 
 from __future__ import annotations
 
-import math
 import random
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from vprof.common.errors import WorkloadError
+from vprof.common.numbers import check_number
+
 KINDS = ("steady", "ramp", "step", "spike", "open-loop")
 PROCESSES = ("constant", "poisson", "gamma")
+
+_DAY_S = 86_400.0
+# Every numeric field's range, (minimum, maximum, whole number): wide enough for any real test,
+# narrow enough that a typo (1e20 users, a 10**9 s run) fails here and not in Locust.
+LIMITS: dict[str, tuple[float, float, bool]] = {
+    "duration_s": (0.0, 30 * _DAY_S, False),
+    "warmup_s": (0.0, _DAY_S, False),
+    "users": (0, 1_000_000, True),
+    "spawn_rate": (0.0, 100_000.0, False),
+    "start_users": (0, 1_000_000, True),
+    "ramp_s": (0.0, 30 * _DAY_S, False),
+    "step_users": (0, 1_000_000, True),
+    "step_s": (0.0, 30 * _DAY_S, False),
+    "spike_users": (0, 1_000_000, True),
+    "spike_at_s": (0.0, 30 * _DAY_S, False),
+    "spike_s": (0.0, 30 * _DAY_S, False),
+    "rate_rps": (0.0, 1_000_000.0, False),
+    "burstiness": (0.0, 1_000.0, False),
+    "max_in_flight": (0, 1_000_000, True),
+}
+# An open-loop schedule is a list of send times held in memory by every Locust process.
+MAX_SCHEDULED_REQUESTS = 10_000_000
+
+
+def check_field(name: str, value: Any, **where: Any) -> Any:
+    """``value`` for the numeric field ``name`` if finite and in range (an ``int`` for counts);
+    otherwise ``WorkloadError`` with ``where`` (path, line, key)."""
+    low, high, whole = LIMITS[name]
+    where.setdefault("key", name)
+    return check_number(
+        value, minimum=low, maximum=high, integer=whole, error=WorkloadError, **where
+    )
 
 
 @dataclass(frozen=True)
@@ -52,6 +86,19 @@ class TrafficShape:
     burstiness: float = 1.0
     max_in_flight: int = 32
     source: str = ""  # the YAML file it came from, for messages
+
+    def __post_init__(self) -> None:
+        # shapes also come from Locust's command line and from run configs, not only YAML
+        for name in LIMITS:
+            object.__setattr__(self, name, check_field(name, getattr(self, name)))
+        if self.open_loop and self.rate_rps * self.total_s > MAX_SCHEDULED_REQUESTS:
+            raise WorkloadError(
+                f"rate_rps × (warmup_s + duration_s) schedules "
+                f"{self.rate_rps * self.total_s:,.0f} requests; at most "
+                f"{MAX_SCHEDULED_REQUESTS:,} fit in one run",
+                key="rate_rps",
+                hint="lower the rate or the duration",
+            )
 
     @property
     def open_loop(self) -> bool:
@@ -117,7 +164,7 @@ def arrival_offsets(shape: TrafficShape, seed: int) -> list[float]:
         raise ValueError(f"shape {shape.name!r} is {shape.kind}, not open-loop")
     n = shape.expected_requests()
     rate = shape.rate_rps
-    if shape.process == "constant" or math.isinf(shape.burstiness):
+    if shape.process == "constant":
         return [i / rate for i in range(n)]
     burstiness = 1.0 if shape.process == "poisson" else shape.burstiness
     rng = random.Random(seed)

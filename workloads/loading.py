@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from vprof.common.errors import WorkloadError
+from vprof.common.numbers import MAX_TOKENS, check_number, number_hint, parse_number
 from vprof.common.presets import YAML_SUFFIXES, Location, preset_files, preset_locations
 from vprof.common.suggest import did_you_mean
 from vprof.workloads.spec import (
@@ -39,6 +40,11 @@ _TOP_KEYS = (
 )
 _PREFIX_KEYS = ("groups", "length_tokens", "popularity", "zipf_s", "share")
 _CONVERSATION_KEYS = ("turns", "user_tokens", "max_context_tokens")
+# keys whose values are strings wherever they appear: YAML's 1.10 arrives as "1.10"
+_STRING_KEYS = frozenset({"name", "description", "endpoint", "kind", "popularity", "file"})
+# a file of lengths or prompts is data, not config, but is read whole: a bound keeps a wrong
+# path (a disk image, a log) from filling memory
+MAX_DATA_BYTES = 2**30
 
 Lines = dict[tuple[str, ...], int]
 
@@ -146,9 +152,13 @@ def _distribution_or_dataset(
     if isinstance(value, bool):
         raise loc.error(keys, f"must be a token count or a distribution, got {value!r}")
     if isinstance(value, (int, float)):
-        if value < 1:
-            raise loc.error(keys, f"a token count must be at least 1, got {value}")
-        return Distribution("fixed", {"value": float(value)}), None
+        try:
+            check_number(value, minimum=1, maximum=MAX_TOKENS, error=WorkloadError)
+        except WorkloadError as exc:
+            raise loc.error(keys, f"a token count {exc.message}") from None
+        return Distribution("fixed", {"value": value}), None
+    if isinstance(value, str) and number_hint(value):
+        raise loc.error(keys, f"must be a token count, got {value!r}", number_hint(value))
     if not isinstance(value, Mapping):
         raise loc.error(
             keys, f"must be a token count or a mapping with a kind, got {type(value).__name__}"
@@ -184,9 +194,11 @@ def _distribution_or_dataset(
                 values = _read_lengths(path)
     params: dict[str, float] = {}
     for key, raw in spec.items():
-        if isinstance(raw, bool) or not isinstance(raw, (int, float)):
-            raise loc.error(keys + (str(key),), f"must be a number, got {raw!r}")
-        params[str(key)] = float(raw)
+        try:
+            check_number(raw, error=WorkloadError)  # ranges: Distribution, before float()
+        except WorkloadError as exc:
+            raise loc.error(keys + (str(key),), exc.message, exc.hint) from None
+        params[str(key)] = raw
     try:
         return Distribution(str(kind), params, values=values), dataset
     except WorkloadError as exc:
@@ -205,24 +217,44 @@ def _resolve(file: Any, keys: tuple[str, ...], loc: _Located) -> Path:
     return path
 
 
+def _read_text(path: Path) -> str:
+    """A data file's text: UTF-8, at most ``MAX_DATA_BYTES``; errors name the file and line."""
+    try:
+        with path.open("rb") as stream:
+            raw = stream.read(MAX_DATA_BYTES + 1)
+    except OSError as exc:
+        raise WorkloadError(f"cannot read it: {exc.strerror or exc}", path=str(path)) from None
+    if len(raw) > MAX_DATA_BYTES:
+        raise WorkloadError(
+            f"larger than {MAX_DATA_BYTES // 2**30} GiB; take a sample of it", path=str(path)
+        )
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise WorkloadError(
+            f"byte 0x{raw[exc.start]:02x} is not UTF-8",
+            path=str(path),
+            line=raw.count(b"\n", 0, exc.start) + 1,
+            hint="save it as UTF-8",
+        ) from None
+
+
 def _read_lengths(path: Path) -> tuple[int, ...]:
     out = []
-    for number, raw in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+    for number, raw in enumerate(_read_text(path).splitlines(), start=1):
         text = raw.strip()
         if not text or text.startswith("#"):
             continue
-        try:
-            n = int(text)
-        except ValueError:
+        if not text.lstrip("+-").isdigit():
             raise WorkloadError(
-                f"expected one integer token count per line, got {text!r}",
+                f"expected one integer token count per line, got {text[:40]!r}",
                 path=str(path),
                 line=number,
-            ) from None
-        if n < 1:
-            raise WorkloadError(
-                f"a token count must be at least 1, got {n}", path=str(path), line=number
             )
+        n = parse_number(
+            text, minimum=1, maximum=MAX_TOKENS, integer=True, error=WorkloadError,
+            path=str(path), line=number,
+        )  # fmt: skip
         out.append(n)
     if not out:
         raise WorkloadError("no token counts in the file", path=str(path))
@@ -232,21 +264,33 @@ def _read_lengths(path: Path) -> tuple[int, ...]:
 def _read_prompts(path: Path) -> PromptDataset:
     prompts: list[str] = []
     outputs: list[int] = []
-    for number, raw in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+    for number, raw in enumerate(_read_text(path).splitlines(), start=1):
         if not raw.strip():
             continue
         try:
             row = json.loads(raw)
-        except json.JSONDecodeError as exc:
-            raise WorkloadError(f"not JSON: {exc.msg}", path=str(path), line=number) from None
+        except (json.JSONDecodeError, RecursionError) as exc:
+            why = exc.msg if isinstance(exc, json.JSONDecodeError) else "nested too deeply"
+            raise WorkloadError(f"not JSON: {why}", path=str(path), line=number) from None
+        except ValueError as exc:  # e.g. an integer of more digits than Python converts
+            raise WorkloadError(f"not usable JSON: {exc}", path=str(path), line=number) from None
         if not isinstance(row, dict) or not isinstance(row.get("prompt"), str):
             raise WorkloadError(
                 'each line needs a "prompt" string', path=str(path), line=number, key="prompt"
             )
-        n = row.get("output_tokens", -1)
-        if not isinstance(n, int) or isinstance(n, bool) or (n < 1 and n != -1):
+        try:
+            row["prompt"].encode("utf-8")
+        except UnicodeEncodeError:
             raise WorkloadError(
-                f"must be a positive integer, got {n!r}",
+                "the prompt holds a lone surrogate (\\ud800-\\udfff), which cannot be sent",
+                path=str(path),
+                line=number,
+                key="prompt",
+            ) from None
+        n = row.get("output_tokens", -1)
+        if not isinstance(n, int) or isinstance(n, bool) or (n < 1 and n != -1) or n > MAX_TOKENS:
+            raise WorkloadError(
+                f"must be a positive integer up to {MAX_TOKENS:,}, got {n!r}",
                 path=str(path),
                 line=number,
                 key="output_tokens",
@@ -319,7 +363,7 @@ def load_workload_file(path: str | os.PathLike[str]) -> Workload:
     p = Path(path)
     doc = read_yaml(p, WorkloadError, what="the workload file", invalid="not valid YAML")
     return workload_from_dict(
-        doc.data if doc.data is not None else {},
+        doc.strings_as_written(_STRING_KEYS) if doc.data is not None else {},
         source=str(p),
         lines={**doc.lines, (): 1},
         base_dir=p.parent,

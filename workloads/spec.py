@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vprof.common.errors import WorkloadError
+from vprof.common.numbers import MAX_TOKENS, check_number
 from vprof.common.suggest import did_you_mean
 
 DISTRIBUTION_KINDS = ("fixed", "uniform", "normal", "lognormal", "empirical")
@@ -37,6 +38,18 @@ _ALLOWED: dict[str, frozenset[str]] = {
 }
 # How far an unclipped normal or lognormal reaches when a bound is needed (max-model-len checks).
 _TAIL_SIGMAS = 4.0
+# Ranges of each distribution parameter: (minimum, maximum). A lognormal sigma of 10 already
+# spreads lengths over 17 orders of magnitude; samples are clipped to MAX_TOKENS in any case.
+_PARAM_RANGES: dict[str, tuple[float, float]] = {
+    "value": (1, MAX_TOKENS),
+    "min": (1, MAX_TOKENS),
+    "max": (1, MAX_TOKENS),
+    "mean": (1, MAX_TOKENS),
+    "median": (1, MAX_TOKENS),
+    "stddev": (0, MAX_TOKENS),
+    "sigma": (0, 10),
+}
+MAX_PREFIX_GROUPS = 100_000
 
 
 class FrozenParams(Mapping[str, float]):
@@ -84,6 +97,10 @@ class Distribution:
         if problem is not None:
             key, message = problem
             raise WorkloadError(message, key=key)
+        # checked as given (a 400-digit integer would overflow float()), then kept as floats
+        object.__setattr__(
+            self, "params", FrozenParams({k: float(v) for k, v in self.params.items()})
+        )
 
     def sample(self, rng: random.Random) -> int:
         """One length drawn with ``rng``, rounded, clipped to ``[min, max]`` and at least 1."""
@@ -99,14 +116,14 @@ class Distribution:
             x = rng.lognormvariate(self._mu(), p["sigma"])
         else:
             x = self.values[rng.randrange(len(self.values))]
-        n = int(round(x))
+        n = int(round(x)) if x < MAX_TOKENS else MAX_TOKENS
         lo = p.get("min")
         hi = p.get("max")
         if lo is not None and n < lo:
             n = int(lo)
         if hi is not None and n > hi:
             n = int(hi)
-        return n if n >= 1 else 1
+        return min(max(n, 1), MAX_TOKENS)
 
     def _mu(self) -> float:
         p = self.params
@@ -140,8 +157,10 @@ class Distribution:
         if self.kind == "empirical":
             return max(self.values) if self.values else 0
         if self.kind == "normal":
-            return max(1, int(math.ceil(p["mean"] + _TAIL_SIGMAS * p["stddev"])))
-        return max(1, int(math.ceil(math.exp(self._mu() + _TAIL_SIGMAS * p["sigma"]))))
+            tail = p["mean"] + _TAIL_SIGMAS * p["stddev"]
+        else:
+            tail = math.exp(self._mu() + _TAIL_SIGMAS * p["sigma"])
+        return max(1, int(math.ceil(min(tail, MAX_TOKENS))))
 
     def describe(self) -> str:
         """A short human summary such as ``lognormal mean 300 sigma 0.6 [16, 1500]``."""
@@ -200,25 +219,37 @@ def _distribution_problem(d: Distribution) -> tuple[str, str] | None:
         wanted = " or ".join("+".join(alt) for alt in alternatives)
         return d.kind, f"a {d.kind} distribution needs {wanted}"
     for key, value in p.items():
-        if not isinstance(value, (int, float)) or isinstance(value, bool) or math.isnan(value):
-            return key, f"must be a number, got {value!r}"
-    for key in ("value", "min", "max", "mean", "median"):
-        if key in p and p[key] < 1:
-            return key, f"a token count must be at least 1, got {_num(p[key])}"
+        low, high = _PARAM_RANGES[key]
+        try:
+            check_number(
+                value,
+                minimum=low if key != "sigma" else None,
+                above=low if key == "sigma" else None,
+                maximum=high,
+                error=WorkloadError,
+            )
+        except WorkloadError as exc:
+            counts = key in ("value", "min", "max", "mean", "median")
+            return key, ("a token count " if counts else "") + exc.message
     if "min" in p and "max" in p and p["min"] > p["max"]:
         return "min", f"min ({_num(p['min'])}) is larger than max ({_num(p['max'])})"
-    if "stddev" in p and p["stddev"] < 0:
-        return "stddev", f"must not be negative, got {_num(p['stddev'])}"
-    if "sigma" in p and p["sigma"] <= 0:
-        return "sigma", f"must be positive, got {_num(p['sigma'])}"
     if "mean" in p and "median" in p:
         return "median", "give mean or median, not both"
     if d.kind == "empirical":
         if not d.values:
             return "values", "an empirical distribution needs at least one value"
-        bad = next((v for v in d.values if not isinstance(v, int) or v < 1), None)
+        bad = next(
+            (
+                v
+                for v in d.values
+                if not isinstance(v, int) or isinstance(v, bool) or not 1 <= v <= MAX_TOKENS
+            ),
+            None,
+        )
         if bad is not None:
-            return "values", f"token counts must be integers of at least 1, got {bad!r}"
+            return "values", (
+                f"token counts must be integers from 1 to {MAX_TOKENS:,}, got {bad!r}"
+            )
     return None
 
 
@@ -239,25 +270,19 @@ class PrefixSpec:
     share: float = 1.0
 
     def __post_init__(self) -> None:
-        if not isinstance(self.groups, int) or self.groups < 1:
-            raise WorkloadError(
-                f"must be an integer of at least 1, got {self.groups!r}", key="groups"
-            )
-        if not isinstance(self.length_tokens, int) or self.length_tokens < 1:
-            raise WorkloadError(
-                f"must be an integer of at least 1, got {self.length_tokens!r}",
-                key="length_tokens",
-            )
+        for key, high in (("groups", MAX_PREFIX_GROUPS), ("length_tokens", MAX_TOKENS)):
+            value = getattr(self, key)
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise WorkloadError(f"must be an integer, got {value!r}", key=key)
+            check_number(value, minimum=1, maximum=high, error=WorkloadError, key=key)
         if self.popularity not in POPULARITIES:
             raise WorkloadError(
                 f"unknown popularity {self.popularity!r}"
                 f"{did_you_mean(self.popularity, POPULARITIES)}; choose uniform or zipf",
                 key="popularity",
             )
-        if not isinstance(self.zipf_s, (int, float)) or self.zipf_s <= 0:
-            raise WorkloadError(f"must be a positive number, got {self.zipf_s!r}", key="zipf_s")
-        if not isinstance(self.share, (int, float)) or not 0.0 <= self.share <= 1.0:
-            raise WorkloadError(f"must be between 0 and 1, got {self.share!r}", key="share")
+        check_number(self.zipf_s, above=0, maximum=100, error=WorkloadError, key="zipf_s")
+        check_number(self.share, minimum=0, maximum=1, error=WorkloadError, key="share")
 
     def weights(self) -> tuple[float, ...]:
         """Probability of each group, given that a request uses a prefix."""
@@ -292,11 +317,13 @@ class ConversationSpec:
     max_context_tokens: int | None = None
 
     def __post_init__(self) -> None:
-        if self.max_context_tokens is not None and (
-            not isinstance(self.max_context_tokens, int) or self.max_context_tokens < 1
-        ):
-            raise WorkloadError(
-                f"must be an integer of at least 1, got {self.max_context_tokens!r}",
+        if self.max_context_tokens is not None:
+            check_number(
+                self.max_context_tokens,
+                minimum=1,
+                maximum=MAX_TOKENS,
+                integer=True,
+                error=WorkloadError,
                 key="max_context_tokens",
             )
 
