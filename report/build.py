@@ -29,7 +29,7 @@ def build_data(paths: Iterable[str | Path], **options: Any) -> dict[str, Any]:
     from vprof.analysis.run import display_names, json_safe, summarize_loaded
     from vprof.report.capacity import capacity, cost
     from vprof.report.inputs import resolve_inputs
-    from vprof.report.runs import distributions, provenance, timelines
+    from vprof.report.runs import columns, distributions, provenance, timelines
     from vprof.report.sweeps import from_load_levels, from_manifests
 
     opts = check_options(**options)
@@ -44,13 +44,14 @@ def build_data(paths: Iterable[str | Path], **options: Any) -> dict[str, Any]:
     ids = [f"r{i}" for i in range(len(runs))]
     entries = []
     for run_id, label, run, summary in zip(ids, labels, runs, summaries, strict=True):
+        cols = columns(run)
         entries.append(
             {
                 "id": run_id,
                 "label": label,
                 "summary": json_safe(summary),
-                "distributions": json_safe(distributions(run, summary, seed=opts.seed)),
-                "timeline": json_safe(timelines(run, summary)),
+                "distributions": json_safe(distributions(run, summary, cols, seed=opts.seed)),
+                "timeline": json_safe(timelines(run, summary, cols)),
                 "provenance": json_safe(provenance(run)),
             }
         )

@@ -86,13 +86,22 @@ def num(value: Any) -> str:
     return str(value)
 
 
+def plain(value: Any) -> str:
+    """A value as its file holds it (provenance): numbers unrounded, booleans as yes/no."""
+    if isinstance(value, float) and value.is_integer() and abs(value) < 1e15:
+        return str(int(value))
+    return num(value) if isinstance(value, bool) or value is None else str(value)
+
+
 def _label(column: str) -> str:
     return _LABELS.get(column, column.replace("_", " "))
 
 
-def _cell_class(value: Any) -> str:
+def _cell_class(value: Any, column: str = "") -> str:
     if isinstance(value, bool):
-        return "yes" if value else "no"
+        return ("met" if value else "missed") if column == "slo_met" else ""
+    if value == "missed":
+        return "missed"
     if isinstance(value, (int, float)) or value in ("inf", "-inf"):
         return "n"
     return ""
@@ -108,6 +117,7 @@ def _environment():
         trim_blocks=False,
     )
     env.filters["num"] = num
+    env.filters["plain"] = plain
     env.filters["label"] = _label
     env.filters["cell_class"] = _cell_class
     return env

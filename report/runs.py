@@ -29,7 +29,8 @@ _FLOATS = ("scheduled_at", "sent_at", "first_token_at", "last_token_at", "finish
            "ttft_ms", "tpot_ms", "e2e_ms", "schedule_lag_ms")  # fmt: skip
 
 
-def _columns(run: Run) -> dict[str, Any]:
+def columns(run: Run) -> dict[str, Any]:
+    """The record columns the pictures need, as numpy arrays (read once per run)."""
     import numpy as np
 
     table = run.records
@@ -49,13 +50,14 @@ def _completed(cols: dict[str, Any], warmup_until: float | None) -> Any:
     return keep & (cols["status"] == "ok")
 
 
-def distributions(run: Run, summary: dict[str, Any], *, seed: int = 0) -> dict[str, Any]:
+def distributions(
+    run: Run, summary: dict[str, Any], cols: dict[str, Any], *, seed: int = 0
+) -> dict[str, Any]:
     """Per metric: the curve (downsampled) and the summary's percentiles (from every value)."""
     import numpy as np
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    cols = _columns(run)
     ok = _completed(cols, run.warmup_until)
     if int(ok.sum()) != summary.get("completed"):
         raise RuntimeError(
@@ -90,13 +92,12 @@ def _percentiles(summary: dict[str, Any], metric: str) -> dict[str, Any]:
     return dict(sorted(out.items(), key=lambda kv: float(kv[0])))
 
 
-def timelines(run: Run, summary: dict[str, Any]) -> dict[str, Any]:
+def timelines(run: Run, summary: dict[str, Any], cols: dict[str, Any]) -> dict[str, Any]:
     """Tokens/s, the server's queue and KV cache, TTFT, schedule lag and load-generator CPU."""
     import numpy as np
 
     from vprof.analysis import timeline
 
-    cols = _columns(run)
     started = np.where(np.isnan(cols["sent_at"]), cols["scheduled_at"], cols["sent_at"])
     if not np.isfinite(started).any():
         return {"empty": "no request was sent"}

@@ -239,7 +239,7 @@ def test_gpus_per_replica_multiply_every_parallel_size(tmp_path):
 
 def test_a_sweep_manifest_gives_its_rungs_and_recommendation(tmp_path):
     sweep = write_sweep(tmp_path / "sweep")
-    data = build_data([sweep], n_boot=0)
+    data = embedded(write_report([sweep], tmp_path / "sweep.html", n_boot=0))
     (entry,) = [s for s in data["sweeps"] if s["source"] == "manifest"]
     assert entry["kind"] == "batched-tokens" and entry["profile"] == "baseline"
     assert [r["rung"] for r in entry["rows"]][-1] == "baseline@mnbt=6144"

@@ -38,8 +38,7 @@
     return Object.assign({
       animation: false,
       color: COLORS,
-      title: { text: title, left: 8, top: 6, right: 96, itemGap: 5, textStyle: { fontSize: 13, fontWeight: 600 },
-        subtextStyle: { fontSize: 10, color: "#59636e" } },
+      title: [{ text: title, left: 8, top: 6, textStyle: { fontSize: 13, fontWeight: 600 } }],
       // containLabel leaves out axis names: the left margin keeps room for the y axis's.
       grid: { left: 30, right: 24, top: 64, bottom: 30, containLabel: true },
       legend: { type: "scroll", top: 30, left: 8, right: 90, textStyle: { fontSize: 11 } },
@@ -52,15 +51,34 @@
     }, extra || {});
   }
 
+  // A second, smaller title line under the first: what the line styles or marks mean.
+  function subtitle(option, text) {
+    option.title.push({ text: text, left: 8, top: 24, textStyle: { fontSize: 10, fontWeight: "normal", color: "#59636e" } });
+    option.legend.top = 42;
+    option.grid.top = 76;
+    return option;
+  }
+
   function axis(name, extra) {
     return Object.assign({ type: "value", name: name, nameLocation: "middle", nameGap: 28,
       nameTextStyle: { fontSize: 11 }, scale: false, splitLine: { lineStyle: { opacity: 0.5 } } },
     extra || {});
   }
 
+  // A viewBox lets the print stylesheet scale a drawn chart to the paper instead of cutting
+  // it off, even when the page is printed without a resize (headless printToPDF).
+  function scalable(el) {
+    const svg = el.querySelector("svg");
+    if (svg && svg.getAttribute("width")) {
+      svg.setAttribute("viewBox", "0 0 " + svg.getAttribute("width") + " " + svg.getAttribute("height"));
+    }
+  }
+
   function draw(el, option, group) {
     const chart = echarts.init(el, null, { renderer: "svg" });
+    chart.on("finished", () => scalable(el));
     chart.setOption(option);
+    scalable(el);
     if (group) chart.group = group;
     charts.push(chart);
     el.vprofChart = chart;
@@ -114,10 +132,12 @@
           symbol: symbols[q] || "diamond", symbolSize: 6, connectNulls: false,
           lineStyle: { type: dash[q] || "solid", width: q === 95 ? 2 : 1.5 } };
         if (k === 0 && num(p.sustainable_rps) !== null) {
-          s.markLine = { symbol: "none", silent: true, data: [{ xAxis: p.sustainable_rps,
+          // Labels of nearby rates would overlap: the line names its rate on hover only.
+          s.markLine = { symbol: "none", data: [{ xAxis: p.sustainable_rps,
             lineStyle: { color: color(i), type: "dashed", width: 1.5 },
-            label: { formatter: p.profile + ": " + fmt(p.sustainable_rps) + " req/s" +
-              (p.binding ? " (" + p.binding + " binds)" : ""), position: "insideEndTop", fontSize: 10 } }] };
+            label: { show: false, formatter: p.profile + ": " + fmt(p.sustainable_rps) + " req/s" +
+              (p.binding ? " (" + p.binding + " binds)" : ""), position: "insideEndTop", fontSize: 10 },
+            emphasis: { label: { show: true } } }] };
         }
         series.push(s);
       });
@@ -132,17 +152,17 @@
     }
     const key = qs.map((q) => "p" + q + " " + ({ 50: "dotted", 95: "solid", 99: "dashed" }[q] || "solid")).join(" · ");
     const option = base(METRIC[metric] + " against achieved throughput", {
-      legend: { type: "scroll", top: 44, left: 8, right: 90, textStyle: { fontSize: 11 } },
-      grid: { left: 30, right: 24, top: 76, bottom: 30, containLabel: true },
       tooltip: { trigger: "axis", confine: true, axisPointer: { type: "cross" },
         formatter: (items) => [fmt(items[0] && items[0].value[0], "req/s")].concat(items.filter((it) => it.seriesId && it.value[1] !== null)
           .map((it) => it.marker + it.seriesId + ": " + fmt(it.value[1], "ms") + " (" + it.value[2] + ")")).join("<br>") },
       xAxis: axis("achieved req/s"),
-      yAxis: axis(METRIC[metric] + " (ms)", { nameGap: 44 }),
+      // the axis reaches the SLO line even when every level is well under it
+      yAxis: axis(METRIC[metric] + " (ms)", { nameGap: 44,
+        max: (v) => Math.max(v.max, ...targets.map((t) => t.threshold_ms * 1.1)) }),
       series: series,
     });
-    option.title.subtext = key;
-    draw(el, option);
+    const marked = DATA.capacity.profiles.some((p) => num(p.sustainable_rps) !== null);
+    draw(el, subtitle(option, key + (marked ? " · dashed verticals: sustainable rates" : "")));
   }
 
   /* ---- distributions ----------------------------------------------------------------- */
@@ -180,10 +200,8 @@
       series: series,
     });
     if (sampledFrom) {
-      option.title.subtext = "curves drawn from a random " + sampledFrom.toLocaleString("en") +
-        " values of each run; marks from all";
-      option.legend.top = 44;
-      option.grid.top = 76;
+      subtitle(option, "curves drawn from a random " + sampledFrom.toLocaleString("en") +
+        " values of each run; the marked percentiles from all");
     }
     draw(el, option);
   }
@@ -244,8 +262,9 @@
         const series = Object.entries(lg.workers).map((e) => line(e[0] || "load generator", zip(e[1].t_s, e[1].y)));
         series.push({ name: "saturated", type: "line", data: [], color: SLO_COLOR, markLine: {
           symbol: "none", silent: true, data: [{ yAxis: lg.saturated_cpu_percent, lineStyle: { color: SLO_COLOR },
-            label: { formatter: "saturated above " + lg.saturated_cpu_percent + " %", position: "insideStartTop", fontSize: 10, color: SLO_COLOR } }] } });
-        option = { title: "Load generator CPU per process", yAxis: axis("CPU %", { min: 0, nameGap: 36 }), series: series };
+            label: { formatter: "saturated above " + lg.saturated_cpu_percent + " %", position: "insideEndTop", fontSize: 10, color: SLO_COLOR } }] } });
+        option = { title: "Load generator CPU per process", series: series,
+          yAxis: axis("CPU %", { min: 0, nameGap: 36, max: (v) => Math.max(v.max, lg.saturated_cpu_percent + 10) }) };
       }
     }
     if (why) return empty(el, why);
@@ -281,10 +300,7 @@
       yAxis: [axis("req/s", { nameGap: 36 }), axis("ms", { nameGap: 36, splitLine: { show: false } })],
       series: series,
     });
-    option.title.subtext = "points: grey did not complete · red missed the SLO, ran out of memory or preempted · green recommended";
-    option.legend.top = 44;
-    option.grid.top = 76;
-    draw(el, option);
+    draw(el, subtitle(option, "grey: did not complete · red: missed the SLO, ran out of memory or preempted · green: recommended"));
   }
 
   /* ---- comparisons ------------------------------------------------------------------- */
@@ -356,12 +372,17 @@
 
   function resizeAll() { charts.forEach((c) => c.resize()); }
   window.addEventListener("resize", resizeAll);
-  // Print: open every <details>, and redraw the charts at the paper's width.
+  // Print: open every <details>, drop the zoom buttons, redraw the charts at the paper's size.
+  const printing = window.matchMedia("print");
+  function media() {
+    if (printing.matches) document.querySelectorAll("details").forEach((d) => { d.open = true; });
+    charts.forEach((c) => { c.setOption({ toolbox: { show: !printing.matches } }); c.resize(); });
+  }
   window.addEventListener("beforeprint", () => {
     document.querySelectorAll("details").forEach((d) => { d.open = true; });
     resizeAll();
   });
   window.addEventListener("afterprint", resizeAll);
-  window.matchMedia("print").addEventListener("change", resizeAll);
+  printing.addEventListener("change", media);
   document.documentElement.dataset.chartsDrawn = String(charts.length);
 })();
