@@ -49,9 +49,17 @@ def capacity(
         for metric in metrics:
             level |= _stats(summary, metric)
         by_profile.setdefault(str(summary.get("profile") or summary.get("run")), []).append(level)
-    out: dict[str, Any] = {"metrics": metrics, "profiles": [], "plan": None}
+    out: dict[str, Any] = {"metrics": metrics, "profiles": [], "plan": None, "why": None}
     result = None
-    if slo is not None:
+    if (
+        slo is not None
+        and not any(t.percentile is not None for t in slo.targets)
+        and (slo.max_error_rate is None)
+    ):
+        # goodput thresholds only (ttft=500ms): the summaries count good requests, but a plan
+        # needs a distribution target to interpolate on
+        out["why"] = f"{slo} has no percentile target (such as ttft_p95=500ms), so no plan"
+    elif slo is not None:
         measured = [float(s["request_throughput"]) for s in summaries
                     if _positive(s.get("request_throughput"))]  # fmt: skip
         # Without --rps the sustainable rate and binding constraint still hold (they do not

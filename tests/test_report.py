@@ -327,3 +327,22 @@ def test_cli_writes_the_file_and_says_where(bench, tmp_path):
     # without --rps the plan keeps its sustainable rates but claims no replicas
     assert all("replicas" not in row for row in data["capacity"]["plan"]["rows"])
     assert all(not math.isnan(p["sustainable_rps"]) for p in data["capacity"]["profiles"])
+
+
+def test_a_run_that_sent_nothing_still_reports(tmp_path):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (empty / "run.json").write_text(json.dumps({"name": "empty", "profile": {"name": "p"}}))
+    (empty / "status.json").write_text(json.dumps({"state": "failed", "reason": "no server"}))
+    data = embedded(write_report([empty], tmp_path / "e.html", slo="ttft_p95=1s"))
+    (run,) = data["runs"]
+    assert run["timeline"] == {"empty": "no request was sent"}
+    assert run["distributions"]["ttft"]["n"] == 0
+    assert data["warnings"] == ["p: the run is failed: no server"]
+
+
+def test_an_slo_without_percentiles_gives_goodput_but_no_plan(bench, tmp_path):
+    data = embedded(write_report([bench], tmp_path / "g.html", slo="ttft=300ms", n_boot=0))
+    assert data["capacity"]["plan"] is None
+    assert "no percentile target" in data["capacity"]["why"]
+    assert all(r["summary"]["request_goodput"] is not None for r in data["runs"])

@@ -164,6 +164,21 @@ def test_report_opens_offline_draws_every_section_and_prints(report_file, chromi
         By.CSS_SELECTOR, "div") if "req/s" in d.text and "ms" in d.text])  # fmt: skip
     assert tooltip
 
+    # The log-axis switches: each flips its section's latency axes, and back.
+    axis_types = (
+        "return [...document.querySelectorAll('[data-log-group=' + arguments[0] + ']')]"
+        ".filter(el => el.vprofChart).map(el => { const o = el.vprofChart.getOption();"
+        " return (el.dataset.chart === 'cdf' ? o.xAxis : o.yAxis)[0].type; });"
+    )
+    for group in ("capacity", "distributions"):
+        button = driver.find_element(By.CSS_SELECTOR, f'[data-toggle-log="{group}"]')
+        assert set(driver.execute_script(axis_types, group)) == {"value"}
+        driver.execute_script("arguments[0].click()", button)
+        assert set(driver.execute_script(axis_types, group)) == {"log"}
+        driver.execute_script("arguments[0].click()", button)
+        assert set(driver.execute_script(axis_types, group)) == {"value"}
+    assert driver.get_log("browser") == []
+
     # Print: the print stylesheet applies and the page prints to PDF without an error.
     driver.execute_cdp_cmd("Emulation.setEmulatedMedia", {"media": "print"})
     _poll("the charts redrawn at the print size", 10, lambda: driver.execute_script(
