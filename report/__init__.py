@@ -7,7 +7,6 @@ heavy is imported until a report is made.
 """
 
 from vprof.report.build import build_data, write_report
-from vprof.report.inputs import SWEEP_MANIFEST
 from vprof.report.options import ReportOptions, check_options
 
-__all__ = ["SWEEP_MANIFEST", "ReportOptions", "build_data", "check_options", "write_report"]
+__all__ = ["ReportOptions", "build_data", "check_options", "write_report"]

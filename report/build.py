@@ -13,7 +13,9 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from vprof.analysis.keys import SummaryKey as K
 from vprof.common.errors import ReportError
+from vprof.records.rundir import RunDir, RunState
 from vprof.report.options import ReportOptions, check_options
 
 SCHEMA_VERSION = 1
@@ -58,12 +60,13 @@ def build_data(paths: Iterable[str | Path], **options: Any) -> dict[str, Any]:
     capacity_data = capacity(ids, summaries, opts)
     metas: dict[str, tuple[dict[str, Any], str]] = {}
     for run, summary in zip(runs, summaries, strict=True):
-        metas.setdefault(str(summary.get("profile") or summary.get("run")),
-                         (run.meta, str(run.path / "run.json")))  # fmt: skip
+        metas.setdefault(str(summary.get(K.PROFILE) or summary.get(K.RUN)),
+                         (run.meta, str(RunDir(run.path).run_json)))  # fmt: skip
     recorded = [r.meta["hardware"] for r in runs if isinstance(r.meta.get("hardware"), dict)]
     on_gpus = any(h.get("gpus") for h in recorded) if recorded else None
     run_ids = {r.path.resolve(): i for r, i in zip(runs, ids, strict=True)}
-    sweeps = from_manifests(inputs.sweeps, run_ids, dict(zip(ids, summaries, strict=True)))
+    by_id = dict(zip(ids, summaries, strict=True))
+    sweeps = from_manifests(inputs.sweeps, run_ids, by_id, capacity_data)
     covered = {row["run_id"] for s in sweeps for row in s["rows"] if row.get("run_id")}
     sweeps += from_load_levels(capacity_data, covered)
     groups = comparison_groups(summaries, labels, opts.baseline)
@@ -93,12 +96,12 @@ def _reading_order(summaries: Sequence[dict[str, Any]]) -> list[int]:
     load offered; otherwise as given. Comparison baselines are then each group's first."""
     first: dict[str, int] = {}
     for i, s in enumerate(summaries):
-        first.setdefault(str(s.get("profile")), i)
+        first.setdefault(str(s.get(K.PROFILE)), i)
 
     def key(i: int) -> tuple[int, float, int]:
         s = summaries[i]
-        load = s.get("offered_load")
-        return (first[str(s.get("profile"))], float(load) if load is not None else math.inf, i)
+        load = s.get(K.OFFERED_LOAD)
+        return (first[str(s.get(K.PROFILE))], float(load) if load is not None else math.inf, i)
 
     return sorted(range(len(summaries)), key=key)
 
@@ -111,7 +114,7 @@ def _version() -> str | None:
 
 
 def _title(summaries: Sequence[dict[str, Any]]) -> str:
-    profiles = list(dict.fromkeys(str(s.get("profile")) for s in summaries))
+    profiles = list(dict.fromkeys(str(s.get(K.PROFILE)) for s in summaries))
     shown = ", ".join(profiles[:4]) + (
         f" and {len(profiles) - 4} more" if len(profiles) > 4 else ""
     )
@@ -128,16 +131,16 @@ def comparison_groups(
     """
     groups: dict[tuple[str, str], list[int]] = {}
     for i, s in enumerate(summaries):
-        groups.setdefault((str(s.get("workload")), str(s.get("traffic"))), []).append(i)
+        groups.setdefault((str(s.get(K.WORKLOAD)), str(s.get(K.TRAFFIC))), []).append(i)
     chosen = [g for g in groups.values() if len(g) >= 2]
     if baseline is not None:
 
         def matches(i: int) -> bool:
             s = summaries[i]
-            return baseline in (labels[i], s.get("run"), s.get("profile"))
+            return baseline in (labels[i], s.get(K.RUN), s.get(K.PROFILE))
 
         if not any(matches(i) for g in chosen for i in g):
-            names = sorted({str(s.get("profile")) for s in summaries} | set(labels))
+            names = sorted({str(s.get(K.PROFILE)) for s in summaries} | set(labels))
             raise ReportError(
                 f"no compared run is {baseline!r}",
                 key="--baseline",
@@ -166,8 +169,8 @@ def _compare(
         row["baseline_id"] = by_name.get(row["baseline"])
     first = summaries[group[0]]
     return {
-        "workload": first.get("workload"),
-        "traffic": first.get("traffic"),
+        "workload": first.get(K.WORKLOAD),
+        "traffic": first.get(K.TRAFFIC),
         "run_ids": [ids[i] for i in group],
         "baseline_id": ids[group[0]],
         "n_boot": opts.n_boot,
@@ -191,7 +194,7 @@ def _distribution_groups(
     by_profile: dict[str, list[int]] = {}
     for i, s in enumerate(summaries):
         if i not in shown:
-            by_profile.setdefault(str(s.get("profile")), []).append(i)
+            by_profile.setdefault(str(s.get(K.PROFILE)), []).append(i)
     for profile, members in by_profile.items():
         out.append({"title": profile, "run_ids": [ids[i] for i in members]})
     return out
@@ -201,11 +204,11 @@ def _warnings(labels: Sequence[str], summaries: Sequence[dict[str, Any]]) -> lis
     """What a reader must know before trusting the numbers: failed runs, a saturated client."""
     out = []
     for label, s in zip(labels, summaries, strict=True):
-        if s.get("state") not in ("completed", None):
-            why = f": {s['reason']}" if s.get("reason") else ""
+        if s.get(K.STATE) not in (RunState.COMPLETED, None):
+            why = f": {s[K.REASON]}" if s.get(K.REASON) else ""
             out.append(f"{label}: the run is {s.get('state')}{why}")
-        if s.get("loadgen_saturated"):
-            out.append(f"{label}: {s.get('loadgen_verdict')}")
+        if s.get(K.LOADGEN_SATURATED):
+            out.append(f"{label}: {s.get(K.LOADGEN_VERDICT)}")
     return out
 
 

@@ -12,13 +12,15 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from vprof.analysis.keys import SummaryKey as K
 from vprof.common.errors import ReportError
 from vprof.report.options import ReportOptions
 
 LATENCY_METRICS = ("ttft", "tpot", "e2el")
-_LEVEL_KEYS = ("request_throughput", "output_throughput", "total_output_tokens", "completed",
-               "error_rate", "state", "offered_load", "offered_load_unit", "slo_met",
-               "loadgen_saturated")  # fmt: skip
+# What each load level carries from its summary (plus every percentile of the metrics drawn).
+_LEVEL_KEYS = (K.REQUEST_THROUGHPUT, K.OUTPUT_THROUGHPUT, K.TOTAL_OUTPUT_TOKENS, K.COMPLETED,
+               K.ERROR_RATE, K.STATE, K.OFFERED_LOAD, K.OFFERED_LOAD_UNIT, K.SLO_MET,
+               K.LOADGEN_SATURATED)  # fmt: skip
 PARALLEL_ARGS = ("tensor-parallel-size", "pipeline-parallel-size", "data-parallel-size")
 
 
@@ -44,11 +46,11 @@ def capacity(
         metrics.append("itl")
     by_profile: dict[str, list[dict[str, Any]]] = {}
     for run_id, summary in zip(run_ids, summaries, strict=True):
-        level = {"run_id": run_id, "run": summary.get("run")}
+        level = {"run_id": run_id, "run": summary.get(K.RUN)}
         level |= {k: summary.get(k) for k in _LEVEL_KEYS}
         for metric in metrics:
             level |= _stats(summary, metric)
-        by_profile.setdefault(str(summary.get("profile") or summary.get("run")), []).append(level)
+        by_profile.setdefault(str(summary.get(K.PROFILE) or summary.get(K.RUN)), []).append(level)
     out: dict[str, Any] = {"metrics": metrics, "profiles": [], "plan": None, "why": None}
     result = None
     if (
@@ -60,8 +62,8 @@ def capacity(
         # needs a distribution target to interpolate on
         out["why"] = f"{slo} has no percentile target (such as ttft_p95=500ms), so no plan"
     elif slo is not None:
-        measured = [float(s["request_throughput"]) for s in summaries
-                    if _positive(s.get("request_throughput"))]  # fmt: skip
+        measured = [float(s[K.REQUEST_THROUGHPUT]) for s in summaries
+                    if _positive(s.get(K.REQUEST_THROUGHPUT))]  # fmt: skip
         # Without --rps the sustainable rate and binding constraint still hold (they do not
         # depend on the target); replicas are then left out.
         target = options.target_rps or (max(measured) if measured else 1.0)
@@ -97,7 +99,7 @@ def capacity(
         else:
             levels.sort(key=_load_order)
         entry: dict[str, Any] = {"profile": profile, "levels": json_safe(levels)}
-        units = {lv.get("offered_load_unit") for lv in levels}
+        units = {lv.get(K.OFFERED_LOAD_UNIT) for lv in levels}
         entry["offered_unit"] = units.pop() if len(units) == 1 else None
         if result is not None:
             (answer,) = [p for p in result.profiles if p.profile == profile]
@@ -111,7 +113,7 @@ def capacity(
 
 
 def _load_order(level: dict[str, Any]) -> tuple[float, float]:
-    offered, rps = level.get("offered_load"), level.get("request_throughput")
+    offered, rps = level.get(K.OFFERED_LOAD), level.get(K.REQUEST_THROUGHPUT)
     return (
         float(offered) if isinstance(offered, (int, float)) and _positive(offered) else math.inf,
         float(rps) if isinstance(rps, (int, float)) and _positive(rps) else math.inf,
@@ -172,8 +174,8 @@ def cost(
         profile = entry["profile"]
         meta, where = metas[profile]
         gpus, how = gpus_per_replica(meta, where)
-        out_tokens = sum(lv.get("total_output_tokens") or 0 for lv in entry["levels"])
-        completed = sum(lv.get("completed") or 0 for lv in entry["levels"])
+        out_tokens = sum(lv.get(K.TOTAL_OUTPUT_TOKENS) or 0 for lv in entry["levels"])
+        completed = sum(lv.get(K.COMPLETED) or 0 for lv in entry["levels"])
         tokens_per_request = out_tokens / completed if completed else None
         sustainable = entry.get("sustainable_rps")
         replicas = entry.get("replicas")

@@ -14,6 +14,9 @@ import re
 from importlib.resources import files
 from typing import Any
 
+from vprof.analysis.keys import SummaryKey as K
+from vprof.analysis.keys import stat_key
+
 SECTIONS = (
     ("overview", "Runs"),
     ("capacity", "Capacity"),
@@ -24,9 +27,10 @@ SECTIONS = (
     ("comparisons", "Comparisons"),
     ("provenance", "Provenance"),
 )
-OVERVIEW_COLUMNS = ("run", "profile", "workload", "traffic", "state", "completed", "failed",
-                    "request_throughput", "output_throughput", "p95_ttft_ms", "p95_tpot_ms",
-                    "p95_itl_ms", "p95_e2el_ms", "slo_met", "loadgen_max_cpu_percent")  # fmt: skip
+OVERVIEW_COLUMNS = (K.RUN, K.PROFILE, K.WORKLOAD, K.TRAFFIC, K.STATE, K.COMPLETED, K.FAILED,
+                    K.REQUEST_THROUGHPUT, K.OUTPUT_THROUGHPUT, K.P95_TTFT_MS, K.P95_TPOT_MS,
+                    K.P95_ITL_MS, stat_key("p95", "e2el"), K.SLO_MET,
+                    K.LOADGEN_MAX_CPU_PERCENT)  # fmt: skip
 PLAN_COLUMNS = ("profile", "replicas", "sustainable_rps", "max_measured_rps", "binding", "levels",
                 "basis")  # fmt: skip
 EVIDENCE_COLUMNS = ("profile", "run", "rps", "state", "slo", "checks")
@@ -99,7 +103,7 @@ def _label(column: str) -> str:
 
 def _cell_class(value: Any, column: str = "") -> str:
     if isinstance(value, bool):
-        return ("met" if value else "missed") if column == "slo_met" else ""
+        return ("met" if value else "missed") if column == K.SLO_MET else ""
     if value == "missed":
         return "missed"
     if isinstance(value, (int, float)) or value in ("inf", "-inf"):
@@ -132,11 +136,11 @@ def _script_json(data: dict[str, Any]) -> str:
 def _view(data: dict[str, Any]) -> dict[str, Any]:
     """What the template shows besides the data: table rows and a few facts about them."""
     runs = data["runs"]
-    overview = [{**run["summary"], "run": run["label"]} for run in runs]
+    overview = [{**run["summary"], K.RUN: run["label"]} for run in runs]
     columns = [c for c in OVERVIEW_COLUMNS if any(row.get(c) is not None for row in overview)]
     capacity = data["capacity"]
     levels = [lv for p in capacity["profiles"] for lv in p["levels"]]
-    units = sorted({str(lv["offered_load_unit"]) for lv in levels if lv.get("offered_load_unit")})
+    units = sorted({str(lv[K.OFFERED_LOAD_UNIT]) for lv in levels if lv.get(K.OFFERED_LOAD_UNIT)})
     by_id = {run["id"]: run for run in runs}
     percentile_rows = []
     for group in data["distribution_groups"]:

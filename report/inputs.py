@@ -1,6 +1,7 @@
 """What a report was given: run folders, bench folders (folders of runs) and sweep folders.
 
-A sweep folder is a bench folder that also holds ``sweep.json``, the ladder's manifest::
+A sweep folder is a bench folder that also holds the ladder's manifest (where:
+``vprof.records.rundir.sweep_manifest``; written by ``vprof.runs.sweep.write_sweep``)::
 
     {"kind": "batched-tokens" | "chunked" | "set" | "load", "profile": "baseline",
      "rows": [{"rung": "...", "run": "<run folder name>", "state": "...", ...}, ...],
@@ -19,9 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from vprof.common.errors import ReportError
-
-SWEEP_MANIFEST = "sweep.json"
-SWEEP_KINDS = ("batched-tokens", "chunked", "set", "load")
+from vprof.records.rundir import expand_runs, read_json, sweep_manifest
 
 
 @dataclass(frozen=True)
@@ -45,8 +44,6 @@ class Inputs:
 
 def resolve_inputs(paths: Iterable[str | Path]) -> Inputs:
     """Run folders named by ``paths`` (each once, in order) and the sweep manifests found."""
-    from vprof.analysis import expand_runs
-
     runs: list[Path] = []
     seen: set[Path] = set()
     sweeps: list[Sweep] = []
@@ -55,7 +52,7 @@ def resolve_inputs(paths: Iterable[str | Path]) -> Inputs:
         raise ReportError("no runs given", hint="name run, bench or sweep folders")
     for raw in given:
         path = Path(raw)
-        if path.is_dir() and (path / SWEEP_MANIFEST).is_file():
+        if path.is_dir() and sweep_manifest(path).is_file():
             sweeps.append(read_sweep(path))
         for run in expand_runs([path]):
             key = run.resolve()
@@ -66,24 +63,15 @@ def resolve_inputs(paths: Iterable[str | Path]) -> Inputs:
 
 
 def read_sweep(folder: Path) -> Sweep:
-    """Read and check ``folder/sweep.json``; raises :class:`ReportError` naming the key."""
-    path = folder / SWEEP_MANIFEST
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ReportError(f"cannot read the sweep manifest: {exc}", path=str(path)) from None
-    except json.JSONDecodeError as exc:
-        raise ReportError(f"not valid JSON: {exc.msg}", path=str(path), line=exc.lineno) from None
-    if not isinstance(data, dict):
-        raise ReportError("a sweep manifest is a JSON object", path=str(path))
+    """Read and check a sweep folder's manifest; raises :class:`ReportError` naming the key
+    (or ``RunError`` for a file that is not JSON)."""
+    path = sweep_manifest(folder)
+    data = read_json(path)
     kind = data.get("kind")
-    if kind not in SWEEP_KINDS:
-        raise ReportError(
-            f"unknown sweep kind {kind!r}",
-            path=str(path),
-            key="kind",
-            hint=f"one of {', '.join(SWEEP_KINDS)}",
-        )
+    # Any ladder is shown; only "load" is read differently (its rungs are offered loads).
+    if not isinstance(kind, str) or not kind:
+        raise ReportError("the sweep's kind is missing", path=str(path), key="kind",
+                          hint="batched-tokens, chunked, set or load")  # fmt: skip
     profile = data.get("profile")
     if not isinstance(profile, str) or not profile:
         raise ReportError("the profile's name is missing", path=str(path), key="profile")

@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from vprof.analysis import Run
+from vprof.analysis.keys import SummaryKey as K
 from vprof.analysis.samples import KV_USAGE, RUNNING, SATURATED_CPU_PERCENT, WAITING
 from vprof.report.series import (
     binned_percentiles,
@@ -59,7 +60,7 @@ def distributions(
     import pyarrow.compute as pc
 
     ok = _completed(cols, run.warmup_until)
-    if int(ok.sum()) != summary.get("completed"):
+    if int(ok.sum()) != summary.get(K.COMPLETED):
         raise RuntimeError(
             f"{run.path}: the report counts {int(ok.sum())} completed requests, the summary "
             f"{summary.get('completed')}: the two selection rules have drifted apart"
@@ -117,7 +118,7 @@ def timelines(run: Run, summary: dict[str, Any], cols: dict[str, Any]) -> dict[s
         out[key] = significant(frame[key].to_numpy(dtype=float))
     n_bins = len(frame)
     sent = np.isfinite(cols["sent_at"])
-    if summary.get("open_loop"):  # closed-loop users send when ready: there is no schedule
+    if summary.get(K.OPEN_LOOP):  # closed-loop users send when ready: there is no schedule
         lag = binned_percentiles(
             cols["scheduled_at"][sent] - t0, cols["schedule_lag_ms"][sent], interval_s, n_bins,
             qs=(50, 99),

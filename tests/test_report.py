@@ -17,7 +17,8 @@ from test_report_data import write_bench, write_level, write_sweep
 from vprof.analysis import load_run, summarize_run, timeline, write_summary
 from vprof.analysis.run import json_safe
 from vprof.cli.main import cli
-from vprof.common.errors import ReportError
+from vprof.common.errors import ReportError, RunError
+from vprof.records.rundir import sweep_manifest
 from vprof.report import build_data, write_report
 from vprof.report import series as series_module
 from vprof.report.html import SECTIONS
@@ -264,7 +265,7 @@ def test_without_a_manifest_load_levels_make_a_ladder(bench, report):
 @pytest.mark.parametrize(
     "manifest, fragment",
     [
-        ({"kind": "ladder", "profile": "p", "rows": []}, "unknown sweep kind 'ladder'"),
+        ({"profile": "p", "rows": []}, "the sweep's kind is missing"),
         ({"kind": "load", "rows": []}, "profile"),
         ({"kind": "load", "profile": "p", "rows": {}}, "rows must be a list"),
         ({"kind": "load", "profile": "p", "rows": [{"run": "../elsewhere"}]}, "rows[0].run"),
@@ -273,7 +274,7 @@ def test_without_a_manifest_load_levels_make_a_ladder(bench, report):
 def test_a_bad_manifest_is_refused_naming_the_key(tmp_path, manifest, fragment):
     folder = tmp_path / "sweep"
     write_run(folder / "r", synth_records(10))
-    (folder / "sweep.json").write_text(json.dumps(manifest))
+    sweep_manifest(folder).write_text(json.dumps(manifest))
     with pytest.raises(ReportError) as err:
         build_data([folder])
     assert fragment in str(err.value) and "sweep.json" in str(err.value)
@@ -282,8 +283,8 @@ def test_a_bad_manifest_is_refused_naming_the_key(tmp_path, manifest, fragment):
 def test_torn_manifest_says_where(tmp_path):
     folder = tmp_path / "sweep"
     write_run(folder / "r", synth_records(10))
-    (folder / "sweep.json").write_text('{"kind": "load",\n "rows": [')
-    with pytest.raises(ReportError, match=r"sweep.json:2: not valid JSON"):
+    sweep_manifest(folder).write_text('{"kind": "load",\n "rows": [')
+    with pytest.raises(RunError, match=r"sweep.json:2: not valid JSON"):
         build_data([folder])
 
 
@@ -346,3 +347,38 @@ def test_an_slo_without_percentiles_gives_goodput_but_no_plan(bench, tmp_path):
     assert data["capacity"]["plan"] is None
     assert "no percentile target" in data["capacity"]["why"]
     assert all(r["summary"]["request_goodput"] is not None for r in data["runs"])
+
+
+def test_a_sweep_load_folder_reports_its_manifest_and_plan(tmp_path):
+    """`vprof sweep load` against the emulator writes the folder; the report reads its
+    manifest, links every rung to its run, and answers with `vprof plan`'s numbers (the real
+    vLLM path is the end-to-end suite's)."""
+    import subprocess
+    import sys
+
+    from vprof.emulator.config import EmulatorConfig
+    from vprof.emulator.server import Emulator
+
+    shape = tmp_path / "short.yaml"
+    shape.write_text("kind: open-loop\nrate_rps: 1\nduration_s: 3\nmax_in_flight: 8\n")
+    out = tmp_path / "out"
+    with Emulator(EmulatorConfig(ttft_ms=20, itl_ms=5, model="tiny")) as emulator:
+        proc = subprocess.run(
+            [sys.executable, "-m", "vprof.cli.main", "sweep", "load", "emu", "--url",
+             emulator.url, "--traffic", str(shape), "--levels", "2,6", "--workload",
+             "tiny-smoke", "--out", str(out)],
+            capture_output=True, text=True, timeout=240,
+        )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    result = _invoke("report", str(out), "-o", str(tmp_path / "r.html"), "--slo",
+                     "ttft_p95=1000ms", "--rps", "30", "--n-boot", "0")  # fmt: skip
+    assert result.exit_code == 0, result.output
+    data = embedded(tmp_path / "r.html")
+    (sweep,) = data["sweeps"]
+    assert sweep["source"] == "manifest" and sweep["kind"] == "load"
+    assert [r["offered_load"] for r in sweep["rows"]] == [2.0, 6.0]
+    assert all(r["run_id"] for r in sweep["rows"])
+    plan = _invoke("plan", str(out), "--rps", "30", "--slo", "ttft_p95=1000ms", "--format", "json")
+    assert data["capacity"]["plan"]["rows"] == json.loads(plan.output)
+    assert sweep["recommendation"] == data["capacity"]["profiles"][0]["message"]
+    assert "you need" in sweep["recommendation"]

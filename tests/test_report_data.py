@@ -3,8 +3,8 @@
 Runs are written with the real records writer (``test_analysis_data.write_run``) and given a
 ``run.json`` as ``vprof bench`` writes it: the profile as rendered with its engine arguments,
 an open-loop traffic shape at a rate, hardware, the command, dates; plus ``/metrics`` and
-load-generator samples. A sweep folder gets a ``sweep.json`` written by hand, in the form
-``vprof sweep`` writes it.
+load-generator samples. A sweep folder gets its manifest from the sweeps' own writer
+(``vprof.runs.sweep.write_sweep``) with rows written by hand in ``rung_row``'s form.
 """
 
 from __future__ import annotations
@@ -14,6 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from test_analysis_data import T0, synth_records, write_run
+
+from vprof.runs.sweep import write_sweep as write_manifest
 
 RATES = (2.0, 4.0, 8.0)
 PROFILES = {"baseline": 60.0, "chunked-256": 45.0}  # TTFT at the lowest rate, ms
@@ -149,13 +151,10 @@ def write_sweep(root: Path, n: int = 80) -> Path:
             }  # fmt: skip
         )
     rows.append({"rung": "baseline@mnbt=6144", "max-num-batched-tokens": 6144, "state": "not run"})
-    manifest = {
-        "kind": "batched-tokens",
-        "profile": "baseline",
-        "rows": rows,
-        "recommendation": "Recommended: baseline@mnbt=4096 — highest request throughput "
-        "(ties within 3 % broken by lower p95 TTFT): 4.00 req/s, p95 TTFT 140 ms, p95 ITL 30.0 ms "
-        "(best throughput over 2 healthy rung(s): 4.00 req/s).",
-    }
-    (root / "sweep.json").write_text(json.dumps(manifest, indent=2))
+    recommendation = (
+        "Recommended: baseline@mnbt=4096 — highest request throughput (ties within 3 % broken "
+        "by lower p95 TTFT): 4.00 req/s, p95 TTFT 140 ms, p95 ITL 30.0 ms (best throughput over "
+        "2 healthy rung(s): 4.00 req/s)."
+    )
+    write_manifest(root, "batched-tokens", "baseline", rows, recommendation)
     return root
