@@ -16,7 +16,6 @@ the HTML.
 from __future__ import annotations
 
 import argparse
-import json
 import subprocess
 import sys
 import tempfile
@@ -34,12 +33,26 @@ def write_run(path: Path, profile: str, rate_rps: float, ttft_ms: float, n: int,
     """One open-loop run folder with ``n`` records, server samples and client CPU samples."""
     import numpy as np
 
-    from vprof.records import RecordWriter
+    from vprof.records import RecordWriter, RunDir, RunState
+    from vprof.records.rundir import append_jsonl
 
-    path.mkdir(parents=True, exist_ok=True)
+    run = RunDir(path)
+    meta = {
+        "name": path.name,
+        "profile": {"name": profile, "identity": f"{profile}-synthetic", "argv": ["vllm", "serve"],
+                    "engine_args": {"tensor-parallel-size": 1}},
+        "workload": {"name": "chat"},
+        "traffic": {"name": f"poisson@rate_rps={rate_rps:g}", "kind": "open-loop",
+                    "rate_rps": rate_rps},
+        "open_loop": True,
+        "seed": seed,
+        "hardware": {"gpus": ["synthetic"]},
+        "created_at": T0,
+    }  # fmt: skip
+    run.create(meta)
     rng = np.random.default_rng(seed)
     batch = 1000
-    with RecordWriter(path / "records.arrow", batch_size=batch) as writer:
+    with RecordWriter(run.records, batch_size=batch) as writer:
         for start in range(0, n, batch):
             k = min(batch, n - start)
             scheduled = T0 + (start + np.arange(k)) / rate_rps
@@ -68,44 +81,29 @@ def write_run(path: Path, profile: str, rate_rps: float, ttft_ms: float, n: int,
                             "prompt_tokens": 500, "completion_tokens": gaps + 1,
                             "cached_tokens": 0}  # fmt: skip
                 writer.add(row)
-    seconds = n / rate_rps
-    with (path / "metrics.jsonl").open("w") as out:
-        for j in range(int(seconds // 2) + 1):
-            values = {"vllm:num_requests_running": float(rng.integers(0, 64)),
-                      "vllm:num_requests_waiting": float(rng.integers(0, 8)),
-                      "vllm:kv_cache_usage_perc": float(rng.random()),
-                      "vllm:generation_tokens_total": 2.0 * j * rate_rps * (gaps + 1)}  # fmt: skip
-            out.write(json.dumps({"t": T0 + 2.0 * j, "values": values}) + "\n")
-    with (path / "loadgen.jsonl").open("w") as out:
-        for j in range(int(seconds // 2) + 1):
-            sample = {
+    samples = range(int(n / rate_rps // 2) + 1)
+    append_jsonl(
+        run.metrics_jsonl,
+        (
+            {
                 "t": T0 + 2.0 * j,
-                "worker": "local",
-                "cpu_percent": float(rng.uniform(20, 60)),
+                "values": {
+                    "vllm:num_requests_running": float(rng.integers(0, 64)),
+                    "vllm:num_requests_waiting": float(rng.integers(0, 8)),
+                    "vllm:kv_cache_usage_perc": float(rng.random()),
+                    "vllm:generation_tokens_total": 2.0 * j * rate_rps * (gaps + 1),
+                },
             }
-            out.write(json.dumps(sample) + "\n")
-    meta = {
-        "name": path.name,
-        "profile": {
-            "name": profile,
-            "identity": f"{profile}-synthetic",
-            "argv": ["vllm", "serve"],
-            "engine_args": {"tensor-parallel-size": 1},
-        },  # fmt: skip
-        "workload": {"name": "chat"},
-        "traffic": {
-            "name": f"poisson@rate_rps={rate_rps:g}",
-            "kind": "open-loop",
-            "rate_rps": rate_rps,
-        },  # fmt: skip
-        "open_loop": True,
-        "seed": seed,
-        "hardware": {"gpus": ["synthetic"]},
-        "created_at": T0,
-    }
-    (path / "run.json").write_text(json.dumps(meta))
-    (path / "locust.json").write_text(json.dumps({"warmup_until": T0 + 10.0, "open_loop": True}))
-    (path / "status.json").write_text(json.dumps({"state": "completed", "reason": ""}))
+            for j in samples
+        ),
+    )
+    append_jsonl(
+        run.loadgen_jsonl,
+        ({"t": T0 + 2.0 * j, "worker": "local", "cpu_percent": float(rng.uniform(20, 60))}
+         for j in samples),
+    )  # fmt: skip
+    run.write_locust_info({"warmup_until": T0 + 10.0, "open_loop": True})
+    run.set_status(RunState.COMPLETED)
 
 
 def write_bench(root: Path, n: int, gaps: int) -> None:

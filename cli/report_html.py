@@ -53,9 +53,10 @@ def report(
     runs: tuple[str, ...], out: Path, slo: str | None, target_rps: float | None, headroom: float,
     gpu_hour_price: float | None, baseline: str | None, n_boot: int, seed: int, title: str | None,
 ) -> None:  # fmt: skip
-    """Write one HTML report of RUNs (run, bench or sweep folders) that opens offline.
+    """An HTML report of runs, benches or sweeps.
 
-    Capacity curves with the SLO line and the plan, costs, latency distributions, timelines,
+    One self-contained file of RUNs (run, bench or sweep folders) that opens offline and
+    prints: capacity curves with the SLO line and the plan, costs, latency distributions, timelines,
     sweep ladders, comparisons with their intervals, and each run's provenance. Its numbers
     are those of `vprof summarize`, `vprof plan` and `vprof compare`.
 
@@ -69,6 +70,7 @@ def report(
     path = write_report(
         runs, out, slo=slo, target_rps=target_rps, headroom=headroom,
         gpu_hour_price=gpu_hour_price, baseline=baseline, n_boot=n_boot, seed=seed, title=title,
+        progress=lambda message: click.echo(message, err=True),
     )  # fmt: skip
     size_mb = path.stat().st_size / 1e6
     click.echo(f"wrote {path} ({size_mb:.1f} MB)")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -21,8 +21,11 @@ from vprof.report.options import ReportOptions, check_options
 SCHEMA_VERSION = 1
 
 
-def build_data(paths: Iterable[str | Path], **options: Any) -> dict[str, Any]:
-    """The report's data for run, bench or sweep folders; ``options`` as :func:`check_options`.
+def build_data(
+    paths: Iterable[str | Path], *, progress: Callable[[str], None] | None = None, **options: Any
+) -> dict[str, Any]:
+    """The report's data for run, bench or sweep folders; ``options`` as :func:`check_options`,
+    ``progress`` is told what is being done (the comparisons' bootstrap can take a while).
 
     Example:
         >>> build_data(["vprof-runs/"], slo="ttft_p95=500ms", target_rps=40)  # doctest: +SKIP
@@ -70,6 +73,11 @@ def build_data(paths: Iterable[str | Path], **options: Any) -> dict[str, Any]:
     covered = {row["run_id"] for s in sweeps for row in s["rows"] if row.get("run_id")}
     sweeps += from_load_levels(capacity_data, covered)
     groups = comparison_groups(summaries, labels, opts.baseline)
+    if groups and progress is not None:
+        progress(
+            f"comparing {len(groups)} group(s) of runs under the same traffic with "
+            f"{opts.n_boot:,} bootstrap resamples (--n-boot sets how many)"
+        )
     comparisons = [_compare(runs, summaries, ids, group, opts) for group in groups]
     return json_safe(
         {
@@ -212,7 +220,13 @@ def _warnings(labels: Sequence[str], summaries: Sequence[dict[str, Any]]) -> lis
     return out
 
 
-def write_report(paths: Iterable[str | Path], out: str | Path, **options: Any) -> Path:
+def write_report(
+    paths: Iterable[str | Path],
+    out: str | Path,
+    *,
+    progress: Callable[[str], None] | None = None,
+    **options: Any,
+) -> Path:
     """Write one self-contained HTML report of ``paths`` (run, bench or sweep folders) to ``out``.
 
     ``options``: ``slo``, ``target_rps``, ``headroom``, ``gpu_hour_price``, ``baseline``,
@@ -225,7 +239,7 @@ def write_report(paths: Iterable[str | Path], out: str | Path, **options: Any) -
     from vprof.report.html import render
 
     paths = list(paths)
-    data = build_data(paths, **options)
+    data = build_data(paths, progress=progress, **options)
     target = Path(out)
     if target.is_dir():
         raise ReportError(

@@ -319,7 +319,8 @@ def test_cli_writes_the_file_and_says_where(bench, tmp_path):
     result = _invoke("report", str(bench), "-o", str(out), "--slo", SLO, "--n-boot", "50",
                      "--baseline", "chunked-256", "--title", "Two profiles")  # fmt: skip
     assert result.exit_code == 0, result.output
-    assert result.output.startswith(f"wrote {out} (") and out.is_file()
+    assert result.stdout.startswith(f"wrote {out} (") and out.is_file()
+    assert "comparing 3 group(s) of runs under the same traffic with 50 bootstrap" in result.stderr
     data = embedded(out)
     assert data["title"] == "Two profiles"
     # --baseline puts chunked-256 first in every comparison
