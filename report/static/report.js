@@ -51,6 +51,20 @@
     }, extra || {});
   }
 
+  // An axis top that shows the mark lines at ``levels`` (an SLO, a saturation line) even when
+  // every drawn value is below them; undefined leaves the top to ECharts.
+  function reach(series, levels) {
+    let top = 0;
+    series.forEach((s) => (s.data || []).forEach((d) => {
+      const y = num(Array.isArray(d) ? d[1] : d && d.value ? d.value[1] : null);
+      if (y !== null) top = Math.max(top, y);
+    }));
+    const need = Math.max(0, ...levels.filter((v) => num(v) !== null)) * 1.1;
+    if (!(need > top)) return undefined;
+    const step = Math.pow(10, Math.floor(Math.log10(need)));
+    return [1, 2, 2.5, 5, 10].map((k) => k * step).find((v) => v >= need);
+  }
+
   // A second, smaller title line under the first: what the line styles or marks mean.
   function subtitle(option, text) {
     option.title.push({ text: text, left: 8, top: 24, textStyle: { fontSize: 10, fontWeight: "normal", color: "#59636e" } });
@@ -156,9 +170,7 @@
         formatter: (items) => [fmt(items[0] && items[0].value[0], "req/s")].concat(items.filter((it) => it.seriesId && it.value[1] !== null)
           .map((it) => it.marker + it.seriesId + ": " + fmt(it.value[1], "ms") + " (" + it.value[2] + ")")).join("<br>") },
       xAxis: axis("achieved req/s"),
-      // the axis reaches the SLO line even when every level is well under it
-      yAxis: axis(METRIC[metric] + " (ms)", { nameGap: 44,
-        max: (v) => Math.max(v.max, ...targets.map((t) => t.threshold_ms * 1.1)) }),
+      yAxis: axis(METRIC[metric] + " (ms)", { nameGap: 44, max: reach(series, targets.map((t) => t.threshold_ms)) }),
       series: series,
     });
     const marked = DATA.capacity.profiles.some((p) => num(p.sustainable_rps) !== null);
@@ -264,7 +276,7 @@
           symbol: "none", silent: true, data: [{ yAxis: lg.saturated_cpu_percent, lineStyle: { color: SLO_COLOR },
             label: { formatter: "saturated above " + lg.saturated_cpu_percent + " %", position: "insideEndTop", fontSize: 10, color: SLO_COLOR } }] } });
         option = { title: "Load generator CPU per process", series: series,
-          yAxis: axis("CPU %", { min: 0, nameGap: 36, max: (v) => Math.max(v.max, lg.saturated_cpu_percent + 10) }) };
+          yAxis: axis("CPU %", { min: 0, nameGap: 36, max: reach(series, [lg.saturated_cpu_percent]) }) };
       }
     }
     if (why) return empty(el, why);
