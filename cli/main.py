@@ -30,6 +30,7 @@ COMMANDS: dict[str, str] = {
     "summarize": "vprof.cli.report:summarize",
     "compare": "vprof.cli.report:compare",
     "plan": "vprof.cli.report:plan",
+    "report": "vprof.cli.report_html:report",
 }
 
 

@@ -54,3 +54,7 @@ class WorkloadError(VprofError):
 
 class RunError(VprofError):
     """A run or bench that could not proceed."""
+
+
+class ReportError(VprofError):
+    """A report that cannot be made from what it was given (a bad option or input file)."""

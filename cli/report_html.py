@@ -1,0 +1,76 @@
+"""``vprof report``: one self-contained HTML file of runs, benches and sweeps."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+
+@click.command()
+@click.argument("runs", nargs=-1, required=True, type=click.Path())
+@click.option(
+    "-o",
+    "--out",
+    "out",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=Path("report.html"),
+    show_default=True,
+    help="The HTML file to write.",
+)
+@click.option(
+    "--slo", default=None, help="Objectives, e.g. ttft_p95=500ms,tpot_p95=50ms,errors=1%."
+)
+@click.option(
+    "--rps",
+    "target_rps",
+    type=float,
+    default=None,
+    help="Request rate to plan replicas for (needs --slo).",
+)
+@click.option(
+    "--headroom",
+    default=0.2,
+    show_default=True,
+    help="Spare capacity (0.2 = 20 %), as `vprof plan`.",
+)
+@click.option(
+    "--gpu-hour-price", type=float, default=None, help="Price of one GPU-hour, for costs."
+)
+@click.option(
+    "--baseline",
+    default=None,
+    help="Run or profile each comparison is against (default: the first).",
+)
+@click.option(
+    "--n-boot", default=2000, show_default=True, help="Bootstrap resamples for comparisons."
+)
+@click.option(
+    "--seed", default=0, show_default=True, help="Seed for the bootstrap and curve sampling."
+)
+@click.option("--title", default=None, help="The report's title.")
+def report(
+    runs: tuple[str, ...], out: Path, slo: str | None, target_rps: float | None, headroom: float,
+    gpu_hour_price: float | None, baseline: str | None, n_boot: int, seed: int, title: str | None,
+) -> None:  # fmt: skip
+    """An HTML report of runs, benches or sweeps.
+
+    One self-contained file of RUNs (run, bench or sweep folders) that opens offline and
+    prints: capacity curves with the SLO line and the plan, costs, latency distributions, timelines,
+    sweep ladders, comparisons with their intervals, and each run's provenance. Its numbers
+    are those of `vprof summarize`, `vprof plan` and `vprof compare`.
+
+    \b
+    Example:
+      vprof report vprof-runs/ -o report.html
+      vprof report sweep-out/ --slo ttft_p95=500ms --rps 40 --gpu-hour-price 2.5
+    """
+    from vprof.report import write_report
+
+    path = write_report(
+        runs, out, slo=slo, target_rps=target_rps, headroom=headroom,
+        gpu_hour_price=gpu_hour_price, baseline=baseline, n_boot=n_boot, seed=seed, title=title,
+        progress=lambda message: click.echo(message, err=True),
+    )  # fmt: skip
+    size_mb = path.stat().st_size / 1e6
+    click.echo(f"wrote {path} ({size_mb:.1f} MB)")

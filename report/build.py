@@ -1,0 +1,253 @@
+"""Run folders → the report's data: one JSON-safe dict that the HTML embeds and draws from.
+
+Every number comes from the analysis API: summaries from ``summarize_loaded``, the plan from
+``plan``, differences from ``compare``; this module only arranges them by section.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Iterable, Sequence
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from vprof.analysis.keys import SummaryKey as K
+from vprof.common.errors import ReportError
+from vprof.records.rundir import RunDir, RunState
+from vprof.report.options import ReportOptions, check_options
+
+SCHEMA_VERSION = 1
+
+
+def build_data(
+    paths: Iterable[str | Path], *, progress: Callable[[str], None] | None = None, **options: Any
+) -> dict[str, Any]:
+    """The report's data for run, bench or sweep folders; ``options`` as :func:`check_options`,
+    ``progress`` is told what is being done (the comparisons' bootstrap can take a while).
+
+    Example:
+        >>> build_data(["vprof-runs/"], slo="ttft_p95=500ms", target_rps=40)  # doctest: +SKIP
+    """
+    from vprof.analysis import load_run
+    from vprof.analysis.run import display_names, json_safe, summarize_loaded
+    from vprof.report.capacity import capacity, cost
+    from vprof.report.inputs import resolve_inputs
+    from vprof.report.runs import columns, distributions, provenance, timelines
+    from vprof.report.sweeps import from_load_levels, from_manifests
+
+    opts = check_options(**options)
+    started = time.perf_counter()
+    paths = list(paths)
+    inputs = resolve_inputs(paths)
+    runs = [load_run(p) for p in inputs.runs]
+    summaries = [summarize_loaded(r, slo=opts.slo) for r in runs]
+    order = _reading_order(summaries)
+    runs, summaries = [runs[i] for i in order], [summaries[i] for i in order]
+    labels = display_names(summaries)
+    ids = [f"r{i}" for i in range(len(runs))]
+    entries = []
+    for run_id, label, run, summary in zip(ids, labels, runs, summaries, strict=True):
+        cols = columns(run)
+        entries.append(
+            {
+                "id": run_id,
+                "label": label,
+                "summary": json_safe(summary),
+                "distributions": json_safe(distributions(run, summary, cols, seed=opts.seed)),
+                "timeline": json_safe(timelines(run, summary, cols)),
+                "provenance": json_safe(provenance(run)),
+            }
+        )
+    capacity_data = capacity(ids, summaries, opts)
+    metas: dict[str, tuple[dict[str, Any], str]] = {}
+    for run, summary in zip(runs, summaries, strict=True):
+        metas.setdefault(str(summary.get(K.PROFILE) or summary.get(K.RUN)),
+                         (run.meta, str(RunDir(run.path).run_json)))  # fmt: skip
+    recorded = [r.meta["hardware"] for r in runs if isinstance(r.meta.get("hardware"), dict)]
+    on_gpus = any(h.get("gpus") for h in recorded) if recorded else None
+    run_ids = {r.path.resolve(): i for r, i in zip(runs, ids, strict=True)}
+    by_id = dict(zip(ids, summaries, strict=True))
+    sweeps = from_manifests(inputs.sweeps, run_ids, by_id, capacity_data)
+    covered = {row["run_id"] for s in sweeps for row in s["rows"] if row.get("run_id")}
+    sweeps += from_load_levels(capacity_data, covered)
+    groups = comparison_groups(summaries, labels, opts.baseline)
+    if groups and progress is not None:
+        progress(
+            f"comparing {len(groups)} group(s) of runs under the same traffic with "
+            f"{opts.n_boot:,} bootstrap resamples (--n-boot sets how many)"
+        )
+    comparisons = [_compare(runs, summaries, ids, group, opts) for group in groups]
+    return json_safe(
+        {
+            "schema": SCHEMA_VERSION,
+            "title": opts.title or _title(summaries),
+            "generated_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "vprof_version": _version(),
+            "inputs": [str(p) for p in paths],
+            "options": opts.to_dict(),
+            "runs": entries,
+            "capacity": capacity_data,
+            "cost": json_safe(cost(capacity_data, metas, opts, measured_on_gpus=on_gpus)),
+            "sweeps": json_safe(sweeps),
+            "comparisons": comparisons,
+            "distribution_groups": _distribution_groups(summaries, ids, groups),
+            "warnings": _warnings(labels, summaries),
+            "build_s": round(time.perf_counter() - started, 3),
+        }
+    )
+
+
+def _reading_order(summaries: Sequence[dict[str, Any]]) -> list[int]:
+    """Runs grouped by profile (in the order profiles first appear), each profile's by the
+    load offered; otherwise as given. Comparison baselines are then each group's first."""
+    first: dict[str, int] = {}
+    for i, s in enumerate(summaries):
+        first.setdefault(str(s.get(K.PROFILE)), i)
+
+    def key(i: int) -> tuple[int, float, int]:
+        s = summaries[i]
+        load = s.get(K.OFFERED_LOAD)
+        return (first[str(s.get(K.PROFILE))], float(load) if load is not None else math.inf, i)
+
+    return sorted(range(len(summaries)), key=key)
+
+
+def _version() -> str | None:
+    try:
+        return metadata.version("vprof")
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def _title(summaries: Sequence[dict[str, Any]]) -> str:
+    profiles = list(dict.fromkeys(str(s.get(K.PROFILE)) for s in summaries))
+    shown = ", ".join(profiles[:4]) + (
+        f" and {len(profiles) - 4} more" if len(profiles) > 4 else ""
+    )
+    return f"vprof report: {shown} ({len(summaries)} run{'s' if len(summaries) != 1 else ''})"
+
+
+def comparison_groups(
+    summaries: Sequence[dict[str, Any]], labels: Sequence[str], baseline: str | None
+) -> list[list[int]]:
+    """Indices of runs to compare: runs under the same workload and traffic shape, two or more.
+
+    Runs at different loads are not compared (their differences are the load's). The first
+    run of a group is its baseline, unless ``baseline`` names a run, label or profile in it.
+    """
+    groups: dict[tuple[str, str], list[int]] = {}
+    for i, s in enumerate(summaries):
+        groups.setdefault((str(s.get(K.WORKLOAD)), str(s.get(K.TRAFFIC))), []).append(i)
+    chosen = [g for g in groups.values() if len(g) >= 2]
+    if baseline is not None:
+
+        def matches(i: int) -> bool:
+            s = summaries[i]
+            return baseline in (labels[i], s.get(K.RUN), s.get(K.PROFILE))
+
+        if not any(matches(i) for g in chosen for i in g):
+            names = sorted({str(s.get(K.PROFILE)) for s in summaries} | set(labels))
+            raise ReportError(
+                f"no compared run is {baseline!r}",
+                key="--baseline",
+                hint=f"name a run or profile: {', '.join(names[:8])}",
+            )
+        chosen = [sorted(g, key=lambda i: not matches(i)) for g in chosen]
+    return chosen
+
+
+def _compare(
+    runs: Sequence[Any],
+    summaries: Sequence[dict[str, Any]],
+    ids: Sequence[str],
+    group: Sequence[int],
+    opts: ReportOptions,
+) -> dict[str, Any]:
+    from vprof.analysis import compare
+    from vprof.analysis.run import display_names, json_safe
+
+    frame = compare([runs[i] for i in group], n_boot=opts.n_boot, seed=opts.seed)
+    names = display_names([summaries[i] for i in group])
+    by_name = {name: ids[i] for name, i in zip(names, group, strict=True)}
+    rows = json_safe(frame.to_dict("records"))
+    for row in rows:
+        row["run_id"] = by_name.get(row["run"])
+        row["baseline_id"] = by_name.get(row["baseline"])
+    first = summaries[group[0]]
+    return {
+        "workload": first.get(K.WORKLOAD),
+        "traffic": first.get(K.TRAFFIC),
+        "run_ids": [ids[i] for i in group],
+        "baseline_id": ids[group[0]],
+        "n_boot": opts.n_boot,
+        "seed": opts.seed,
+        "rows": rows,
+    }
+
+
+def _distribution_groups(
+    summaries: Sequence[dict[str, Any]], ids: Sequence[str], groups: Sequence[Sequence[int]]
+) -> list[dict[str, Any]]:
+    """Runs whose distributions share a chart: each comparison group, then the other runs of
+    one profile (a load ladder's levels side by side)."""
+    out = []
+    shown: set[int] = set()
+    for group in groups:
+        first = summaries[group[0]]
+        out.append({"title": f"{first.get('workload')} × {first.get('traffic')}",
+                    "run_ids": [ids[i] for i in group]})  # fmt: skip
+        shown.update(group)
+    by_profile: dict[str, list[int]] = {}
+    for i, s in enumerate(summaries):
+        if i not in shown:
+            by_profile.setdefault(str(s.get(K.PROFILE)), []).append(i)
+    for profile, members in by_profile.items():
+        out.append({"title": profile, "run_ids": [ids[i] for i in members]})
+    return out
+
+
+def _warnings(labels: Sequence[str], summaries: Sequence[dict[str, Any]]) -> list[str]:
+    """What a reader must know before trusting the numbers: failed runs, a saturated client."""
+    out = []
+    for label, s in zip(labels, summaries, strict=True):
+        if s.get(K.STATE) not in (RunState.COMPLETED, None):
+            why = f": {s[K.REASON]}" if s.get(K.REASON) else ""
+            out.append(f"{label}: the run is {s.get('state')}{why}")
+        if s.get(K.LOADGEN_SATURATED):
+            out.append(f"{label}: {s.get(K.LOADGEN_VERDICT)}")
+    return out
+
+
+def write_report(
+    paths: Iterable[str | Path],
+    out: str | Path,
+    *,
+    progress: Callable[[str], None] | None = None,
+    **options: Any,
+) -> Path:
+    """Write one self-contained HTML report of ``paths`` (run, bench or sweep folders) to ``out``.
+
+    ``options``: ``slo``, ``target_rps``, ``headroom``, ``gpu_hour_price``, ``baseline``,
+    ``n_boot``, ``seed``, ``title`` (see :func:`vprof.report.options.check_options`).
+
+    Example:
+        >>> write_report(["vprof-runs/"], "report.html", slo="ttft_p95=500ms", target_rps=40)
+        ... # doctest: +SKIP
+    """
+    from vprof.report.html import render
+
+    paths = list(paths)
+    data = build_data(paths, progress=progress, **options)
+    target = Path(out)
+    if target.is_dir():
+        raise ReportError(
+            "is a folder", path=str(target), hint="give a file name such as report.html"
+        )
+    html = render(data)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(target.name + ".tmp")
+    tmp.write_text(html, encoding="utf-8")
+    tmp.replace(target)
+    return target

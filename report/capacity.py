@@ -1,0 +1,214 @@
+"""Capacity and cost: each profile's load levels, ``analysis.plan``'s answer, and its price.
+
+A profile's *levels* are its runs (as ``vprof plan`` groups them). The plan's numbers are
+``Plan.rows()`` and ``Plan.evidence_rows()`` exactly as ``vprof plan --format json`` prints
+them; costs multiply them by GPUs per replica (tensor × pipeline × data parallel sizes of
+the profile as it ran) and the price of a GPU-hour.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from vprof.analysis.keys import SummaryKey as K
+from vprof.common.errors import ReportError
+from vprof.report.options import ReportOptions
+
+LATENCY_METRICS = ("ttft", "tpot", "e2el")
+# What each load level carries from its summary (plus every percentile of the metrics drawn).
+_LEVEL_KEYS = (K.REQUEST_THROUGHPUT, K.OUTPUT_THROUGHPUT, K.TOTAL_OUTPUT_TOKENS, K.COMPLETED,
+               K.ERROR_RATE, K.STATE, K.OFFERED_LOAD, K.OFFERED_LOAD_UNIT, K.SLO_MET,
+               K.LOADGEN_SATURATED)  # fmt: skip
+PARALLEL_ARGS = ("tensor-parallel-size", "pipeline-parallel-size", "data-parallel-size")
+
+
+def _stats(summary: dict[str, Any], metric: str) -> dict[str, Any]:
+    out = {}
+    suffix = f"_{metric}_ms"
+    for key, value in summary.items():
+        if key.endswith(suffix) and (key.startswith("p") or key.startswith("median")):
+            out[key] = value
+    return out
+
+
+def capacity(
+    run_ids: Sequence[str], summaries: Sequence[dict[str, Any]], options: ReportOptions
+) -> dict[str, Any]:
+    """Levels per profile for the curves, and the plan when an SLO was given."""
+    from vprof.analysis import plan
+    from vprof.analysis.run import json_safe
+
+    metrics = list(LATENCY_METRICS)
+    slo = options.slo
+    if slo is not None and any(t.metric == "itl" for t in slo.targets):
+        metrics.append("itl")
+    by_profile: dict[str, list[dict[str, Any]]] = {}
+    for run_id, summary in zip(run_ids, summaries, strict=True):
+        level = {"run_id": run_id, "run": summary.get(K.RUN)}
+        level |= {k: summary.get(k) for k in _LEVEL_KEYS}
+        for metric in metrics:
+            level |= _stats(summary, metric)
+        by_profile.setdefault(str(summary.get(K.PROFILE) or summary.get(K.RUN)), []).append(level)
+    out: dict[str, Any] = {"metrics": metrics, "profiles": [], "plan": None, "why": None}
+    result = None
+    if (
+        slo is not None
+        and not any(t.percentile is not None for t in slo.targets)
+        and (slo.max_error_rate is None)
+    ):
+        # goodput thresholds only (ttft=500ms): the summaries count good requests, but a plan
+        # needs a distribution target to interpolate on
+        out["why"] = f"{slo} has no percentile target (such as ttft_p95=500ms), so no plan"
+    elif slo is not None:
+        measured = [float(s[K.REQUEST_THROUGHPUT]) for s in summaries
+                    if _positive(s.get(K.REQUEST_THROUGHPUT))]  # fmt: skip
+        # Without --rps the sustainable rate and binding constraint still hold (they do not
+        # depend on the target); replicas are then left out.
+        target = options.target_rps or (max(measured) if measured else 1.0)
+        result = plan(list(summaries), target_rps=target, slo=slo, headroom=options.headroom)
+        rows = json_safe(result.rows())
+        if options.target_rps is None:
+            for row in rows:
+                row.pop("replicas", None)
+                row.pop("plan", None)
+        out["plan"] = {
+            "target_rps": options.target_rps,
+            "slo": str(slo),
+            "headroom": options.headroom,
+            "thresholds": [
+                {
+                    "key": t.key,
+                    "metric": t.metric,
+                    "percentile": t.percentile,
+                    "threshold_ms": t.threshold_ms,
+                }
+                for t in slo.targets
+            ],  # fmt: skip
+            "max_error_rate": slo.max_error_rate,
+            "rows": rows,
+            "evidence": json_safe(result.evidence_rows()),
+            "notes": {p.profile: list(p.notes) for p in result.profiles},
+        }
+    order = {p.profile: [lv.run for lv in p.levels] for p in result.profiles} if result else {}
+    for profile, levels in by_profile.items():
+        if profile in order:
+            rank = {name: i for i, name in enumerate(order[profile])}
+            levels.sort(key=lambda lv: rank.get(lv["run"], len(rank)))
+        else:
+            levels.sort(key=_load_order)
+        entry: dict[str, Any] = {"profile": profile, "levels": json_safe(levels)}
+        units = {lv.get(K.OFFERED_LOAD_UNIT) for lv in levels}
+        entry["offered_unit"] = units.pop() if len(units) == 1 else None
+        if result is not None:
+            (answer,) = [p for p in result.profiles if p.profile == profile]
+            entry["sustainable_rps"] = answer.sustainable_rps
+            entry["binding"] = answer.binding
+            entry["basis"] = answer.basis
+            entry["replicas"] = answer.replicas if options.target_rps else None
+            entry["message"] = answer.message if options.target_rps else None
+        out["profiles"].append(json_safe(entry))
+    return out
+
+
+def _load_order(level: dict[str, Any]) -> tuple[float, float]:
+    offered, rps = level.get(K.OFFERED_LOAD), level.get(K.REQUEST_THROUGHPUT)
+    return (
+        float(offered) if isinstance(offered, (int, float)) and _positive(offered) else math.inf,
+        float(rps) if isinstance(rps, (int, float)) and _positive(rps) else math.inf,
+    )
+
+
+def _positive(value: Any) -> bool:
+    return isinstance(value, (int, float)) and math.isfinite(value) and value > 0
+
+
+def gpus_per_replica(meta: dict[str, Any], where: str) -> tuple[int, str]:
+    """GPUs one server of this profile uses (tensor × pipeline × data parallel), and how known.
+
+    ``meta`` is a run's ``run.json``; ``where`` its path, for errors.
+    """
+    from vprof.registry.vllm_args import flag_table
+
+    profile = meta.get("profile") if isinstance(meta.get("profile"), dict) else {}
+    args = profile.get("engine_args") if isinstance(profile, dict) else None
+    if not isinstance(args, dict):
+        return 1, "engine arguments unknown: 1 GPU assumed"
+    aliases = flag_table().aliases
+    canonical = {aliases.get(str(k).lstrip("-"), str(k).lstrip("-")): v for k, v in args.items()}
+    gpus, parts = 1, []
+    for key in PARALLEL_ARGS:
+        value = canonical.get(key)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 4096:
+            raise ReportError(
+                f"{value!r} is not a parallel size (a whole number from 1)",
+                path=where,
+                key=f"profile.engine_args.{key}",
+            )
+        gpus *= value
+        parts.append(f"{key} {value}")
+    return gpus, (" × ".join(parts) if parts else "no parallelism set: 1 GPU")
+
+
+def cost(
+    capacity_data: dict[str, Any],
+    metas: dict[str, tuple[dict[str, Any], str]],
+    options: ReportOptions,
+    *,
+    measured_on_gpus: bool | None,
+) -> dict[str, Any]:
+    """Cost per hour of the plan and per million output tokens at the sustainable rate.
+
+    ``metas`` maps each profile to one of its runs' ``run.json`` and that file's path.
+    """
+    if options.gpu_hour_price is None:
+        return {"why": "give --gpu-hour-price (the price of one GPU-hour) to see costs"}
+    if capacity_data.get("plan") is None:
+        return {"why": "costs need the plan's sustainable rate: give --slo (and --rps)"}
+    price = options.gpu_hour_price
+    rows = []
+    for entry in capacity_data["profiles"]:
+        profile = entry["profile"]
+        meta, where = metas[profile]
+        gpus, how = gpus_per_replica(meta, where)
+        out_tokens = sum(lv.get(K.TOTAL_OUTPUT_TOKENS) or 0 for lv in entry["levels"])
+        completed = sum(lv.get(K.COMPLETED) or 0 for lv in entry["levels"])
+        tokens_per_request = out_tokens / completed if completed else None
+        sustainable = entry.get("sustainable_rps")
+        replicas = entry.get("replicas")
+        row: dict[str, Any] = {
+            "profile": profile,
+            "gpus_per_replica": gpus,
+            "parallelism": how,
+            "gpu_hour_price": price,
+            "replica_cost_per_hour": gpus * price,
+            "output_tokens_per_request": tokens_per_request,
+            "sustainable_rps": sustainable,
+            "replicas": replicas,
+            "plan_cost_per_hour": replicas * gpus * price if replicas else None,
+            "cost_per_million_output_tokens": None,
+            "plan_cost_per_million_output_tokens": None,
+        }
+        if _positive(sustainable) and tokens_per_request:
+            tokens_per_hour = sustainable * tokens_per_request * 3600.0
+            row["cost_per_million_output_tokens"] = gpus * price / tokens_per_hour * 1e6
+        if replicas and options.target_rps and tokens_per_request:
+            tokens_per_hour = options.target_rps * tokens_per_request * 3600.0
+            row["plan_cost_per_million_output_tokens"] = (
+                replicas * gpus * price / tokens_per_hour * 1e6
+            )
+        rows.append(row)
+    notes = []
+    if measured_on_gpus is False:
+        notes.append(
+            "measured without GPUs (the CPU build): the rates are this machine's, so these "
+            "costs illustrate the arithmetic rather than price a GPU deployment"
+        )
+    elif measured_on_gpus is None:
+        notes.append("the runs do not record their hardware; check the rates came from GPUs")
+    if options.target_rps is None:
+        notes.append("give --rps for the plan's replicas and its cost per hour")
+    return {"rows": rows, "notes": notes, "gpu_hour_price": price}

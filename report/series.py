@@ -1,0 +1,147 @@
+"""Series small enough to draw: quantile curves, envelope-preserving downsampling, bin widths.
+
+Pure numpy functions. What is drawn may be downsampled; what is *read* (percentiles, counts)
+always comes from the summary, which saw every record.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+# The curve of a distribution is read at these cumulative probabilities: even steps for the
+# body, then ever finer steps into the tail, where the percentiles that matter live.
+_BODY = 200
+_TAIL_DECADES = 4  # up to 1 − 10⁻⁴ (p99.99)
+_TAIL_STEPS = 50  # per decade
+# Above this many values the curve is drawn from a seeded random subset (sorting tens of
+# millions of pooled gaps for a picture is the slow part of a report).
+MAX_CURVE_VALUES = 200_000
+
+
+def cdf_probabilities() -> Any:
+    """Cumulative probabilities 0 … 1 at which a distribution's curve is drawn."""
+    import numpy as np
+
+    body = np.linspace(0.0, 0.9, _BODY // 2, endpoint=False)
+    body = np.concatenate([body, np.linspace(0.9, 0.99, _BODY // 2, endpoint=False)])
+    tail = 1.0 - np.logspace(-2, -_TAIL_DECADES, _TAIL_DECADES * _TAIL_STEPS // 2)
+    return np.unique(np.concatenate([body, tail, [1.0]]))
+
+
+def cdf_curve(values: Any, *, seed: int = 0) -> dict[str, Any]:
+    """The empirical distribution of ``values`` as (ms, p) points, numpy-linear like the summary.
+
+    Returns ``{"n": len(values), "drawn_from": k, "ms": [...], "p": [...]}``; ``drawn_from``
+    is smaller than ``n`` when the curve comes from a random subset of ``k`` values.
+    """
+    import numpy as np
+
+    x = np.asarray(values, dtype=np.float64)
+    x = x[np.isfinite(x)]
+    n = int(x.size)
+    if n == 0:
+        return {"n": 0, "drawn_from": 0, "ms": [], "p": []}
+    if n > MAX_CURVE_VALUES:
+        x = np.random.default_rng(seed).choice(x, MAX_CURVE_VALUES, replace=False)
+    x = np.sort(x)
+    p = cdf_probabilities()
+    # numpy's "linear" method on sorted data: position p·(k − 1), interpolated.
+    position = p * (x.size - 1)
+    lower = np.floor(position).astype(np.int64)
+    upper = np.minimum(lower + 1, x.size - 1)
+    ms = x[lower] + (x[upper] - x[lower]) * (position - lower)
+    return {"n": n, "drawn_from": int(x.size), "ms": significant(ms), "p": np.round(p, 6).tolist()}
+
+
+def envelope(t: Any, y: Any, max_points: int = 600) -> tuple[list[float], list[float | None]]:
+    """At most ``max_points`` (t, y) points keeping each bucket's lowest and highest point.
+
+    A min/max envelope keeps peaks (the KV-cache high-water mark, a queue spike) that an
+    average or a stride would hide. ``t`` must be ascending; NaNs in ``y`` are dropped.
+    """
+    import numpy as np
+
+    t = np.asarray(t, dtype=np.float64)
+    y = np.asarray(y, dtype=np.float64)
+    keep = np.isfinite(t) & np.isfinite(y)
+    t, y = t[keep], y[keep]
+    if t.size <= max_points:
+        return np.round(t, 3).tolist(), significant(y)
+    buckets = max_points // 2
+    edges = np.linspace(0, t.size, buckets + 1).astype(np.int64)
+    chosen = []
+    for lo, hi in zip(edges[:-1], edges[1:], strict=True):
+        if hi <= lo:
+            continue
+        segment = y[lo:hi]
+        a, b = lo + int(segment.argmin()), lo + int(segment.argmax())
+        chosen.extend(sorted({a, b}))
+    index = np.array(chosen, dtype=np.int64)
+    return np.round(t[index], 3).tolist(), significant(y[index])
+
+
+def nice_interval_s(span_s: float, max_bins: int = 240) -> float:
+    """A readable bin width (1, 2, 5 × 10ⁿ s, at least 1 s) giving at most ``max_bins`` bins."""
+    if not span_s > 0 or math.isinf(span_s):
+        return 1.0
+    raw = span_s / max_bins
+    if raw <= 1.0:
+        return 1.0
+    exponent = math.floor(math.log10(raw))
+    for step in (1.0, 2.0, 5.0, 10.0):
+        width = step * 10.0**exponent
+        if width >= raw:
+            return width
+    return 10.0 ** (exponent + 1)
+
+
+def binned_percentiles(
+    t_s: Any, values: Any, interval_s: float, n_bins: int, qs: tuple[float, ...] = (50, 95)
+) -> dict[str, list[float | None]]:
+    """Per-bin numpy-linear percentiles and maximum of ``values`` placed at times ``t_s``.
+
+    Bins start at 0 and are ``interval_s`` wide; an empty bin is None.
+    """
+    import numpy as np
+
+    t = np.asarray(t_s, dtype=np.float64)
+    v = np.asarray(values, dtype=np.float64)
+    keep = np.isfinite(t) & np.isfinite(v) & (t >= 0)
+    t, v = t[keep], v[keep]
+    bins = np.minimum((t // interval_s).astype(np.int64), max(n_bins - 1, 0))
+    order = np.lexsort((v, bins))
+    bins, v = bins[order], v[order]
+    starts = np.searchsorted(bins, np.arange(n_bins), side="left")
+    ends = np.searchsorted(bins, np.arange(n_bins), side="right")
+    out: dict[str, list[float | None]] = {f"p{q:g}": [] for q in qs}
+    out["max"] = []
+    for lo, hi in zip(starts, ends, strict=True):
+        chunk = v[lo:hi]  # sorted within the bin
+        for q in qs:
+            out[f"p{q:g}"].append(_linear_sorted(chunk, q) if chunk.size else None)
+        out["max"].append(float(chunk[-1]) if chunk.size else None)
+    return out
+
+
+def _linear_sorted(sorted_values: Any, q: float) -> float:
+    position = q / 100.0 * (sorted_values.size - 1)
+    lower = math.floor(position)
+    upper = min(lower + 1, sorted_values.size - 1)
+    a, b = float(sorted_values[lower]), float(sorted_values[upper])
+    return a + (b - a) * (position - lower)
+
+
+def significant(values: Any, digits: int = 4) -> list[float | None]:
+    """Plain floats rounded to ``digits`` significant digits for drawing (a smaller JSON);
+    NaN becomes None."""
+    import numpy as np
+
+    x = np.asarray(values, dtype=np.float64)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        magnitude = np.where(np.isfinite(x) & (x != 0), np.floor(np.log10(np.abs(x))), 0)
+        scale = np.power(10.0, digits - 1 - magnitude)
+    with np.errstate(over="ignore", invalid="ignore"):
+        rounded = np.round(x * scale) / scale
+    rounded = np.where(np.isfinite(rounded), rounded, x)  # ±inf and subnormals stay as they are
+    return [None if math.isnan(v) else v for v in rounded.tolist()]
