@@ -72,7 +72,12 @@ def build_data(
     sweeps = from_manifests(inputs.sweeps, run_ids, by_id, capacity_data)
     covered = {row["run_id"] for s in sweeps for row in s["rows"] if row.get("run_id")}
     sweeps += from_load_levels(capacity_data, covered)
-    groups = comparison_groups(summaries, labels, opts.baseline)
+    from vprof.analysis.compare import cell_key
+
+    groups = [
+        g for g in comparison_groups(summaries, labels, opts.baseline)
+        if len({cell_key(runs[i].path) for i in g}) >= 2  # not only one configuration's repeats
+    ]  # fmt: skip
     if groups and progress is not None:
         progress(
             f"comparing {len(groups)} group(s) of runs under the same traffic with "

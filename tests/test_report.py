@@ -98,7 +98,7 @@ def test_comparisons_equal_vprof_compare_output(bench, report):
                  for i in cmp["run_ids"]]  # fmt: skip
         result = _invoke("compare", *paths, "--format", "json", "--n-boot", "200")
         assert result.exit_code == 0, result.output
-        expected = json.loads(result.output)
+        expected = json.loads(result.stdout)
         rows = [{k: v for k, v in row.items() if k not in ("run_id", "baseline_id")}
                 for row in cmp["rows"]]  # fmt: skip
         assert rows == expected
