@@ -13,7 +13,7 @@ from typing import Any
 import click
 
 from vprof.cli.options import FiniteFloat, OutDir, profile_override_options, profiles_dir_option
-from vprof.cli.output import emit, format_option
+from vprof.cli.output import HUMAN, Part, emit_parts, format_option
 from vprof.locustfiles.optiontable import DEFAULT_WORKLOAD
 from vprof.runs.order import ORDERS
 
@@ -175,26 +175,27 @@ def _profiles(names: tuple[str, ...], opts: dict[str, Any]):
 
 
 def _report(outcomes, fmt: str, slo: str | None) -> None:
-    """Print what ran, the summaries and the comparison; exit 1 if any run failed."""
-    from vprof.cli.report import show_comparison, show_summaries
+    """Print what ran, the summaries and the comparison as one output; exit 1 if a run failed."""
+    from vprof.cli.report import comparison_parts, summary_parts
 
     click.echo("", err=True)
-    emit(
-        [
-            {"profile": o.profile, "traffic": o.traffic, "state": o.state, "run": str(o.run.path),
-             "reason": o.reason.splitlines()[0] if o.reason else ""}
-            for o in outcomes
-        ],
-        fmt,
-    )  # fmt: skip
+    parts: list[Part] = [("runs", _outcome_rows(outcomes), None)]
     runs = [o.run.path for o in outcomes if o.finished]
     if runs:
-        click.echo()
-        show_summaries(runs, fmt=fmt, slo=slo)
+        parts += summary_parts(runs, fmt=fmt, slo=slo)
     if len(runs) > 1:
-        show_comparison(runs, fmt=fmt, only_if_several=True)
+        parts += comparison_parts(runs, fmt=fmt, only_if_several=True)
+    emit_parts(parts, fmt)
     if not all(o.finished for o in outcomes):
         raise SystemExit(1)
+
+
+def _outcome_rows(outcomes) -> list[dict[str, Any]]:
+    return [
+        {"profile": o.profile, "traffic": o.traffic, "repeat": o.repeat, "state": o.state,
+         "run": str(o.run.path), "reason": o.reason.splitlines()[0] if o.reason else ""}
+        for o in outcomes
+    ]  # fmt: skip
 
 
 @click.command(short_help="Run profiles × traffic shapes and summarise them.")
@@ -235,12 +236,12 @@ def sweep() -> None:
     """
 
 
-def _show_rows(rows: list[dict[str, Any]], fmt: str) -> None:
+def _rows_part(rows: list[dict[str, Any]], fmt: str) -> Part:
     """A sweep's rows; terminal tables leave out the (long) run folder names."""
     columns = None
-    if fmt in ("table", "markdown"):
+    if fmt in HUMAN:
         columns = [c for c in dict.fromkeys(k for row in rows for k in row) if c != "run"]
-    emit(rows, fmt, columns)
+    return ("rungs", rows, columns)
 
 
 def _ladder(
@@ -256,9 +257,7 @@ def _ladder(
     recommendation = recommend(rows, prefer=prefer)
     write_sweep(opts["out_dir"], kind, profile.name, rows, recommendation)
     click.echo("", err=True)
-    _show_rows(rows, fmt)
-    click.echo()
-    click.echo(recommendation)
+    emit_parts([_rows_part(rows, fmt), ("recommendation", recommendation, None)], fmt)
 
 
 @sweep.command("batched-tokens")
@@ -391,10 +390,11 @@ def load(profile_name: str, levels: str, target_rps: float | None, fmt: str, **o
         rows, outcomes = run_load_ladder(profile, opts["traffic"][0], values, _spec(opts), _say)
     write_sweep(opts["out_dir"], "load", profile.name, rows, "")
     click.echo("", err=True)
-    _show_rows(rows, fmt)
+    parts = [_rows_part(rows, fmt)]
     done = [o.run.path for o in outcomes if o.finished]
     if opts["slo"] and done:
-        from vprof.cli.report import show_plan
+        from vprof.cli.report import plan_parts
 
-        click.echo()
-        show_plan(done, target_rps=target_rps or max(values), slo=opts["slo"], fmt=fmt)
+        target = target_rps or max(values)
+        parts += plan_parts(done, target_rps=target, slo=opts["slo"], fmt=fmt)
+    emit_parts(parts, fmt)

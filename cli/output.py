@@ -39,6 +39,14 @@ def _cell(value: Any) -> str:
     return str(value)
 
 
+def _select(
+    rows: Sequence[Mapping[str, Any]], columns: Sequence[str] | None
+) -> list[dict[str, Any]]:
+    if columns is None:
+        columns = list(dict.fromkeys(k for row in rows for k in row))
+    return [{c: row.get(c) for c in columns} for row in rows]
+
+
 def render_rows(
     rows: Sequence[Mapping[str, Any]], fmt: str = "table", columns: Sequence[str] | None = None
 ) -> str:
@@ -46,9 +54,9 @@ def render_rows(
     if columns is None:
         columns = list(dict.fromkeys(k for row in rows for k in row))
     if fmt == "json":
-        return json.dumps([{c: row.get(c) for c in columns} for row in rows], indent=2, default=str)
+        return json.dumps(_select(rows, columns), indent=2, default=str)
     if fmt == "ndjson":
-        return "\n".join(json.dumps({c: row.get(c) for c in columns}, default=str) for row in rows)
+        return "\n".join(json.dumps(row, default=str) for row in _select(rows, columns))
     if fmt == "csv":
         buffer = io.StringIO()
         writer = csv.DictWriter(buffer, fieldnames=list(columns), extrasaction="ignore")
@@ -75,3 +83,39 @@ def emit(
 ) -> None:
     """Print ``rows`` to stdout in ``fmt``."""
     click.echo(render_rows(rows, fmt, columns))
+
+
+Part = tuple[str, "Sequence[Mapping[str, Any]] | str", "Sequence[str] | None"]
+
+
+HUMAN = ("table", "markdown")  # formats read by people, where sentences go between tables
+
+
+def emit_parts(parts: Sequence[Part], fmt: str = "table") -> None:
+    """Print several named tables (or sentences) as one output.
+
+    JSON: one object with a member per part, so the output parses as a single document;
+    NDJSON: one object per line, each tagged with its ``part``; tables, Markdown and CSV:
+    each part in turn, a blank line between. A single table prints as :func:`emit` would.
+    Sentences meant only for people are left out of ``parts`` by their makers in JSON.
+    """
+    if len(parts) == 1 and not isinstance(parts[0][1], str):
+        emit(parts[0][1], fmt, parts[0][2])
+        return
+    if fmt == "json":
+        document = {
+            name: rows if isinstance(rows, str) else _select(rows, columns)
+            for name, rows, columns in parts
+        }
+        click.echo(json.dumps(document, indent=2, default=str))
+        return
+    if fmt == "ndjson":
+        for name, rows, _ in parts:
+            items = [{"text": rows}] if isinstance(rows, str) else rows
+            for row in items:
+                click.echo(json.dumps({"part": name, **row}, default=str))
+        return
+    for i, (_, rows, columns) in enumerate(parts):
+        if i:
+            click.echo()
+        click.echo(rows if isinstance(rows, str) else render_rows(rows, fmt, columns))

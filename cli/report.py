@@ -9,25 +9,26 @@ from typing import Any
 import click
 
 from vprof.cli.options import FiniteFloat
-from vprof.cli.output import emit, format_option
+from vprof.cli.output import HUMAN, Part, emit_parts, format_option
 
 slo_option = click.option(
     "--slo", default=None, help="Objectives, e.g. ttft_p95=500ms,tpot_p95=50ms,errors=1%."
 )
 
 
-def show_summaries(
+def summary_parts(
     runs: Sequence[str | Path],
     *,
     fmt: str = "table",
     slo: str | None = None,
     save: bool = False,
     timeline_interval_s: float | None = None,
-) -> list[dict[str, Any]]:
-    """Print the summaries of ``runs`` (run or bench folders); also used by ``vprof bench``.
+) -> list[Part]:
+    """The summaries of ``runs`` (run or bench folders) as output parts; also used by bench.
 
-    Tables put runs side by side (one column per run); JSON prints every key. With
-    ``timeline_interval_s`` the per-interval rows follow.
+    Tables put runs side by side (one column per run); JSON has every key. With
+    ``timeline_interval_s`` the per-interval rows follow. A run whose client was the
+    bottleneck is named on stderr first.
     """
     from vprof.analysis.keys import SUMMARY_TABLE_KEYS
     from vprof.analysis.run import display_names, json_safe, load_run, summarize_run, write_summary
@@ -42,30 +43,31 @@ def show_summaries(
         summaries = [write_summary(p, slo=parsed, interval_s=interval_s) for p in paths]
     else:
         summaries = [summarize_run(p, slo=parsed) for p in paths]
-    for name, summary in zip(display_names(summaries), summaries, strict=True):
+    names = display_names(summaries)
+    for name, summary in zip(names, summaries, strict=True):
         if summary.get("client_limited"):
             click.echo(f"warning: {name}: {summary.get('loadgen_verdict')}", err=True)
-    if fmt in ("json", "ndjson"):
-        emit([json_safe(s) for s in summaries], fmt)
-    else:
-        names = display_names(summaries)
+    if fmt in HUMAN or fmt == "csv":
         rows = [
             {"metric": key, **{name: s.get(key) for name, s in zip(names, summaries, strict=True)}}
             for key in SUMMARY_TABLE_KEYS
             if any(s.get(key) is not None for s in summaries)
         ]
-        emit(rows, fmt)
+    else:
+        rows = [json_safe(s) for s in summaries]
+    parts: list[Part] = [("summaries", rows, None)]
     if timeline_interval_s:
+        frames = []
         for path in paths:
             run = load_run(path)
             frame = timeline(run.records, interval_s)
             frame.insert(0, "run", run.name)
-            click.echo()
-            emit(json_safe(frame.to_dict("records")), fmt)
-    return summaries
+            frames += json_safe(frame.to_dict("records"))
+        parts.append(("timeline", frames, None))
+    return parts
 
 
-def show_comparison(
+def comparison_parts(
     runs: Sequence[str | Path],
     *,
     fmt: str = "table",
@@ -73,13 +75,12 @@ def show_comparison(
     n_boot: int = 2000,
     seed: int = 0,
     only_if_several: bool = False,
-) -> None:
-    """Print the comparison of ``runs`` against the first group; also used by ``vprof bench``
-    (``only_if_several``: print nothing when the runs are all one configuration's repeats).
+) -> list[Part]:
+    """The comparison of ``runs`` against the first group as output parts; also used by bench
+    (``only_if_several``: nothing when the runs are all one configuration's repeats).
 
     A literal ``vs`` among ``runs`` separates explicit groups; otherwise repeats of one
-    configuration are grouped. Notes for the reader go to stderr, so stdout stays one table
-    (or one JSON document).
+    configuration are grouped. Notes for the reader go to stderr.
     """
     from vprof.analysis.compare import DEFAULT_METRICS, METHOD_RUNS, cell_key
     from vprof.analysis.compare import TABLE_COLUMNS as COMPARE_TABLE_COLUMNS
@@ -90,23 +91,23 @@ def show_comparison(
     sides = _split_on_vs([str(r) for r in runs])
     groups: Any = [expand_runs(side) for side in sides] if len(sides) > 1 else expand_runs(runs)
     if only_if_several and len(sides) == 1 and len({cell_key(p) for p in groups}) < 2:
-        return
-    click.echo()
+        return []
     frame = compare_runs(groups, metrics=metrics or DEFAULT_METRICS, n_boot=n_boot, seed=seed)
     rows = json_safe(frame.to_dict("records"))
     for note in frame.attrs.get("notes", []):
         click.echo(f"note: {note}", err=True)
+    if fmt not in HUMAN or not rows:
+        return [("comparison", rows, None)]
+    how = (
+        "95 % intervals from repeated runs (Welch t over per-run values)"
+        if all(r["method"] == METHOD_RUNS for r in rows)
+        else "95 % request-noise intervals (one run a side: no verdicts)"
+    )
     # The verdict already says better/worse and whether it is significant; tables stay narrow.
-    columns = None
-    if fmt in ("table", "markdown") and rows:
-        columns = COMPARE_TABLE_COLUMNS
-        how = (
-            "95 % intervals from repeated runs (Welch t over per-run values)"
-            if all(r["method"] == METHOD_RUNS for r in rows)
-            else "95 % request-noise intervals (one run a side: no verdicts)"
-        )
-        click.echo(f"Against {rows[0]['baseline']} (the first), {how}:")
-    emit(rows, fmt, columns)
+    return [
+        ("comparison_method", f"Against {rows[0]['baseline']} (the first), {how}:", None),
+        ("comparison", rows, COMPARE_TABLE_COLUMNS),
+    ]
 
 
 def _split_on_vs(args: Sequence[str]) -> list[list[str]]:
@@ -146,8 +147,9 @@ def summarize(
       vprof summarize runs/bench-1/chunked-256-steady --slo ttft_p95=500ms
       vprof summarize runs/bench-1 --format markdown --timeline
     """
-    show_summaries(
-        runs, fmt=fmt, slo=slo, save=save, timeline_interval_s=interval_s if show_timeline else None
+    timeline_s = interval_s if show_timeline else None
+    emit_parts(
+        summary_parts(runs, fmt=fmt, slo=slo, save=save, timeline_interval_s=timeline_s), fmt
     )
 
 
@@ -181,10 +183,10 @@ def compare(
       vprof compare out/a--chat--steady--1a2b3c4d out/a--chat--steady--1a2b3c4d--r2 \\
           vs out/a--chat--steady--1a2b3c4d--r3 out/a--chat--steady--1a2b3c4d--r4
     """
-    show_comparison(runs, fmt=fmt, metrics=metrics, n_boot=n_boot, seed=seed)
+    emit_parts(comparison_parts(runs, fmt=fmt, metrics=metrics, n_boot=n_boot, seed=seed), fmt)
 
 
-def show_plan(
+def plan_parts(
     runs: Sequence[str | Path],
     *,
     target_rps: float,
@@ -192,8 +194,8 @@ def show_plan(
     headroom: float = 0.2,
     evidence: bool = False,
     fmt: str = "table",
-) -> None:
-    """Print the replicas each profile needs; also used by ``vprof sweep load``."""
+) -> list[Part]:
+    """The replicas each profile needs, as output parts; also used by ``vprof sweep load``."""
     from vprof.analysis.plan import plan as make_plan
     from vprof.analysis.run import json_safe
     from vprof.analysis.slo import parse_slo
@@ -203,17 +205,17 @@ def show_plan(
     result = make_plan(expand_runs(runs), target_rps=target_rps, slo=parsed, headroom=headroom)
     rows = json_safe(result.rows())
     # In a table the sentence is printed below each row's numbers rather than as a column.
-    columns = [c for c in rows[0] if c != "plan"] if fmt in ("table", "markdown") else None
-    emit(rows, fmt, columns)
+    columns = [c for c in rows[0] if c != "plan"] if fmt in HUMAN else None
+    parts: list[Part] = [("plan", rows, columns)]
     if evidence:
-        click.echo()
-        emit(json_safe(result.evidence_rows()), fmt)
-    if fmt in ("table", "markdown"):
-        click.echo()
+        parts.append(("evidence", json_safe(result.evidence_rows()), None))
+    if fmt in HUMAN:
+        lines = []
         for profile in result.profiles:
-            click.echo(profile.message)
-            for note in profile.notes:
-                click.echo(f"  note: {note}")
+            lines.append(profile.message)
+            lines += [f"  note: {note}" for note in profile.notes]
+        parts.append(("plan_sentences", "\n".join(lines), None))
+    return parts
 
 
 @click.command(short_help="Replicas needed to serve a request rate within an SLO.")
@@ -246,4 +248,7 @@ def plan(
     Example:
       vprof plan runs/bench-1 --rps 40 --slo ttft_p95=500ms,tpot_p95=50ms
     """
-    show_plan(runs, target_rps=target_rps, slo=slo, headroom=headroom, evidence=evidence, fmt=fmt)
+    parts = plan_parts(
+        runs, target_rps=target_rps, slo=slo, headroom=headroom, evidence=evidence, fmt=fmt
+    )
+    emit_parts(parts, fmt)

@@ -76,8 +76,9 @@ def test_plan_equals_vprof_plan_output(bench, report):
     assert {r["profile"] for r in plan["rows"]} == {"baseline", "chunked-256"}
     evidence = _invoke("plan", str(bench), "--rps", "20", "--slo", SLO, "--headroom", "0.25",
                        "--format", "json", "--evidence")  # fmt: skip
-    # --evidence prints the rows, a blank line, then the levels
-    assert plan["evidence"] == json.loads(evidence.output.split("\n\n", 1)[1])
+    # --evidence makes one JSON document: the rows and the levels
+    document = json.loads(evidence.stdout)
+    assert plan["rows"] == document["plan"] and plan["evidence"] == document["evidence"]
     # each profile's chart markers are the plan's own sustainable rate and binding constraint
     for entry in data["capacity"]["profiles"]:
         (row,) = [r for r in plan["rows"] if r["profile"] == entry["profile"]]

@@ -87,15 +87,18 @@ def test_plan_prints_replicas_and_the_sentence(bench):
 
 
 def test_show_functions_used_by_bench_print_summaries_and_comparison(bench, capsys):
-    from vprof.cli.report import show_comparison, show_summaries
+    from vprof.cli.output import emit_parts
+    from vprof.cli.report import comparison_parts, summary_parts
 
     runs = sorted(bench.iterdir())  # Paths, as `vprof bench` passes them
-    summaries = show_summaries(runs, fmt="csv", slo="ttft_p95=150ms")
-    show_comparison(runs, fmt="json", metrics=["p95_ttft_ms"], n_boot=200)
-    out = capsys.readouterr().out
-    assert [s["run"] for s in summaries] == ["1-baseline", "2-chunked"]
-    assert out.startswith("metric,baseline,chunked-256")
-    assert '"verdict": "p95 TTFT: -' in out
+    parts = summary_parts(runs, fmt="json", slo="ttft_p95=150ms")
+    parts += comparison_parts(runs, fmt="json", metrics=["p95_ttft_ms"], n_boot=200)
+    emit_parts(parts, "json")
+    document = json.loads(capsys.readouterr().out)  # several tables, one JSON document
+    assert [s["run"] for s in document["summaries"]] == ["1-baseline", "2-chunked"]
+    assert document["comparison"][0]["verdict"].startswith("p95 TTFT: -")
+    emit_parts(summary_parts(runs, fmt="csv"), "csv")
+    assert capsys.readouterr().out.startswith("metric,baseline,chunked-256")
 
 
 def test_report_commands_import_no_heavy_libraries():
