@@ -23,7 +23,13 @@ FLOAT_COLUMNS = (
     "tpot_ms",
     "schedule_lag_ms",
 )
-INT_COLUMNS = ("prompt_tokens", "completion_tokens", "cached_tokens", "expected_prompt_tokens")
+INT_COLUMNS = (
+    "prompt_tokens",
+    "completion_tokens",
+    "cached_tokens",
+    "expected_prompt_tokens",
+    "http_status",
+)
 
 
 @dataclass(frozen=True)
@@ -36,6 +42,7 @@ class Columns:
     status: Any  # numpy array of str
     open_loop: Any  # numpy bool array
     itl_blocks: tuple[tuple[Any, Any], ...]
+    errors: Any = None  # numpy array of str: each record's error ("" when none)
 
     def gaps(self, mask: Any) -> tuple[Any, Any]:
         """(pooled gaps, per-request gap counts) of the requests selected by ``mask``."""
@@ -77,11 +84,12 @@ def _from_frame(df: Any) -> Columns:
             return np.full(n, -1, dtype=np.int64)
         return pd.to_numeric(df[name], errors="coerce").fillna(-1).to_numpy(dtype=np.int64)
 
-    status = (
-        df["status"].astype(str).to_numpy(dtype=object)
-        if "status" in df
-        else np.full(n, Status.OK.value, dtype=object)
-    )
+    def strings(name: str, default: str) -> Any:
+        if name not in df:
+            return np.full(n, default, dtype=object)
+        return df[name].fillna(default).astype(str).to_numpy(dtype=object)
+
+    status = strings("status", Status.OK.value)
     open_loop = (
         df["open_loop"].fillna(False).to_numpy(dtype=bool)
         if "open_loop" in df
@@ -103,6 +111,7 @@ def _from_frame(df: Any) -> Columns:
         status,
         open_loop,
         blocks,
+        strings("error", ""),
     )
 
 
@@ -150,15 +159,22 @@ def _from_table(table: Any) -> Columns:
             return np.nan_to_num(col.to_numpy().astype(np.float64), nan=-1).astype(np.int64)
         return col.to_numpy()
 
-    if "status" in names:
+    def strings(name: str, default: str) -> Any:
+        if name not in names:
+            return np.full(n, default, dtype=object)
         # Dictionary-encode so a million statuses become small integer codes, not objects.
-        encoded = pc.dictionary_encode(table.column("status").combine_chunks())
+        encoded = pc.dictionary_encode(table.column(name).combine_chunks())
         labels = np.asarray(encoded.dictionary.to_pylist(), dtype=object)
+        if not labels.size:
+            return np.full(n, default, dtype=object)
         codes = encoded.indices.to_numpy(zero_copy_only=False)
+        missing = np.isnan(codes) if codes.dtype.kind == "f" else np.zeros(n, dtype=bool)
         codes = np.nan_to_num(codes, nan=0).astype(np.int64, copy=False)
-        status = labels[codes] if labels.size else np.full(n, Status.OK.value, dtype=object)
-    else:
-        status = np.full(n, Status.OK.value, dtype=object)
+        values = labels[codes]
+        values[missing] = default
+        return values
+
+    status = strings("status", Status.OK.value)
     open_loop = (
         table.column("open_loop").to_numpy(zero_copy_only=False) == True  # noqa: E712 (nulls)
         if "open_loop" in names
@@ -172,4 +188,5 @@ def _from_table(table: Any) -> Columns:
         status,
         open_loop,
         tuple(_list_block(chunk) for chunk in chunks if len(chunk)),
+        strings("error", ""),
     )

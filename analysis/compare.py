@@ -165,6 +165,9 @@ def compare(
             "compare needs at least two runs or groups (the first is the baseline)",
             hint="pass the runs of two configurations, or two groups separated by `vs`",
         )
+    open_loop = all(s.get(K.OPEN_LOOP) for g in groups for s in g.summaries)
+    if open_loop:
+        metrics = [_from_schedule(m) for m in metrics]
     _check_metrics(metrics, groups)
     boots = _bootstraps(groups, metrics, n_boot, seed)
     base = groups[0]
@@ -178,7 +181,21 @@ def compare(
             rows.append(_judge(row, base, other))
     frame = pd.DataFrame(rows)
     frame.attrs["notes"] = _notes(groups)
+    if open_loop:
+        frame.attrs["notes"].append(
+            "open loop: TTFT and E2E latency are measured from each request's intended send "
+            "time (the *_from_schedule_ms metrics), so a client that held requests back cannot "
+            "hide the wait"
+        )
     return frame
+
+
+def _from_schedule(metric: str) -> str:
+    """``p95_ttft_ms`` → ``p95_ttft_from_schedule_ms`` (TTFT and E2E only)."""
+    match = STAT.match(metric)
+    if match and match["metric"] in ("ttft", "e2el"):
+        return f"{match['stat']}_{match['metric']}_from_schedule_ms"
+    return metric
 
 
 def _load_groups(runs: Sequence[Any], slo: str | None) -> list[Group]:

@@ -32,8 +32,14 @@ class SummaryKey(StrEnum):
     COMPLETED = "completed"
     FAILED = "failed"
     CANCELLED = "cancelled"
+    NOT_SENT = "not_sent"
+    HELD_BACK = "held_back"
+    HELD_BACK_S = "held_back_s"
+    IN_FLIGHT_CAP_REACHED = "in_flight_cap_reached"
     ERRORS_BY_STATUS = "errors_by_status"
+    FAILURES_BY_CAUSE = "failures_by_cause"
     ERROR_RATE = "error_rate"
+    UNANSWERED_RATE = "unanswered_rate"
     DURATION = "duration"
     # tokens and throughput
     TOTAL_INPUT_TOKENS = "total_input_tokens"
@@ -49,6 +55,7 @@ class SummaryKey(StrEnum):
     # latency statistics read by name elsewhere
     MEDIAN_TTFT_MS = "median_ttft_ms"
     P95_TTFT_MS = "p95_ttft_ms"
+    P95_TTFT_FROM_SCHEDULE_MS = "p95_ttft_from_schedule_ms"
     P95_TPOT_MS = "p95_tpot_ms"
     P95_ITL_MS = "p95_itl_ms"
     MAX_SCHEDULE_LAG_MS = "max_schedule_lag_ms"
@@ -56,6 +63,7 @@ class SummaryKey(StrEnum):
     SLO = "slo"
     SLO_CHECKS = "slo_checks"
     SLO_MET = "slo_met"
+    SLO_BASIS = "slo_basis"
     REQUEST_GOODPUT = "request_goodput"
     # the server, from /metrics
     PREFIX_CACHE_HIT_RATE = "prefix_cache_hit_rate"
@@ -68,6 +76,7 @@ class SummaryKey(StrEnum):
     LOADGEN_SATURATED = "loadgen_saturated"
     LOADGEN_VERDICT = "loadgen_verdict"
     CLIENT_LIMITED = "client_limited"  # the load generator, not the server, set the pace
+    CLIENT_LIMITED_BY = "client_limited_by"
 
 
 def stat_key(stat: str, metric: str) -> str:
@@ -82,7 +91,9 @@ def _stats(metric: str, *stats: str) -> tuple[str, ...]:
 K = SummaryKey
 # The rows a summary table shows, in order (JSON output has every key).
 SUMMARY_TABLE_KEYS: tuple[str, ...] = (
-    K.PROFILE, K.TRAFFIC, K.STATE, K.OPEN_LOOP, K.COMPLETED, K.FAILED, K.ERROR_RATE, K.DURATION,
+    K.PROFILE, K.TRAFFIC, K.STATE, K.OPEN_LOOP, K.REQUESTS, K.COMPLETED, K.FAILED,
+    K.FAILURES_BY_CAUSE, K.CANCELLED, K.NOT_SENT, K.HELD_BACK, K.HELD_BACK_S, K.ERROR_RATE,
+    K.UNANSWERED_RATE, K.DURATION,
     K.REQUEST_THROUGHPUT, K.OUTPUT_THROUGHPUT, K.TOTAL_TOKEN_THROUGHPUT, K.REQUEST_GOODPUT,
     *_stats("ttft", "mean", "median", "p90", "p95", "p99", "p99.9"),
     *_stats("tpot", "mean", "median", "p95", "p99"),
@@ -94,5 +105,10 @@ SUMMARY_TABLE_KEYS: tuple[str, ...] = (
     K.CACHED_TOKEN_SHARE, K.PROMPT_TOKEN_MISMATCH_RATE, K.MEAN_PROMPT_TOKEN_EXCESS,
     K.NUM_PREEMPTIONS, K.MAX_KV_CACHE_USAGE_PERC,
     K.MAX_NUM_REQUESTS_WAITING, K.LOADGEN_MAX_CPU_PERCENT, K.LOADGEN_LOOP_LAG_P99_MS,
-    K.LOADGEN_VERDICT, K.CLIENT_LIMITED, K.SLO, K.SLO_MET,
+    K.LOADGEN_VERDICT, K.CLIENT_LIMITED, K.CLIENT_LIMITED_BY, K.SLO, K.SLO_BASIS, K.SLO_MET,
+)  # fmt: skip
+# Rows of the table shown only when some run has something to say there (not zero or empty).
+SHOWN_WHEN_NONZERO = frozenset(
+    {K.FAILURES_BY_CAUSE, K.CANCELLED, K.NOT_SENT, K.HELD_BACK, K.HELD_BACK_S, K.UNANSWERED_RATE,
+     K.CLIENT_LIMITED_BY}
 )  # fmt: skip

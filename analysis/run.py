@@ -139,11 +139,20 @@ def summarize_loaded(
         percentiles=percentiles,
         metrics=run.metrics,
         loadgen=run.loadgen,
+        in_flight_cap=_in_flight_cap(run.meta.get("traffic") or run.locust.get("traffic")),
     )
     open_loop = run.meta.get("open_loop", run.locust.get("open_loop"))
     if open_loop is not None:
         body["open_loop"] = bool(open_loop) or body["open_loop"]
     return head | body
+
+
+def _in_flight_cap(traffic: Any) -> int | None:
+    """An open-loop shape's cap on requests in flight (its ``max_in_flight``)."""
+    if isinstance(traffic, dict) and traffic.get("kind") == "open-loop":
+        cap = traffic.get("max_in_flight")
+        return int(cap) if isinstance(cap, (int, float)) and cap > 0 else None
+    return None
 
 
 def _offered(traffic: Any) -> dict[str, Any]:

@@ -24,6 +24,7 @@ SATURATED_CPU_PERCENT = 90.0
 # Event-loop lag (ms, p99 over a sample) above which a Locust process's timestamps are late by
 # more than the measurement can tolerate.
 LAG_P99_LIMIT_MS = 10.0
+SAMPLE_S = 2.0  # how much time one health sample covers (the Locust side's sampling interval)
 
 
 def _value(values: Mapping[str, Any], name: str) -> float | None:
@@ -78,9 +79,18 @@ def _mean(values: list[float]) -> float:
 
 
 def _in_window(samples: Sequence[Mapping[str, Any]], lo: float, hi: float) -> list:
+    """Samples that describe [lo, hi]: a sample covers the ``SAMPLE_S`` before its time, so
+    one that began before the first send (tokenizers and prompts being built) is left out."""
     timed = [s for s in samples if isinstance(s.get("t"), (int, float))]
-    inside = [s for s in timed if lo <= float(s["t"]) <= hi]
-    return inside or list(samples)
+    if not timed:  # files without times: every sample counts
+        return list(samples)
+    out = []
+    for sample in timed:
+        # Samples written before lag was measured are points in time, not intervals.
+        covers = SAMPLE_S if sample.get("loop_probes") is not None else 0.0
+        if lo + covers <= float(sample["t"]) <= hi + covers:
+            out.append(sample)
+    return out
 
 
 def _pooled_quantile(histograms: list[list[int]], q: float) -> float | None:
@@ -170,6 +180,8 @@ def _worker_health(rows: list[Mapping[str, Any]]) -> dict[str, Any]:
     p99s = [float(r["loop_lag_p99_ms"]) for r in rows if r.get("loop_probes")]
     maxes = [float(r["loop_lag_max_ms"]) for r in rows if r.get("loop_probes")]
     over = sum(v > LAG_P99_LIMIT_MS for v in p99s)
+    # Late in more than a quarter of the samples, and in more than one: a single late sample
+    # (a short run's first seconds, a collector flush) is not a client that keeps falling behind.
     return {
         "mean_cpu_percent": _mean(cpu) if cpu else 0.0,
         "max_cpu_percent": max(cpu) if cpu else 0.0,
@@ -178,5 +190,5 @@ def _worker_health(rows: list[Mapping[str, Any]]) -> dict[str, Any]:
         "typical_lag_p99_ms": sorted(p99s)[len(p99s) // 2] if p99s else None,
         "max_lag_ms": max(maxes) if maxes else None,
         "lagging_share": over / len(p99s) if p99s else 0.0,
-        "lagging": over > len(p99s) / 4 if p99s else False,
+        "lagging": over > max(1.0, len(p99s) / 4),
     }

@@ -40,12 +40,14 @@ def summarize(
     percentiles: Sequence[float] = DEFAULT_PERCENTILES,
     metrics: Sequence[Mapping[str, Any]] | None = None,
     loadgen: Sequence[Mapping[str, Any]] | None = None,
+    in_flight_cap: int | None = None,
 ) -> dict[str, Any]:
     """Summarise per-request records (a DataFrame from ``read_records`` or an Arrow table).
 
     ``warmup_until`` (wall-clock seconds) drops requests sent before it; ``slo`` (an
     :class:`Slo` or text such as ``"ttft_p95=500ms"``) adds goodput and SLO checks;
-    ``metrics`` and ``loadgen`` are the parsed lines of ``metrics.jsonl``/``loadgen.jsonl``.
+    ``metrics`` and ``loadgen`` are the parsed lines of ``metrics.jsonl``/``loadgen.jsonl``;
+    ``in_flight_cap`` is an open-loop shape's ``max_in_flight``.
 
     Example:
         >>> summarize(read_records(run_dir), slo="ttft_p95=500ms")["p95_ttft_ms"]  # doctest: +SKIP
@@ -61,10 +63,17 @@ def summarize(
     out["completed"] = int(ok.sum())
     out["failed"] = int(failed.sum())
     out["cancelled"] = int((keep & (status == Status.CANCELLED.value)).sum())
+    out["not_sent"] = int((keep & np.isnan(f["sent_at"])).sum())
     values, counts = np.unique(status[keep & ~ok].astype(str), return_counts=True)
     out["errors_by_status"] = {str(v): int(c) for v, c in zip(values, counts, strict=True)}
+    out["failures_by_cause"] = _causes(cols, failed)
     attempted = out["completed"] + out["failed"]
+    # error_rate: failed / (completed + failed), as vllm counts it; cancelled and never-sent
+    # requests are left out of it and counted by unanswered_rate instead.
     out["error_rate"] = out["failed"] / attempted if attempted else math.nan
+    out["unanswered_rate"] = (
+        1.0 - out["completed"] / out["requests"] if out["requests"] else math.nan
+    )
 
     first_send = _nanmin(f["sent_at"][keep])
     ends = np.where(np.isnan(f["finished_at"]), f["last_token_at"], f["finished_at"])
@@ -88,8 +97,10 @@ def summarize(
     out["open_loop"] = bool(cols.open_loop[keep].any())
     if out["open_loop"]:
         out.update(_from_schedule(cols, keep, ok, percentiles))
+        out.update(_held_back(cols, keep, in_flight_cap))
     if slo is not None:
-        out.update(_slo(slo, cols, ok, failed, itl, out))
+        unanswered = keep & ~ok & ~failed  # cancelled at the end, or never sent
+        out.update(_slo(slo, cols, ok, failed | unanswered, itl, out))
     else:
         out["request_goodput"] = None  # as vllm bench serve writes it without --goodput
     out.update(_cached_share(cols, ok))
@@ -97,8 +108,71 @@ def summarize(
         out.update(server_stats(metrics, first_send, _nanmax(ends[keep])))
     if loadgen:
         out.update(loadgen_stats(loadgen, first_send, _nanmax(ends[keep])))
-    out["client_limited"] = bool(out.get("loadgen_saturated"))
+    out["client_limited_by"] = _client_limits(out)
+    out["client_limited"] = bool(out["client_limited_by"])
     return out
+
+
+# Open loop: a send this much later than its schedule waited for a free user (the in-flight cap,
+# or a client that fell behind).
+HELD_BACK_MS = 10.0
+# Schedule lag (p99, ms) beyond which the client did not deliver the offered load on time.
+SCHEDULE_LAG_P99_LIMIT_MS = 100.0
+
+
+def _causes(cols: Columns, failed: Any) -> dict[str, int]:
+    """Failed requests by cause: ``timeout``, ``HTTP 503``, ``ConnectionError``, …"""
+    causes: dict[str, int] = {}
+    errors = cols.errors if cols.errors is not None else None
+    codes = cols.ints["http_status"]
+    for i in failed.nonzero()[0]:
+        if cols.status[i] == Status.TIMEOUT.value:
+            cause = "timeout"
+        elif codes[i] >= 400:
+            cause = f"HTTP {codes[i]}"
+        else:
+            text = str(errors[i]) if errors is not None else ""
+            cause = text.split(":", 1)[0].strip()[:60] or "error"
+        causes[cause] = causes.get(cause, 0) + 1
+    return dict(sorted(causes.items(), key=lambda kv: -kv[1]))
+
+
+def _held_back(cols: Columns, keep: Any, cap: int | None) -> dict[str, Any]:
+    """Open loop: arrivals sent late because no user was free, and whether the cap was hit."""
+    import numpy as np
+
+    f = cols.floats
+    sent = keep & np.isfinite(f["sent_at"])
+    lag = f["schedule_lag_ms"][sent]
+    held = lag[lag > HELD_BACK_MS]
+    ends = np.where(np.isnan(f["finished_at"]), f["last_token_at"], f["finished_at"])
+    peak = _peak_concurrency(f["sent_at"][sent], ends[sent])
+    return {
+        "held_back": int(held.size),
+        "held_back_s": float(held.sum()) / 1000.0,
+        "in_flight_cap": cap,
+        "max_in_flight": peak,
+        # the cap held arrivals back only when it was reached and sends came late
+        "in_flight_cap_reached": bool(cap and peak >= cap and held.size),
+    }
+
+
+def _client_limits(out: Mapping[str, Any]) -> list[str]:
+    """Why the load generator, not the server, may have set the pace (empty: it did not)."""
+    reasons = []
+    if out.get("loadgen_saturated"):
+        reasons.append("its event loop fell behind")
+    if out.get("in_flight_cap_reached"):
+        reasons.append(
+            f"the in-flight cap ({out['in_flight_cap']}) was reached: {out.get('held_back', 0)} "
+            f"arrivals waited {out.get('held_back_s', 0.0):.1f} s in all for a free user"
+        )
+    lag = out.get("p99_schedule_lag_ms")
+    # A handful of late sends (a short run's first second) is not a client that fell behind.
+    late = out.get("held_back", 0) >= max(5, 0.01 * out.get("requests", 0))
+    if isinstance(lag, (int, float)) and lag > SCHEDULE_LAG_P99_LIMIT_MS and late:
+        reasons.append(f"schedule lag p99 {lag:.0f} ms > {SCHEDULE_LAG_P99_LIMIT_MS:g} ms")
+    return reasons
 
 
 def masks(cols: Columns, warmup_until: float | None) -> tuple[Any, Any, Any]:
@@ -305,32 +379,35 @@ def _from_schedule(cols: Columns, keep: Any, ok: Any, percentiles: Sequence[floa
     return out
 
 
-def _request_values(target: SloTarget, cols: Columns) -> Any:
-    """Per-request values for a goodput threshold (TPOT of a ≤1-token request counts as 0)."""
+def _request_values(target: SloTarget, cols: Columns, from_schedule: bool) -> Any:
+    """Per-request values for a threshold (TPOT of a ≤1-token request counts as 0); open-loop
+    TTFT and E2E from the intended send time, so a client that held a request back cannot
+    hide the wait (coordinated omission)."""
     import numpy as np
 
     f = cols.floats
-    if target.metric == "ttft":
-        return f["ttft_ms"]
-    if target.metric == "e2el":
-        return f["e2e_ms"]
+    if target.metric in ("ttft", "e2el"):
+        at = f["first_token_at"] if target.metric == "ttft" else f["last_token_at"]
+        start = f["scheduled_at"] if from_schedule else f["sent_at"]
+        return (at - start) * 1000.0
     return np.where(np.isnan(f["tpot_ms"]), 0.0, f["tpot_ms"])
 
 
 def _slo(slo: Slo, cols: Columns, ok: Any, failed: Any, itl: BlockQuantiles, summary: dict) -> dict:
     """Goodput (requests/s meeting every per-request threshold) and percentile checks.
 
-    When the SLO has no ``errors=`` entry, percentile checks count failed requests as
-    infinitely slow, so an SLO cannot be met by dropping requests. With ``errors=`` the
-    failures are judged by that entry and percentiles are over completed requests, like the
-    ``pNN_*`` keys (which always follow ``vllm bench serve``).
+    When the SLO has no ``errors=`` entry, percentile checks count every request that got no
+    full answer (failed, cancelled, never sent) as infinitely slow, so an SLO cannot be met by
+    dropping requests. With ``errors=`` the failures are judged by that entry and percentiles
+    are over completed requests. Open-loop runs are judged from the intended send time.
     """
     import numpy as np
 
+    from_schedule = bool(summary.get("open_loop"))
     good = ok.copy()
     for target in slo.targets:
         if target.metric != "itl":  # vllm's goodput has no per-request ITL either
-            good &= _request_values(target, cols) <= target.threshold_ms
+            good &= _request_values(target, cols, from_schedule) <= target.threshold_ms
     unbounded = int(failed.sum()) if slo.max_error_rate is None else 0
     checks = []
     for target in slo.targets:
@@ -339,7 +416,7 @@ def _slo(slo: Slo, cols: Columns, ok: Any, failed: Any, itl: BlockQuantiles, sum
         if target.metric == "itl":
             value = itl.percentile(target.percentile)
         else:
-            base = _request_values(target, cols)
+            base = _request_values(target, cols, from_schedule)
             if target.metric == "tpot":  # vllm's TPOT distribution: requests with >1 token
                 base = cols.floats["tpot_ms"]
             sample = np.concatenate([base[ok & ~np.isnan(base)], np.full(unbounded, np.inf)])
@@ -351,7 +428,7 @@ def _slo(slo: Slo, cols: Columns, ok: Any, failed: Any, itl: BlockQuantiles, sum
             "met": bool(value <= target.threshold_ms),
         }
         if unbounded and target.metric != "itl":
-            check["failed_counted_as_unbounded"] = unbounded
+            check["unanswered_counted_as_unbounded"] = unbounded
         checks.append(check)
     if slo.max_error_rate is not None:
         rate = summary["error_rate"]
@@ -365,11 +442,16 @@ def _slo(slo: Slo, cols: Columns, ok: Any, failed: Any, itl: BlockQuantiles, sum
         )
     duration = summary["duration"]
     n_good = int(good.sum())
-    attempted = summary["completed"] + summary["failed"]
+    scheduled = summary["requests"]  # every scheduled request: good ones are a share of them
     return {
         "slo": str(slo),
+        "slo_basis": (
+            "open loop: TTFT and E2E from the intended send time"
+            if from_schedule
+            else "from the send"
+        ),
         "good_requests": n_good,
-        "good_request_fraction": n_good / attempted if attempted else math.nan,
+        "good_request_fraction": n_good / scheduled if scheduled else math.nan,
         "request_goodput": n_good / duration if duration > 0 else math.nan,
         "slo_checks": checks,
         "slo_met": all(c["met"] for c in checks) if checks else None,

@@ -36,6 +36,8 @@ def _cell(value: Any) -> str:
         return "yes" if value else "no"
     if isinstance(value, (list, tuple)):
         return ", ".join(_cell(v) for v in value)
+    if isinstance(value, Mapping):
+        return ", ".join(f"{k}: {_cell(v)}" for k, v in value.items())
     return str(value)
 
 

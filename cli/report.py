@@ -30,7 +30,7 @@ def summary_parts(
     ``timeline_interval_s`` the per-interval rows follow. A run whose client was the
     bottleneck is named on stderr first.
     """
-    from vprof.analysis.keys import SUMMARY_TABLE_KEYS
+    from vprof.analysis.keys import SHOWN_WHEN_NONZERO, SUMMARY_TABLE_KEYS
     from vprof.analysis.run import display_names, json_safe, load_run, summarize_run, write_summary
     from vprof.analysis.slo import parse_slo
     from vprof.analysis.summary import timeline
@@ -52,6 +52,7 @@ def summary_parts(
             {"metric": key, **{name: s.get(key) for name, s in zip(names, summaries, strict=True)}}
             for key in SUMMARY_TABLE_KEYS
             if any(s.get(key) is not None for s in summaries)
+            and (key not in SHOWN_WHEN_NONZERO or any(s.get(key) for s in summaries))
         ]
     else:
         rows = [json_safe(s) for s in summaries]

@@ -179,6 +179,7 @@ ROW_KEYS = (
     SummaryKey.OUTPUT_THROUGHPUT,
     SummaryKey.MEDIAN_TTFT_MS,
     SummaryKey.P95_TTFT_MS,
+    SummaryKey.P95_TTFT_FROM_SCHEDULE_MS,
     SummaryKey.P95_ITL_MS,
     SummaryKey.P95_TPOT_MS,
     SummaryKey.NUM_PREEMPTIONS,
@@ -279,6 +280,8 @@ def recommend(rows: Sequence[Mapping[str, Any]], *, prefer: str = "throughput") 
             "No rung completed cleanly, so there is nothing to recommend; see the table." + caveat
         )
     best_tp = max(r[tp] for r in healthy)
+    if all(r.get(SummaryKey.P95_TTFT_FROM_SCHEDULE_MS) is not None for r in healthy):
+        ttft = SummaryKey.P95_TTFT_FROM_SCHEDULE_MS  # open loop: from the intended send time
 
     def num(r: Mapping[str, Any], key: str) -> float:
         value = r.get(key)
