@@ -20,7 +20,12 @@ from vprof.workloads import trace as trace_module
 from vprof.workloads.loading import get_workload, load_workload_file
 from vprof.workloads.trace import TraceSpec, load_trace
 from vprof.workloads.tracesample import SAMPLE_PATH, write_sample_trace
-from vprof.workloads.tracestats import percentile, prefix_sharing, trace_stats
+from vprof.workloads.tracestats import (
+    implied_cached_tokens,
+    percentile,
+    prefix_sharing,
+    trace_stats,
+)
 
 MOONCAKE = (
     '{"timestamp": 0, "input_length": 655, "output_length": 52, "hash_ids": [46, 47]}\n'
@@ -299,8 +304,10 @@ def test_implied_hits_count_blocks_whose_whole_prefix_was_seen():
 
 def test_a_partial_last_block_hits_only_the_tokens_sent_before():
     # 600 tokens: block 2 holds 88; then 700 tokens with the same ids: 512 + 88 are cached.
-    sharing = prefix_sharing(_requests((600, (1, 2)), (700, (1, 2)), (650, (1, 2))), 512)
+    requests = _requests((600, (1, 2)), (700, (1, 2)), (650, (1, 2)))
+    sharing = prefix_sharing(requests, 512)
     assert sharing.cached_tokens == (512 + 88) + (512 + 138)
+    assert implied_cached_tokens(requests, 512) == [0, 600, 650]
     assert sharing.block_hits == 4
     assert prefix_sharing(_requests((900, ())), 512).block_hit_rate != 0.0  # nan: no blocks
 

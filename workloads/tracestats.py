@@ -47,22 +47,50 @@ class PrefixSharing:
         return out
 
 
+def implied_cached_tokens(requests: Sequence[TraceRequest], block_size: int) -> list[int]:
+    """Per request, the prompt tokens an unlimited prefix cache would hold for it when it
+    arrives (in order): the figure to set beside the server's ``cached_tokens``."""
+    per_request, _ = _walk(requests, block_size)
+    return [cached for _, _, cached in per_request]
+
+
 def prefix_sharing(requests: Sequence[TraceRequest], block_size: int) -> PrefixSharing:
     """The prefix-cache hits ``requests`` imply, taken in order with unlimited capacity.
 
     Block k of a request of P prompt tokens covers tokens [k·B, min((k+1)·B, P)); a hit on a
     last, partial block counts the tokens an earlier request had in it, at most.
     """
+    blocks = hits = cached = with_hits = 0
+    per_request, distinct = _walk(requests, block_size)
+    for n_blocks, n_hits, n_cached in per_request:
+        blocks += n_blocks
+        hits += n_hits
+        cached += n_cached
+        with_hits += n_hits > 0
+    return PrefixSharing(
+        blocks=blocks,
+        distinct_blocks=distinct,
+        block_hits=hits,
+        prompt_tokens=sum(r.prompt_tokens for r in requests),
+        cached_tokens=cached,
+        requests_with_hits=with_hits,
+    )
+
+
+def _walk(
+    requests: Sequence[TraceRequest], block_size: int
+) -> tuple[list[tuple[int, int, int]], int]:
+    """(blocks, block hits, cached tokens) of each request in turn, and the number of
+    distinct prefixes of blocks."""
     # Each distinct prefix of blocks gets a node: (parent node, block id) -> node. The longest
     # piece of the block that any request has sent so far is what a cache could hold of it.
     nodes: dict[tuple[int, int], int] = {}
     held_tokens: list[int] = []
-    blocks = hits = cached = prompt_total = with_hits = 0
+    out = []
     for request in requests:
         prompt = request.prompt_tokens
-        prompt_total += prompt
         parent = -1
-        hit_here = False
+        blocks = hits = cached = 0
         chain_intact = True
         for k, block_id in enumerate(request.prefix_blocks):
             tokens = min((k + 1) * block_size, prompt) - k * block_size
@@ -78,19 +106,11 @@ def prefix_sharing(requests: Sequence[TraceRequest], block_size: int) -> PrefixS
             elif chain_intact:
                 hits += 1
                 cached += min(tokens, held_tokens[node])
-                hit_here = True
                 chain_intact = tokens <= held_tokens[node]
             held_tokens[node] = max(held_tokens[node], tokens)
             parent = node
-        with_hits += hit_here
-    return PrefixSharing(
-        blocks=blocks,
-        distinct_blocks=len(held_tokens),
-        block_hits=hits,
-        prompt_tokens=prompt_total,
-        cached_tokens=cached,
-        requests_with_hits=with_hits,
-    )
+        out.append((blocks, hits, cached))
+    return out, len(held_tokens)
 
 
 def percentile(sorted_values: Sequence[float], q: float) -> float:
