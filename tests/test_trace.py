@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -14,7 +15,7 @@ from click.testing import CliRunner
 
 from vprof.cli.main import cli
 from vprof.common.errors import WorkloadError
-from vprof.traffic.load import get_shape
+from vprof.traffic.load import get_shape, shape_to_json
 from vprof.traffic.shape import TRACE_TAIL_S, arrival_offsets, partition
 from vprof.workloads import trace as trace_module
 from vprof.workloads.loading import get_workload, load_workload_file
@@ -438,10 +439,34 @@ def test_a_trace_shape_replays_the_workload_times(tmp_path):
 def test_the_shipped_trace_shape_names_the_shipped_trace():
     shape = get_shape("sample-trace")
     workload = get_workload("sample-trace")
+    assert shape.trace == str(Path(workload.source).resolve())  # no name looked up twice
     offsets = arrival_offsets(shape, 0)
     assert offsets == load_trace(workload.trace).offsets_s()
     assert len(offsets) == len(workload.prompt_tokens.values)
     assert shape.total_s == pytest.approx(offsets[-1] + TRACE_TAIL_S)
+
+
+def test_a_trace_shape_reads_back_exactly_as_the_bench_hands_it_over():
+    shape = get_shape("sample-trace")
+    again = get_shape(shape_to_json(shape))
+    assert again.to_dict() == {**shape.to_dict(), "source": "--traffic"}
+
+
+def test_editing_the_trace_changes_the_workload(tmp_path):
+    _write(tmp_path, "m.jsonl", MOONCAKE)
+    yaml_path = tmp_path / "replay.yaml"
+    yaml_path.write_text("kind: trace\nfile: m.jsonl\n")
+    before = load_workload_file(yaml_path).to_dict()
+    edited = _write(
+        tmp_path, "m.jsonl", MOONCAKE.replace('"output_length": 5', '"output_length": 6')
+    )
+    stat = os.stat(edited)  # same size; file times can be coarser than two quick writes
+    os.utime(edited, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000_000))
+    after = load_workload_file(yaml_path).to_dict()
+    assert before["content_sha256"] != after["content_sha256"]
+    assert {k: v for k, v in before.items() if k != "content_sha256"} == {
+        k: v for k, v in after.items() if k != "content_sha256"
+    }
 
 
 @pytest.mark.parametrize(

@@ -7,6 +7,7 @@ reads like a compiler message.
 from __future__ import annotations
 
 import json
+import math
 import os
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import fields
@@ -24,7 +25,7 @@ from vprof.traffic.shape import (
     TRACE_TAIL_S,
     TrafficShape,
     check_field,
-    trace_offsets,
+    trace_schedule,
 )
 
 PRESETS_DIR = Path(__file__).parent / "presets"
@@ -123,29 +124,28 @@ def _trace_settings(
             "a trace shape needs trace: the trace workload whose times it replays",
             "a workload name or YAML path, e.g. trace: sample-trace",
         )
-    for key in ("rate_rps", "burstiness"):
-        if key in values:
-            raise fail(
-                key,
-                "a trace shape replays the trace's own times",
-                "drop it; the trace workload's time_scale speeds the trace up",
-            )
     if ref.endswith(YAML_SUFFIXES) or "/" in ref or os.sep in ref:
         path = Path(os.path.expanduser(ref))
         if not path.is_absolute() and Path(source).is_file():
             path = Path(source).parent / path
         ref = str(path.resolve())
     try:
-        offsets = trace_offsets(ref)
+        # The workload's file from here on, so no process looks its name up again.
+        ref, offsets = trace_schedule(ref)
     except WorkloadError as exc:
         if exc.path:  # the trace workload's own file and line, or the trace file's
             raise
         raise fail("trace", exc.message, exc.hint) from None
     last_s = offsets[-1]
-    out: dict[str, Any] = {
-        "trace": ref,
-        "rate_rps": (len(offsets) - 1) / last_s if last_s > 0 else 0.0,
-    }
+    rate_rps = (len(offsets) - 1) / last_s if last_s > 0 else 0.0
+    # A shape written back out (shape_to_json) carries the rate it was given: that is fine.
+    if "rate_rps" in values and not math.isclose(values["rate_rps"], rate_rps, rel_tol=1e-9):
+        raise fail(
+            "rate_rps",
+            f"a trace shape replays the trace's own times (a mean {rate_rps:.4g} req/s)",
+            "drop rate_rps; the trace workload's time_scale speeds the trace up",
+        )
+    out: dict[str, Any] = {"trace": ref, "rate_rps": rate_rps}
     if "duration_s" not in values:
         out["duration_s"] = last_s + TRACE_TAIL_S
     return out

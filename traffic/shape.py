@@ -192,7 +192,14 @@ def trace_offsets(workload: str) -> list[float]:
     """The arrival offsets of a ``kind: trace`` workload (a name or a YAML path): its requests'
     own times, scaled and windowed as the workload says. Every process reads the same file, so
     every process gets the same schedule."""
+    return trace_schedule(workload)[1]
+
+
+def trace_schedule(workload: str) -> tuple[str, list[float]]:
+    """(the trace workload's YAML file, or ``workload`` when it has none; its offsets)."""
     # Imported here: only trace shapes need workloads (which read the file once per process).
+    from pathlib import Path
+
     from vprof.workloads.loading import get_workload
     from vprof.workloads.trace import load_trace
 
@@ -203,7 +210,9 @@ def trace_offsets(workload: str) -> list[float]:
             key="trace",
             hint="a shape with process: trace names a workload of kind: trace",
         )
-    return load_trace(found.trace).offsets_s()
+    source = Path(found.source) if found.source else None
+    where = str(source.resolve()) if source is not None and source.is_file() else workload
+    return where, load_trace(found.trace).offsets_s()
 
 
 def partition(n: int, worker_index: int, workers: int) -> range:

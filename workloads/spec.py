@@ -436,6 +436,8 @@ class Workload:
                 "seed": self.seed,
                 **self.trace.to_dict(),
                 "fixed_output": self.fixed_output,
+                # what was read of the file, so an edited trace reads as a new workload
+                "content_sha256": load_trace(self.trace).content_sha256[:16],
             }
         out: dict[str, Any] = {
             "name": self.name,

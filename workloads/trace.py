@@ -23,7 +23,9 @@ Pure standard library (csv, json, datetime), so ``vprof trace stats`` starts fas
 from __future__ import annotations
 
 import csv
+import dataclasses
 import functools
+import hashlib
 import json
 import math
 import os
@@ -149,6 +151,7 @@ class Trace:
     format: str  # the schema read: mooncake, azure or vprof
     requests: tuple[TraceRequest, ...]
     rows_read: int  # rows of the file read, the skipped ones before the window included
+    content_sha256: str = ""  # of the bytes read: an edited trace is a different workload
 
     def __len__(self) -> int:
         return len(self.requests)
@@ -185,7 +188,8 @@ def load_trace(spec: TraceSpec) -> Trace:
 @functools.lru_cache(maxsize=8)
 def _load(spec: TraceSpec, _mtime_ns: int, _size: int) -> Trace:
     source = spec.file
-    lines = _lines(Path(source))
+    digest = hashlib.sha256()
+    lines = _lines(Path(source), digest)
     first = _first_data_line(lines)
     if first is None:
         raise WorkloadError("no requests in the file (it is empty)", path=source)
@@ -197,16 +201,19 @@ def _load(spec: TraceSpec, _mtime_ns: int, _size: int) -> Trace:
     else:
         rows = _csv_rows(_chain(first, lines), source)
     schema, rows = _schema(spec.format, container, rows, source, number)
-    return _select(spec, schema, rows)
+    trace = _select(spec, schema, rows)
+    return dataclasses.replace(trace, content_sha256=digest.hexdigest())
 
 
 # --- lines, rows and schemas ------------------------------------------------------------------
 
 
-def _lines(path: Path) -> Iterator[tuple[int, str]]:
-    """(line number, text) of every line, decoded strictly as UTF-8 (a BOM is dropped)."""
+def _lines(path: Path, digest: Any) -> Iterator[tuple[int, str]]:
+    """(line number, text) of every line, decoded strictly as UTF-8 (a BOM is dropped); the
+    bytes go into ``digest`` as they are read."""
     with path.open("rb") as f:
         for number, raw in enumerate(f, start=1):
+            digest.update(raw)
             try:
                 text = raw.decode("utf-8-sig" if number == 1 else "utf-8")
             except UnicodeDecodeError as exc:
