@@ -83,7 +83,7 @@ def test_the_sample_trace_replays_at_its_own_times_lengths_and_prefixes(vllm_ser
         f"{df.ttft_ms.quantile(0.99):.1f} ms"
     )
     # The arrivals follow the trace: the same mean rate, most sent within a millisecond or
-    # two. The tail waits for a core: vLLM and Locust share two (lag p99 was 70-230 ms here;
+    # two. The tail waits for a core: vLLM and Locust share two (lag p99 was 0.1-0.24 s here;
     # beside `vprof emulate` instead of vLLM the same replay's lag p99 was 1.9 ms).
     achieved_rps = (len(sent) - 1) / (sent.max() - sent.min())
     assert achieved_rps == pytest.approx((len(offsets) - 1) / offsets[-1], rel=0.02)
