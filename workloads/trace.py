@@ -22,6 +22,7 @@ Pure standard library (csv, json, datetime), so ``vprof trace stats`` starts fas
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import dataclasses
 import functools
@@ -187,9 +188,15 @@ def load_trace(spec: TraceSpec) -> Trace:
 
 @functools.lru_cache(maxsize=8)
 def _load(spec: TraceSpec, _mtime_ns: int, _size: int) -> Trace:
-    source = spec.file
     digest = hashlib.sha256()
-    lines = _lines(Path(source), digest)
+    # Closed as soon as the selection ends: the rest of the file is never read.
+    with contextlib.closing(_lines(Path(spec.file), digest)) as lines:
+        trace = _read(spec, lines)
+    return dataclasses.replace(trace, content_sha256=digest.hexdigest())
+
+
+def _read(spec: TraceSpec, lines: Iterator[tuple[int, str]]) -> Trace:
+    source = spec.file
     first = _first_data_line(lines)
     if first is None:
         raise WorkloadError("no requests in the file (it is empty)", path=source)
@@ -201,8 +208,7 @@ def _load(spec: TraceSpec, _mtime_ns: int, _size: int) -> Trace:
     else:
         rows = _csv_rows(_chain(first, lines), source)
     schema, rows = _schema(spec.format, container, rows, source, number)
-    trace = _select(spec, schema, rows)
-    return dataclasses.replace(trace, content_sha256=digest.hexdigest())
+    return _select(spec, schema, rows)
 
 
 # --- lines, rows and schemas ------------------------------------------------------------------
