@@ -9,6 +9,7 @@ from typing import Any
 
 import click
 
+from vprof.cli.options import FiniteFloat
 from vprof.cli.output import emit, format_option
 from vprof.common.errors import WorkloadError
 
@@ -45,17 +46,22 @@ def trace() -> None:
 )
 @click.option("--block-size", type=int, default=None, help="Tokens per hash id [default: 512].")
 @click.option(
-    "--time-scale", type=float, default=None, help="Replay speed, 2 = twice as fast [default: 1]."
+    "--time-scale",
+    type=FiniteFloat(),
+    default=None,
+    help="Replay speed, 2 = twice as fast [default: 1].",
 )
 @click.option(
-    "--start", "start_s", type=float, default=None, help="Skip the first S trace seconds."
+    "--start", "start_s", type=FiniteFloat(), default=None, help="Skip the first S trace seconds."
 )
-@click.option("--duration", "duration_s", type=float, default=None, help="Keep S trace seconds.")
+@click.option(
+    "--duration", "duration_s", type=FiniteFloat(), default=None, help="Keep S trace seconds."
+)
 @click.option("--max-requests", type=int, default=None, help="Keep at most N requests.")
 @click.option("--max-model-len", type=int, default=None, help="Fail on a request longer than this.")
 @click.option(
     "--bucket-s",
-    type=float,
+    type=FiniteFloat(above=0, maximum=1e9),
     default=None,
     help="Rate interval in replayed seconds [default: auto].",
 )
@@ -84,11 +90,9 @@ def stats(source: str, bucket_s: float | None, fmt: str, **flags: Any) -> None:
     try:
         spec = TraceSpec(**settings)
     except WorkloadError as exc:
-        raise WorkloadError(exc.message, key=_FLAGS.get(exc.key or "", exc.key)) from None
-    if bucket_s is not None and not (0 < bucket_s < float("inf")):
         raise WorkloadError(
-            f"must be a positive number of seconds, got {bucket_s}", key="--bucket-s"
-        )
+            exc.message, key=_FLAGS.get(exc.key or "", exc.key), hint=exc.hint
+        ) from None
     result = trace_stats(load_trace(spec), bucket_s)
     if fmt == "json":
         click.echo(json.dumps(result, indent=2, default=str))

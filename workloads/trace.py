@@ -30,19 +30,23 @@ import hashlib
 import json
 import math
 import os
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Generator, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from vprof.common.errors import WorkloadError
+from vprof.common.numbers import MAX_TOKENS, check_number, parse_number
+from vprof.common.suggest import did_you_mean
 
 FORMATS = ("auto", "mooncake", "azure", "vprof")
 DEFAULT_BLOCK_SIZE = 512  # Mooncake's traces hash 512-token blocks
 MAX_REQUESTS = 1_000_000  # selected requests held in memory (~150 MB); select a window beyond
-MAX_TOKENS = 10_000_000  # longer than any model's context: a broken number, not a request
 MAX_BLOCK_SIZE = 1 << 16
+_MAX_SECONDS = 1e9  # ~30 years of trace: beyond that a window is a typo
+_MAX_TIME_SCALE = 1e6
+_MAX_BLOCK_ID = (1 << 63) - 1
 
 # Required and optional fields of each schema (CSV column or JSON key).
 _FIELDS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
@@ -50,6 +54,18 @@ _FIELDS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "azure": (("TIMESTAMP", "ContextTokens", "GeneratedTokens"), ()),
     "vprof": (("t_s", "prompt_tokens", "output_tokens"), ("prefix_blocks", "session_id")),
 }
+
+
+# Each numeric setting's range (``check_number`` keywords) and a hint for a bad value.
+_SETTINGS: tuple[tuple[str, dict[str, Any], str | None], ...] = (
+    ("block_size", {"minimum": 1, "maximum": MAX_BLOCK_SIZE, "integer": True}, None),
+    ("time_scale", {"above": 0, "maximum": _MAX_TIME_SCALE}, "2 = twice as fast"),
+    ("start_s", {"minimum": 0, "maximum": _MAX_SECONDS}, None),
+    ("duration_s", {"above": 0, "maximum": _MAX_SECONDS}, None),
+    ("max_requests", {"minimum": 1, "maximum": MAX_REQUESTS, "integer": True}, None),
+    ("max_model_len", {"minimum": 2, "maximum": MAX_TOKENS, "integer": True}, None),
+)
+_OPTIONAL = {"duration_s", "max_requests", "max_model_len"}
 
 
 @dataclass(frozen=True)
@@ -71,10 +87,20 @@ class TraceSpec:
     max_model_len: int | None = None
 
     def __post_init__(self) -> None:
-        problem = _spec_problem(self)
-        if problem is not None:
-            key, message = problem
-            raise WorkloadError(message, key=key)
+        if not isinstance(self.file, str) or not self.file:
+            raise WorkloadError("must be a path to a trace file", key="file")
+        if self.format not in FORMATS:
+            raise WorkloadError(
+                f"unknown trace format {self.format!r}{did_you_mean(str(self.format), FORMATS)}",
+                key="format",
+                hint=f"one of {', '.join(FORMATS)}",
+            )
+        for key, limits, hint in _SETTINGS:
+            value = getattr(self, key)
+            if value is None and key in _OPTIONAL:
+                continue
+            value = check_number(value, error=WorkloadError, key=key, hint=hint, **limits)
+            object.__setattr__(self, key, value if limits.get("integer") else float(value))
 
     def to_dict(self) -> dict[str, Any]:
         """The settings as YAML-ready data (only those that differ from the defaults)."""
@@ -91,44 +117,6 @@ class TraceSpec:
             if value != default:
                 out[key] = value
         return out
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _is_real(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
-
-def _spec_problem(spec: TraceSpec) -> tuple[str, str] | None:
-    """(key, message) for the first setting out of range, or None."""
-    if not isinstance(spec.file, str) or not spec.file:
-        return "file", "must be a path to a trace file"
-    if spec.format not in FORMATS:
-        return "format", (
-            f"unknown trace format {spec.format!r}; choose one of {', '.join(FORMATS)}"
-        )
-    if not _is_int(spec.block_size) or not 1 <= spec.block_size <= MAX_BLOCK_SIZE:
-        return "block_size", f"must be a whole number of tokens from 1 to {MAX_BLOCK_SIZE}"
-    if not _is_real(spec.time_scale) or spec.time_scale <= 0:
-        return (
-            "time_scale",
-            f"must be a positive number (2 = twice as fast), got {spec.time_scale!r}",
-        )
-    if not _is_real(spec.start_s) or spec.start_s < 0:
-        return "start_s", f"must be a number of seconds of at least 0, got {spec.start_s!r}"
-    if spec.duration_s is not None and (not _is_real(spec.duration_s) or spec.duration_s <= 0):
-        return "duration_s", f"must be a positive number of seconds, got {spec.duration_s!r}"
-    if spec.max_requests is not None and (
-        not _is_int(spec.max_requests) or not 1 <= spec.max_requests <= MAX_REQUESTS
-    ):
-        return "max_requests", f"must be a whole number from 1 to {MAX_REQUESTS:,}"
-    if spec.max_model_len is not None and (
-        not _is_int(spec.max_model_len) or spec.max_model_len < 2
-    ):
-        return "max_model_len", f"must be a whole number of at least 2, got {spec.max_model_len!r}"
-    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,7 +202,7 @@ def _read(spec: TraceSpec, lines: Iterator[tuple[int, str]]) -> Trace:
 # --- lines, rows and schemas ------------------------------------------------------------------
 
 
-def _lines(path: Path, digest: Any) -> Iterator[tuple[int, str]]:
+def _lines(path: Path, digest: Any) -> Generator[tuple[int, str], None, None]:
     """(line number, text) of every line, decoded strictly as UTF-8 (a BOM is dropped); the
     bytes go into ``digest`` as they are read."""
     with path.open("rb") as f:
@@ -384,43 +372,20 @@ def _get(row: Mapping[str, Any], key: str, where: _Where) -> Any:
     return row[key]
 
 
-def _number(value: Any) -> float | None:
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, (int, float)):
-        return float(value)
-    if isinstance(value, str):
-        try:
-            return float(value.strip())
-        except ValueError:
-            return None
-    return None
+def _checked(value: Any, key: str, where: _Where, **limits: Any) -> Any:
+    """A number of a row under the one rule for numbers: CSV gives text, JSON numbers."""
+    read = parse_number if isinstance(value, str) else check_number
+    return read(value, error=WorkloadError, path=where.source, line=where.line, key=key, **limits)
 
 
 def _tokens(value: Any, key: str, where: _Where) -> int:
-    n = _number(value)
-    if n is None:
-        raise where.error(key, f"must be a token count, got {value!r}")
-    if not math.isfinite(n):
-        raise where.error(key, f"must be finite, got {value!r}")
-    if n < 0:
-        raise where.error(key, f"must not be negative, got {value!r}")
-    if n != int(n):
-        raise where.error(key, f"must be a whole number of tokens, got {value!r}")
-    if n < 1:
-        raise where.error(key, "must be at least 1 (a request has a prompt and asks for output)")
-    if n > MAX_TOKENS:
-        raise where.error(key, f"{int(n):,} tokens is longer than any model's context")
-    return int(n)
+    # At least 1: a request has a prompt and asks for output.
+    count: int = _checked(value, key, where, minimum=1, maximum=MAX_TOKENS, integer=True)
+    return count
 
 
 def _seconds(value: Any, key: str, where: _Where, unit_s: float) -> float:
-    t = _number(value)
-    if t is None:
-        raise where.error(key, f"must be a number, got {value!r}")
-    if not math.isfinite(t):
-        raise where.error(key, f"must be finite, got {value!r}")
-    return t * unit_s
+    return float(_checked(value, key, where)) * unit_s
 
 
 def _datetime_s(value: Any, key: str, where: _Where) -> float:
@@ -442,22 +407,13 @@ def _blocks(value: Any, key: str, where: _Where) -> tuple[int, ...]:
     items: list[Any]
     if isinstance(value, str):
         items = value.replace(",", " ").split()
-        try:
-            return tuple(_block_id(int(v), key, where) for v in items)
-        except ValueError:
-            raise where.error(key, f"must be block ids (whole numbers), got {value!r}") from None
-    if not isinstance(value, list):
+    elif isinstance(value, list):
+        items = value
+    else:
         raise where.error(key, f"must be a list of block ids, got {type(value).__name__}")
-    if not all(_is_int(v) for v in value):
-        bad = next(v for v in value if not _is_int(v))
-        raise where.error(key, f"block ids must be whole numbers, got {bad!r}")
-    return tuple(_block_id(v, key, where) for v in value)
-
-
-def _block_id(v: int, key: str, where: _Where) -> int:
-    if v < 0:
-        raise where.error(key, f"block ids must not be negative, got {v}")
-    return v
+    return tuple(
+        _checked(v, key, where, minimum=0, maximum=_MAX_BLOCK_ID, integer=True) for v in items
+    )
 
 
 def _session(value: Any, key: str, where: _Where) -> str | None:
