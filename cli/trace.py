@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 from pathlib import Path
 from typing import Any
 
 import click
 
 from vprof.cli.options import FiniteFloat
-from vprof.cli.output import emit, format_option
+from vprof.cli.output import HUMAN, Part, emit_parts, format_option
 from vprof.common.errors import WorkloadError
 
 # TraceSpec field -> the flag that sets it, so a bad value is reported as the flag.
@@ -94,19 +93,25 @@ def stats(source: str, bucket_s: float | None, fmt: str, **flags: Any) -> None:
             exc.message, key=_FLAGS.get(exc.key or "", exc.key), hint=exc.hint
         ) from None
     result = trace_stats(load_trace(spec), bucket_s)
-    if fmt == "json":
-        click.echo(json.dumps(result, indent=2, default=str))
-        return
+    if fmt not in HUMAN:
+        from vprof.analysis.run import json_safe  # light: no pandas or numpy
+
+        result = json_safe(result)  # strict JSON: nan (no block ids) -> null
     summary = result["summary"]
-    emit([{"metric": key, "value": value} for key, value in summary.items()], fmt)
-    click.echo()
-    emit(result["lengths"], fmt)
-    click.echo()
     rate = result["rate"]
+    if fmt in HUMAN or fmt == "csv":
+        summary_rows = [{"metric": key, "value": value} for key, value in summary.items()]
+    else:
+        summary_rows = [summary]
     if fmt == "table" and rate:
         peak = max(row["requests"] for row in rate) or 1
         rate = [{**row, "": "#" * round(_BAR_WIDTH * row["requests"] / peak)} for row in rate]
-    emit(rate, fmt)
+    parts: list[Part] = [
+        ("summary", summary_rows, None),
+        ("lengths", result["lengths"], None),
+        ("rate", rate, None),
+    ]
+    emit_parts(parts, fmt)
 
 
 def _settings_of(source: str) -> dict[str, Any]:

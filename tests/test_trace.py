@@ -531,9 +531,18 @@ def test_trace_stats_json_holds_the_figures(tmp_path):
     )
     assert result.exit_code == 0, result.output
     data = json.loads(result.output)
-    assert data["summary"]["requests"] == 3
-    assert data["summary"]["implied_block_hit_rate"] == pytest.approx(3 / 7)
+    assert data["summary"][0]["requests"] == 3
+    assert data["summary"][0]["implied_block_hit_rate"] == pytest.approx(3 / 7)
     assert [row["requests"] for row in data["rate"]] == [1, 0, 1, 0, 0, 1]
+
+
+def test_trace_stats_json_is_strict_for_a_trace_without_block_ids(tmp_path):
+    path = _write(tmp_path, "a.csv", AZURE)
+    result = CliRunner().invoke(cli, ["trace", "stats", path, "--format", "json"])
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.output, parse_constant=lambda c: pytest.fail(c))["summary"][0]
+    assert summary["format"] == "azure" and summary["implied_block_hit_rate"] is None
+    assert summary["blocks"] == 0
 
 
 def test_trace_stats_table_shows_every_section_and_flags_select(tmp_path):
@@ -548,7 +557,7 @@ def test_trace_stats_table_shows_every_section_and_flags_select(tmp_path):
 def test_trace_stats_reads_a_trace_workload_by_name():
     result = CliRunner().invoke(cli, ["trace", "stats", "sample-trace", "--format", "json"])
     assert result.exit_code == 0, result.output
-    summary = json.loads(result.output)["summary"]
+    summary = json.loads(result.output)["summary"][0]
     assert summary["file"] == str(SAMPLE_PATH.resolve()) and summary["format"] == "mooncake"
 
 
