@@ -25,6 +25,7 @@ COMMANDS: dict[str, str] = {
     "emulate": "vprof.cli.emulate:emulate",
     "workloads": "vprof.cli.workloads:workloads",
     "traffic": "vprof.cli.traffic:traffic",
+    "trace": "vprof.cli.trace:trace",
     "bench": "vprof.cli.bench:bench",
     "sweep": "vprof.cli.bench:sweep",
     "summarize": "vprof.cli.report:summarize",

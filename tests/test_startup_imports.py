@@ -46,7 +46,13 @@ def _run(args: list[str], cwd, preload: tuple[str, ...] = ()) -> tuple[str, dict
 
 @pytest.mark.parametrize(
     "args",
-    [["--help"], ["profiles"], ["render", "chunked-256"], ["profiles", "show", "baseline"]],
+    [
+        ["--help"],
+        ["profiles"],
+        ["render", "chunked-256"],
+        ["profiles", "show", "baseline"],
+        ["trace", "stats", "sample-trace"],
+    ],
 )
 def test_registry_commands_import_no_heavy_library(args, tmp_path):
     output, report = _run(args, tmp_path)

@@ -28,7 +28,7 @@ from vprof.workloads.spec import ConversationSpec, Distribution, PrefixSpec, Wor
 from vprof.workloads.synthesis import HFTokenizer, RequestSynthesizer, load_tokenizer
 
 PRESETS = ("chat", "long-prompt-short-answer", "rag-shared-prefix", "multi-turn",
-           "fixed-800-64", "tiny-smoke")  # fmt: skip
+           "fixed-800-64", "tiny-smoke", "sample-trace")  # fmt: skip
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,9 @@ reads like a compiler message.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+import math
+import os
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import fields
 from pathlib import Path
 from typing import Any
@@ -16,7 +18,15 @@ from vprof.common.errors import WorkloadError
 from vprof.common.presets import YAML_SUFFIXES, preset_files, preset_locations
 from vprof.common.suggest import suggestion
 from vprof.common.yamlfile import KeyPath, read_yaml
-from vprof.traffic.shape import KINDS, LIMITS, PROCESSES, TrafficShape, check_field
+from vprof.traffic.shape import (
+    KINDS,
+    LIMITS,
+    PROCESSES,
+    TRACE_TAIL_S,
+    TrafficShape,
+    check_field,
+    trace_schedule,
+)
 
 PRESETS_DIR = Path(__file__).parent / "presets"
 ENV_DIRS = "VPROF_TRAFFIC_DIR"
@@ -49,7 +59,7 @@ def shape_from_dict(
         if key not in _SETTABLE:
             hint = suggestion(key, sorted(_SETTABLE), f"known: {', '.join(sorted(_SETTABLE))}")
             raise fail(str(key), "unknown setting", hint)
-        if key in ("kind", "process", "description"):
+        if key in ("kind", "process", "description", "trace"):
             values[key] = str(value)
             continue
         line = (lines or {}).get((key,))
@@ -62,6 +72,8 @@ def shape_from_dict(
         raise fail(
             "kind", f"unknown kind {kind!r}", suggestion(kind, KINDS, f"one of {', '.join(KINDS)}")
         )
+    if values.get("process") == "trace" or values.get("trace"):
+        values.update(_trace_settings(values, fail, source))
     if "duration_s" not in values or values["duration_s"] <= 0:
         raise fail(
             "duration_s" if "duration_s" in values else None,
@@ -75,7 +87,7 @@ def shape_from_dict(
             suggestion(process, PROCESSES, f"one of {', '.join(PROCESSES)}"),
         )
     if kind == "open-loop":
-        if values.get("rate_rps", 0) <= 0:
+        if process != "trace" and values.get("rate_rps", 0) <= 0:
             raise fail(
                 "rate_rps" if "rate_rps" in values else None,
                 "an open-loop shape needs rate_rps > 0",
@@ -96,9 +108,52 @@ def shape_from_dict(
         raise fail(exc.key, exc.message, exc.hint) from None
 
 
+def _trace_settings(
+    values: Mapping[str, Any], fail: Callable[..., WorkloadError], source: str
+) -> dict[str, Any]:
+    """``trace`` resolved, the mean ``rate_rps`` and, unless given, ``duration_s`` (the last
+    arrival plus a short tail) of a ``process: trace`` shape, from its trace workload."""
+    if values.get("process") != "trace":
+        raise fail("trace", "only a shape with process: trace replays a trace")
+    if values["kind"] != "open-loop":
+        raise fail("process", "process: trace needs kind: open-loop")
+    ref = str(values.get("trace", ""))
+    if not ref:
+        raise fail(
+            "trace" if "trace" in values else "process",
+            "a trace shape needs trace: the trace workload whose times it replays",
+            "a workload name or YAML path, e.g. trace: sample-trace",
+        )
+    if ref.endswith(YAML_SUFFIXES) or "/" in ref or os.sep in ref:
+        path = Path(os.path.expanduser(ref))
+        if not path.is_absolute() and Path(source).is_file():
+            path = Path(source).parent / path
+        ref = str(path.resolve())
+    try:
+        # The workload's file from here on, so no process looks its name up again.
+        ref, offsets = trace_schedule(ref)
+    except WorkloadError as exc:
+        if exc.path:  # the trace workload's own file and line, or the trace file's
+            raise
+        raise fail("trace", exc.message, exc.hint) from None
+    last_s = offsets[-1]
+    rate_rps = (len(offsets) - 1) / last_s if last_s > 0 else 0.0
+    # A shape written back out (shape_to_json) carries the rate it was given: that is fine.
+    if "rate_rps" in values and not math.isclose(values["rate_rps"], rate_rps, rel_tol=1e-9):
+        raise fail(
+            "rate_rps",
+            f"a trace shape replays the trace's own times (a mean {rate_rps:.4g} req/s)",
+            "drop rate_rps; the trace workload's time_scale speeds the trace up",
+        )
+    out: dict[str, Any] = {"trace": ref, "rate_rps": rate_rps}
+    if "duration_s" not in values:
+        out["duration_s"] = last_s + TRACE_TAIL_S
+    return out
+
+
 def _load_file(path: Path) -> TrafficShape:
     doc = read_yaml(path, WorkloadError, what="the traffic shape file", invalid="not valid YAML")
-    data = doc.strings_as_written(("name", "kind", "process", "description"))
+    data = doc.strings_as_written(("name", "kind", "process", "description", "trace"))
     name = path.stem
     if isinstance(data, Mapping) and "name" in data:
         name = str(data["name"])

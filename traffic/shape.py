@@ -19,7 +19,8 @@ from vprof.common.errors import WorkloadError
 from vprof.common.numbers import check_number
 
 KINDS = ("steady", "ramp", "step", "spike", "open-loop")
-PROCESSES = ("constant", "poisson", "gamma")
+PROCESSES = ("constant", "poisson", "gamma", "trace")
+TRACE_TAIL_S = 5.0  # a trace shape runs this long past its last arrival, for late sends
 
 _DAY_S = 86_400.0
 # Every numeric field's range, (minimum, maximum, whole number): wide enough for any real test,
@@ -64,7 +65,9 @@ class TrafficShape:
     - ``step``: start at ``start_users`` and add ``step_users`` every ``step_s`` until ``users``.
     - ``spike``: ``users``, jumping to ``spike_users`` from ``spike_at_s`` for ``spike_s``.
     - ``open-loop``: requests arrive at ``rate_rps`` (``process`` constant, poisson or gamma with
-      ``burstiness``), whoever is free sends them; at most ``max_in_flight`` at once.
+      ``burstiness``), whoever is free sends them; at most ``max_in_flight`` at once. With
+      ``process: trace`` they arrive at the times of the trace workload named by ``trace``
+      (``rate_rps`` is then the trace's mean rate, for display).
     """
 
     name: str
@@ -85,6 +88,7 @@ class TrafficShape:
     process: str = "poisson"
     burstiness: float = 1.0
     max_in_flight: int = 32
+    trace: str = ""  # process trace: the trace workload (name or YAML path) whose times to use
     source: str = ""  # the YAML file it came from, for messages
 
     def __post_init__(self) -> None:
@@ -144,6 +148,8 @@ class TrafficShape:
         """Open-loop: how many requests the schedule holds (rate × total time)."""
         if not self.open_loop:
             return 0
+        if self.process == "trace":
+            return len(trace_offsets(self.trace))
         return max(1, round(self.rate_rps * self.total_s))
 
     def to_dict(self) -> dict[str, Any]:
@@ -162,6 +168,8 @@ def arrival_offsets(shape: TrafficShape, seed: int) -> list[float]:
     """
     if not shape.open_loop:
         raise ValueError(f"shape {shape.name!r} is {shape.kind}, not open-loop")
+    if shape.process == "trace":
+        return trace_offsets(shape.trace)
     n = shape.expected_requests()
     rate = shape.rate_rps
     if shape.process == "constant":
@@ -178,6 +186,33 @@ def arrival_offsets(shape: TrafficShape, seed: int) -> list[float]:
     # Start the schedule at the epoch: the first arrival is at 0, the last at (N/rate) - gap0.
     first = times[0] * factor
     return [t * factor - first for t in times]
+
+
+def trace_offsets(workload: str) -> list[float]:
+    """The arrival offsets of a ``kind: trace`` workload (a name or a YAML path): its requests'
+    own times, scaled and windowed as the workload says. Every process reads the same file, so
+    every process gets the same schedule."""
+    return trace_schedule(workload)[1]
+
+
+def trace_schedule(workload: str) -> tuple[str, list[float]]:
+    """(the trace workload's YAML file, or ``workload`` when it has none; its offsets)."""
+    # Imported here: only trace shapes need workloads (which read the file once per process).
+    from pathlib import Path
+
+    from vprof.workloads.loading import get_workload
+    from vprof.workloads.trace import load_trace
+
+    found = get_workload(workload)
+    if found.trace is None:
+        raise WorkloadError(
+            f"workload {found.name!r} is {found.kind}, not a trace",
+            key="trace",
+            hint="a shape with process: trace names a workload of kind: trace",
+        )
+    source = Path(found.source) if found.source else None
+    where = str(source.resolve()) if source is not None and source.is_file() else workload
+    return where, load_trace(found.trace).offsets_s()
 
 
 def partition(n: int, worker_index: int, workers: int) -> range:

@@ -23,6 +23,7 @@ from vprof.workloads.spec import (
     PromptDataset,
     Workload,
 )
+from vprof.workloads.trace import TraceSpec, load_trace
 
 PRESETS_DIR = Path(__file__).parent / "presets"
 ENV_DIRS = "VPROF_WORKLOADS_DIR"
@@ -30,6 +31,7 @@ ENV_DIRS = "VPROF_WORKLOADS_DIR"
 _TOP_KEYS = (
     "name",
     "description",
+    "kind",
     "endpoint",
     "seed",
     "prompt_tokens",
@@ -38,6 +40,19 @@ _TOP_KEYS = (
     "prefix",
     "conversation",
 )
+KINDS = ("synthetic", "trace")
+# kind: trace takes the trace's settings instead of lengths, prefixes and conversations.
+_TRACE_KEYS = (
+    "file",
+    "format",
+    "block_size",
+    "time_scale",
+    "start_s",
+    "duration_s",
+    "max_requests",
+    "max_model_len",
+)
+_TRACE_TOP_KEYS = ("name", "description", "kind", "endpoint", "seed", "fixed_output", *_TRACE_KEYS)
 _PREFIX_KEYS = ("groups", "length_tokens", "popularity", "zipf_s", "share")
 _CONVERSATION_KEYS = ("turns", "user_tokens", "max_context_tokens")
 # keys whose values are strings wherever they appear: YAML's 1.10 arrives as "1.10"
@@ -89,19 +104,31 @@ def workload_from_dict(
     loc = _Located(source, lines or {}, base_dir)
     if not isinstance(data, Mapping):
         raise loc.error((), f"a workload must be a mapping of keys, got {type(data).__name__}")
+    kind = data.get("kind", "synthetic")
+    if kind not in KINDS:
+        raise loc.error(
+            ("kind",),
+            f"unknown workload kind {kind!r}{did_you_mean(str(kind), KINDS)}",
+            hint="synthetic (the default) or trace",
+        )
+    allowed = _TRACE_TOP_KEYS if kind == "trace" else _TOP_KEYS
     for key in data:
-        if key not in _TOP_KEYS:
-            raise loc.error(
-                (str(key),),
-                f"unknown key{did_you_mean(key, _TOP_KEYS)}",
-                hint=f"workload keys are {', '.join(_TOP_KEYS)}",
-            )
+        if key not in allowed:
+            if key in _TRACE_KEYS:
+                hint = "trace settings need kind: trace"
+            elif kind == "trace":
+                hint = f"a trace brings its own lengths; its keys are {', '.join(allowed)}"
+            else:
+                hint = f"workload keys are {', '.join(allowed)}"
+            raise loc.error((str(key),), f"unknown key{did_you_mean(key, allowed)}", hint=hint)
     name = data.get("name", default_name)
     if not isinstance(name, str) or not name:
         raise loc.error(("name",), "a workload needs a name (a non-empty string)")
     description = data.get("description", "")
     if not isinstance(description, str):
         raise loc.error(("description",), "must be a string")
+    if kind == "trace":
+        return _trace_workload(data, loc, name, description)
     if "prompt_tokens" not in data:
         raise loc.error(
             ("prompt_tokens",),
@@ -134,6 +161,44 @@ def workload_from_dict(
             seed=data.get("seed", 0),
             dataset=dataset,
             source=source,
+        )
+    except WorkloadError as exc:
+        raise loc.error((exc.key or "",), exc.message) from None
+
+
+def _trace_workload(
+    data: Mapping[str, Any], loc: _Located, name: str, description: str
+) -> Workload:
+    """A ``kind: trace`` workload; reads the trace now, so a bad file fails before any run."""
+    if data.get("file") is None:
+        raise loc.error(
+            ("file",), "missing: the trace file (Mooncake JSONL, Azure CSV or vprof JSONL/CSV)"
+        )
+    path = _resolve(data["file"], ("file",), loc)
+    settings = {k: data[k] for k in _TRACE_KEYS[1:] if data.get(k) is not None}
+    try:
+        spec = TraceSpec(file=str(path.resolve()), **settings)
+    except WorkloadError as exc:
+        raise loc.error((exc.key or "",), exc.message) from None
+    trace = load_trace(spec)  # its errors name the trace file and line
+    fixed_output = data.get("fixed_output", True)
+    if not isinstance(fixed_output, bool):
+        raise loc.error(("fixed_output",), f"must be true or false, got {fixed_output!r}")
+    try:
+        return Workload(
+            name=name,
+            description=description.strip(),
+            endpoint=data.get("endpoint", "completions"),
+            prompt_tokens=Distribution(
+                "empirical", {}, values=tuple(r.prompt_tokens for r in trace.requests)
+            ),
+            output_tokens=Distribution(
+                "empirical", {}, values=tuple(r.output_tokens for r in trace.requests)
+            ),
+            fixed_output=fixed_output,
+            seed=data.get("seed", 0),
+            source=loc.source,
+            trace=spec,
         )
     except WorkloadError as exc:
         raise loc.error((exc.key or "",), exc.message) from None

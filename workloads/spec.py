@@ -16,6 +16,7 @@ from typing import Any
 from vprof.common.errors import WorkloadError
 from vprof.common.numbers import MAX_TOKENS, check_number
 from vprof.common.suggest import did_you_mean
+from vprof.workloads.trace import TraceSpec, load_trace
 
 DISTRIBUTION_KINDS = ("fixed", "uniform", "normal", "lognormal", "empirical")
 ENDPOINTS = ("completions", "chat")
@@ -371,6 +372,12 @@ class Workload:
     seed: int = 0
     dataset: PromptDataset | None = None
     source: str = field(default="", compare=False)
+    trace: TraceSpec | None = None  # kind: trace; prompt/output_tokens are then its lengths
+
+    @property
+    def kind(self) -> str:
+        """``trace`` for a replayed trace, else ``synthetic``."""
+        return "trace" if self.trace is not None else "synthetic"
 
     def __post_init__(self) -> None:
         if self.endpoint not in ENDPOINTS:
@@ -388,6 +395,14 @@ class Workload:
             )
         if not isinstance(self.seed, int) or isinstance(self.seed, bool):
             raise WorkloadError(f"must be an integer, got {self.seed!r}", key="seed")
+        if self.trace is not None and (
+            self.prefix is not None or self.conversation is not None or self.dataset is not None
+        ):
+            raise WorkloadError(
+                "a trace brings its own lengths and prefixes; drop prefix, conversation and "
+                "prompt files",
+                key="kind",
+            )
 
     def max_request_tokens(self) -> int:
         """The longest prompt plus output this workload can produce (for max-model-len checks).
@@ -395,6 +410,8 @@ class Workload:
         Unclipped normal or lognormal lengths count at mean + 4 sigma; real prompts from a
         dataset are not known until tokenised and count as zero here.
         """
+        if self.trace is not None:
+            return load_trace(self.trace).max_request_tokens()
         prefix = self.prefix.length_tokens if self.prefix else 0
         prompt = 0 if self.dataset is not None else self.prompt_tokens.upper_bound()
         output = self.output_tokens.upper_bound()
@@ -410,6 +427,18 @@ class Workload:
 
     def to_dict(self) -> dict[str, Any]:
         """The workload as YAML-ready data (what ``vprof workloads show`` prints)."""
+        if self.trace is not None:
+            return {
+                "name": self.name,
+                "description": self.description,
+                "kind": "trace",
+                "endpoint": self.endpoint,
+                "seed": self.seed,
+                **self.trace.to_dict(),
+                "fixed_output": self.fixed_output,
+                # what was read of the file, so an edited trace reads as a new workload
+                "content_sha256": load_trace(self.trace).content_sha256[:16],
+            }
         out: dict[str, Any] = {
             "name": self.name,
             "description": self.description,

@@ -23,10 +23,13 @@ import weakref
 from dataclasses import dataclass
 from itertools import accumulate
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from vprof.common.errors import WorkloadError
 from vprof.workloads.spec import Workload
+
+if TYPE_CHECKING:
+    from vprof.workloads.traceplan import TracePlanner
 
 
 @runtime_checkable
@@ -174,6 +177,10 @@ class _TextBuilder:
         # ids that survive decode and re-encode alone merge less when strung together
         self.roundtrip_ids = roundtrip or self.ids
         self.exact = len(words) >= _MIN_POOL and self._concatenation_is_exact()
+        # One-token strings to draw text from piece by piece (a trace's partial block must be
+        # a prefix of the full block): the word tokens when they concatenate exactly.
+        text_of = dict(zip(self.ids, texts, strict=True))
+        self.pieces = words if self.exact else [text_of[i] for i in self.roundtrip_ids]
 
     def _concatenation_is_exact(self) -> bool:
         rng = random.Random("vprof-selftest")
@@ -254,6 +261,13 @@ class RequestSynthesizer:
         self._cum_weights = list(accumulate(prefix.weights())) if prefix else []
         self._prefix_texts: dict[int, str] = {}
         self._dataset_counts: dict[int, int] = {}
+        self._trace: TracePlanner | None = None
+        if workload.trace is not None:
+            # Imported here: traceplan builds on this module.
+            from vprof.workloads.trace import load_trace
+            from vprof.workloads.traceplan import TracePlanner
+
+            self._trace = TracePlanner(self, load_trace(workload.trace))
 
     # --- pieces ---------------------------------------------------------------------------
 
@@ -315,8 +329,11 @@ class RequestSynthesizer:
     def plan(self, index: int) -> RequestPlan:
         """The request at ``index``; the same (workload, seed, salt, index) give the same plan.
 
-        For a multi-turn workload this is the first turn of conversation ``index``.
+        For a multi-turn workload this is the first turn of conversation ``index``; for a
+        trace, request ``index`` of the trace.
         """
+        if self._trace is not None:
+            return self._trace.plan(index)
         w = self.workload
         if w.conversation is not None:
             first = self.start_conversation(index).next_turn(None)
@@ -372,6 +389,8 @@ class RequestSynthesizer:
 
         For chat and conversations this is the first request's content length.
         """
+        if self._trace is not None:
+            return self._trace.planned_lengths(index)
         w = self.workload
         if w.conversation is not None:
             rng = self._lengths_rng("conversation", index)
