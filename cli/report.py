@@ -73,7 +73,7 @@ def comparison_parts(
     *,
     fmt: str = "table",
     metrics: Sequence[str] = (),
-    n_boot: int = 2000,
+    n_boot: int | None = None,
     seed: int = 0,
     only_if_several: bool = False,
 ) -> list[Part]:
@@ -83,7 +83,7 @@ def comparison_parts(
     A literal ``vs`` among ``runs`` separates explicit groups; otherwise repeats of one
     configuration are grouped. Notes for the reader go to stderr.
     """
-    from vprof.analysis.compare import DEFAULT_METRICS, METHOD_RUNS, cell_key
+    from vprof.analysis.compare import DEFAULT_METRICS, DEFAULT_N_BOOT, METHOD_RUNS, cell_key
     from vprof.analysis.compare import TABLE_COLUMNS as COMPARE_TABLE_COLUMNS
     from vprof.analysis.compare import compare as compare_runs
     from vprof.analysis.run import json_safe
@@ -93,7 +93,9 @@ def comparison_parts(
     groups: Any = [expand_runs(side) for side in sides] if len(sides) > 1 else expand_runs(runs)
     if only_if_several and len(sides) == 1 and len({cell_key(p) for p in groups}) < 2:
         return []
-    frame = compare_runs(groups, metrics=metrics or DEFAULT_METRICS, n_boot=n_boot, seed=seed)
+    frame = compare_runs(
+        groups, metrics=metrics or DEFAULT_METRICS, n_boot=n_boot or DEFAULT_N_BOOT, seed=seed
+    )
     rows = json_safe(frame.to_dict("records"))
     for note in frame.attrs.get("notes", []):
         click.echo(f"note: {note}", err=True)
@@ -161,13 +163,12 @@ def summarize(
 @click.option(
     "--n-boot",
     type=click.IntRange(1, 100_000),
-    default=2000,
-    show_default=True,
-    help="Bootstrap resamples.",
+    default=None,
+    help="Bootstrap resamples for one-run-a-side intervals (default: compare's).",
 )
 @click.option("--seed", default=0, show_default=True, help="Bootstrap seed.")
 def compare(
-    runs: tuple[str, ...], fmt: str, metrics: tuple[str, ...], n_boot: int, seed: int
+    runs: tuple[str, ...], fmt: str, metrics: tuple[str, ...], n_boot: int | None, seed: int
 ) -> None:
     """Runs side by side; the first configuration is the baseline.
 

@@ -43,7 +43,10 @@ import click
     help="Run or profile each comparison is against (default: the first).",
 )
 @click.option(
-    "--n-boot", default=2000, show_default=True, help="Bootstrap resamples for comparisons."
+    "--n-boot",
+    default=None,
+    type=int,
+    help="Bootstrap resamples for comparisons (default: compare's).",
 )
 @click.option(
     "--seed", default=0, show_default=True, help="Seed for the bootstrap and curve sampling."

@@ -7,10 +7,10 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from vprof.analysis.compare import DEFAULT_N_BOOT  # the report's intervals are compare's
 from vprof.common.errors import ReportError
 
 DEFAULT_HEADROOM = 0.2  # as `vprof plan`
-DEFAULT_N_BOOT = 2000  # as `vprof compare`, so the report's intervals are the same numbers
 
 
 @dataclass(frozen=True)
@@ -56,7 +56,7 @@ def check_options(
     headroom: float = DEFAULT_HEADROOM,
     gpu_hour_price: float | None = None,
     baseline: str | None = None,
-    n_boot: int = DEFAULT_N_BOOT,
+    n_boot: int | None = DEFAULT_N_BOOT,
     seed: int = 0,
     title: str | None = None,
 ) -> ReportOptions:
@@ -86,6 +86,8 @@ def check_options(
                 f"the price of a GPU-hour must be positive, got {gpu_hour_price:g}",
                 key="--gpu-hour-price",
             )
+    if n_boot is None:
+        n_boot = DEFAULT_N_BOOT
     if isinstance(n_boot, bool) or not isinstance(n_boot, int) or not 0 <= n_boot <= 100_000:
         raise ReportError(f"--n-boot must be a whole number from 0 to 100000, got {n_boot!r}")
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:

@@ -158,3 +158,19 @@ def test_compare_needs_two_runs(tmp_path):
     a = write_run(tmp_path / "a", synth_records(10))
     with pytest.raises(RunError, match="at least two runs or groups"):
         compare([a])
+
+
+def test_order_statistic_resamples_have_the_bootstrap_distribution():
+    # Percentiles of one value per request are drawn from beta order statistics; their
+    # distribution must be that of explicit resamples (two-sample KS, large samples).
+    from scipy.stats import ks_2samp
+
+    rng = np.random.default_rng(11)
+    values = np.sort(rng.lognormal(3, 0.6, size=301))
+    sample = _Sample(values, np.arange(values.size), values.size)
+    fast = _bootstrap(sample, ["median", "p95", "p99"], 6000, np.random.default_rng(2))
+    draws = np.random.default_rng(3).integers(0, values.size, size=(6000, values.size))
+    for stat, q in (("median", 50), ("p95", 95), ("p99", 99)):
+        explicit = np.percentile(values[draws], q, axis=1)
+        assert ks_2samp(fast[stat], explicit).pvalue > 0.001, stat
+        assert np.median(fast[stat]) == pytest.approx(np.median(explicit), rel=0.01)
