@@ -53,7 +53,7 @@ class _Stream(asyncio.Protocol):
         # the 6 carried bytes are shorter than the pattern: no event is counted twice
         self._stamps += [now] * joined.count(b"data: {")
         self._carry = joined[-6:]
-        if joined.endswith(b"0\r\n\r\n"):  # the chunked terminator: this answer is complete
+        if joined.endswith(b"\r\n0\r\n\r\n"):  # the chunked terminator: this answer is complete
             self.records.append((self._sent, self._stamps))
             self._carry = b""
             if now < self.stop_at:
