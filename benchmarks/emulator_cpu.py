@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import shlex
 import subprocess
 import sys
@@ -23,16 +24,19 @@ import tempfile
 import time
 from pathlib import Path
 
-from measure import TreeCpu, percentile, running_emulator
+from measure import Lateness, TreeCpu, percentile, running_emulator
+
+_TRUTH = b"x-vprof-ttft-ms: "
 
 
 class _Stream(asyncio.Protocol):
     """One keep-alive connection sending the same streamed request again and again."""
 
-    def __init__(self, request: bytes, stop_at: float, done: asyncio.Future) -> None:
-        self.request, self.stop_at, self.done = request, stop_at, done
+    def __init__(self, requests: list[bytes], stop_at: float, done: asyncio.Future) -> None:
+        self.requests, self.stop_at, self.done = requests, stop_at, done
         self.transport: asyncio.Transport | None = None
-        self.records: list[tuple[float, list[float]]] = []
+        self.records: list[tuple[float, float, list[float]]] = []  # sent, true TTFT, stamps
+        self._truth_ms = float("nan")
         self._carry = b""
         self._stamps: list[float] = []
         self._sent = 0.0
@@ -44,17 +48,21 @@ class _Stream(asyncio.Protocol):
     def _send(self) -> None:
         assert self.transport is not None
         self._stamps = []
+        self._truth_ms = float("nan")
         self._sent = time.perf_counter()
-        self.transport.write(self.request)
+        # prompts of every length in turn: with --ttft-spread-ms, first tokens spread out
+        self.transport.write(self.requests[len(self.records) % len(self.requests)])
 
     def data_received(self, data: bytes) -> None:
         now = time.perf_counter()
         joined = self._carry + data
+        if self._truth_ms != self._truth_ms and _TRUTH in joined:  # NaN: not read yet
+            self._truth_ms = float(joined.split(_TRUTH, 1)[1].split(b"\r\n", 1)[0])
         # the 6 carried bytes are shorter than the pattern: no event is counted twice
         self._stamps += [now] * joined.count(b"data: {")
         self._carry = joined[-6:]
         if joined.endswith(b"\r\n0\r\n\r\n"):  # the chunked terminator: this answer is complete
-            self.records.append((self._sent, self._stamps))
+            self.records.append((self._sent, self._truth_ms, self._stamps))
             self._carry = b""
             if now < self.stop_at:
                 self._send()
@@ -69,11 +77,14 @@ class _Stream(asyncio.Protocol):
 async def _client(
     port: int, streams: int, seconds: float, tokens: int, itl_ms: float, out: Path
 ) -> None:
-    body = json.dumps({"prompt": "x", "max_tokens": tokens, "stream": True}).encode()
-    request = (
-        b"POST /v1/completions HTTP/1.1\r\nhost: bench\r\ncontent-type: application/json\r\n"
-        b"content-length: %d\r\n\r\n%b" % (len(body), body)
-    )
+    requests = []
+    for words in range(1, 65):
+        body = json.dumps({"prompt": " ".join(["x"] * words), "max_tokens": tokens,
+                           "stream": True}).encode()  # fmt: skip
+        requests.append(
+            b"POST /v1/completions HTTP/1.1\r\nhost: bench\r\ncontent-type: application/json"
+            b"\r\ncontent-length: %d\r\n\r\n%b" % (len(body), body)
+        )
     loop = asyncio.get_running_loop()
     anchor = time.time() - time.perf_counter()
     stop_at = time.perf_counter() + seconds
@@ -84,14 +95,16 @@ async def _client(
         await asyncio.sleep(max(0.0, start + i * spacing_s - time.perf_counter()))
         done = loop.create_future()
         _, protocol = await loop.create_connection(
-            lambda done=done: _Stream(request, stop_at, done), "127.0.0.1", port
+            lambda done=done, i=i: _Stream(requests[i % 64 :] + requests[: i % 64], stop_at, done),
+            "127.0.0.1",
+            port,
         )
         protocols.append(protocol)
     await asyncio.gather(*(p.done for p in protocols))
     records = [
-        {"sent_at": anchor + sent, "stamps": [anchor + s for s in stamps]}
+        {"sent_at": anchor + sent, "truth_ms": truth, "stamps": [anchor + s for s in stamps]}
         for p in protocols
-        for sent, stamps in p.records
+        for sent, truth, stamps in p.records
     ]
     out.write_text(json.dumps(records))
 
@@ -102,17 +115,24 @@ def run_step(args, streams: int, work: Path, emulator_pid: int) -> dict:
     argv = [sys.executable, __file__, "--client", str(args.port), str(streams), str(seconds),
             str(args.tokens), str(args.itl_ms), str(out)]  # fmt: skip
     emulator_cpu = TreeCpu(emulator_pid)
+    late = Lateness(f"http://127.0.0.1:{args.port}")
+    late.sample()
     proc = subprocess.Popen(argv)
     client_cpu = TreeCpu(proc.pid)
     deadline = time.monotonic() + args.warmup_s + args.step_s + 60
-    while proc.poll() is None:
+    for tick in range(sys.maxsize):
+        if proc.poll() is not None:
+            break
         emulator_cpu.sample()
         client_cpu.sample()
+        if tick % 5 == 0 and not args.no_scrape:
+            late.sample()
         if time.monotonic() > deadline:
             proc.kill()
             raise RuntimeError("the client did not finish")
         time.sleep(0.1)
     emulator_cpu.sample()
+    late.sample()
     if proc.returncode != 0:
         raise RuntimeError(f"the client failed with code {proc.returncode}")
     records = json.loads(out.read_text())
@@ -120,7 +140,11 @@ def run_step(args, streams: int, work: Path, emulator_pid: int) -> dict:
     end = start + args.step_s
     events = sum(start <= s <= end for r in records for s in r["stamps"])
     chosen = [r for r in records if start <= r["sent_at"] <= end and r["stamps"]]
-    ttft_err = [(r["stamps"][0] - r["sent_at"]) * 1e3 - args.ttft_ms for r in chosen]
+    # the emulator names each request's true TTFT; one without the header has no spread
+    truth = [args.ttft_ms if math.isnan(r["truth_ms"]) else r["truth_ms"] for r in chosen]
+    ttft_err = [
+        (r["stamps"][0] - r["sent_at"]) * 1e3 - t for r, t in zip(chosen, truth, strict=True)
+    ]
     itl_err = [
         (b - a) * 1e3 - args.itl_ms
         for r in chosen
@@ -137,6 +161,7 @@ def run_step(args, streams: int, work: Path, emulator_pid: int) -> dict:
         "ttft_err_p99_ms": percentile(ttft_err, 99),
         "itl_err_p50_ms": percentile(itl_err, 50),
         "itl_err_p99_ms": percentile(itl_err, 99),
+        "emulator_late_p99_ms": late.p99_ms(start, end),
     }
 
 
@@ -151,6 +176,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup-s", type=float, default=2.0)
     parser.add_argument("--emulate", default="", help="more `vprof emulate` options, quoted")
     parser.add_argument("--json", action="store_true", help="print the results as JSON too")
+    parser.add_argument(
+        "--no-scrape", action="store_true", help="read /metrics only before and after a step"
+    )
     args = parser.parse_args(argv)
 
     options = ["--ttft-ms", str(args.ttft_ms), "--itl-ms", str(args.itl_ms)]
@@ -160,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"vprof emulate {' '.join(options)}; {args.tokens} tokens per request")
     print(
         f"{'streams':>7} {'events/s':>9} {'emu µs/ev':>9} {'emu CPU':>8} {'client CPU':>10} "
-        f"{'TTFT err p50/p99':>17} {'ITL err p50/p99':>16}"
+        f"{'TTFT err p50/p99':>17} {'ITL err p50/p99':>16} {'emu late p99':>12}"
     )
     with running_emulator(args.port, options) as emulator:
         for streams in (int(s) for s in args.streams.split(",")):
@@ -170,7 +198,8 @@ def main(argv: list[str] | None = None) -> int:
                 f"{streams:>7} {r['events_per_s']:>9.0f} {r['emulator_us_per_event']:>9.1f} "
                 f"{r['emulator_cpu_pct']:>7.0f}% {r['client_cpu_pct']:>9.0f}% "
                 f"{r['ttft_err_p50_ms']:>+8.2f}/{r['ttft_err_p99_ms']:>+7.2f} "
-                f"{r['itl_err_p50_ms']:>+7.2f}/{r['itl_err_p99_ms']:>+7.2f}",
+                f"{r['itl_err_p50_ms']:>+7.2f}/{r['itl_err_p99_ms']:>+7.2f} "
+                f"{'≤ {:g} ms'.format(r['emulator_late_p99_ms']):>12}",
                 flush=True,
             )
     if args.json:
