@@ -156,20 +156,21 @@ def run_vprof(args, url: str, users: int, processes: int, work: Path, emulator_p
     """vprof's users, launched the way ``vprof bench --url`` launches them."""
     from vprof.emulator.config import EmulatorConfig
     from vprof.emulator.timing import true_ttft_ms
-    from vprof.records import read_records
+    from vprof.records import RunDir, read_records
     from vprof.runs.loadgen import LoadSpec
+    from vprof.traffic import shape_from_dict, shape_to_json
 
     run_dir = work / f"vprof-{users}u-{processes}p"
     run_dir.mkdir()
-    traffic = work / f"steady-{users}.yaml"
-    traffic.write_text(
-        f"description: {users} closed-loop users for the ceiling benchmark\nkind: steady\n"
-        f"users: {users}\nspawn_rate: {users}\nwarmup_s: {args.warmup_s}\n"
-        f"duration_s: {args.step_s + args.tail_s}\n"
-    )
-    spec = LoadSpec(url=url, run_dir=run_dir, workload=str(work / "ceiling.yaml"),
-                    traffic=str(traffic), seed=0, salt="ceiling", processes=processes,
-                    stop_timeout_s=15)  # fmt: skip
+    shape = shape_from_dict(
+        {"kind": "steady", "users": users, "spawn_rate": users, "warmup_s": args.warmup_s,
+         "duration_s": args.step_s + args.tail_s,
+         "description": f"{users} closed-loop users for the ceiling benchmark"},
+        name=f"ceiling-{users}",
+    )  # fmt: skip
+    spec = LoadSpec(url=url, run_dir=RunDir(run_dir), workload=str(work.parent / "ceiling.yaml"),
+                    traffic=shape_to_json(shape), seed=0, salt="ceiling",
+                    processes=processes)  # fmt: skip
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     cpu = _run_sampled(spec.argv(), emulator_pid, _run_s(args) + 120, url, env)
     config = EmulatorConfig(ttft_ms=args.ttft_ms, ttft_spread_ms=args.spread_ms, seed=args.seed)
@@ -254,8 +255,10 @@ def summarise(client, users, processes, requests, args, sampled) -> StepResult:
     )
 
 
-def run_step(args, client: str, users: int, url: str, work: Path, emulator_pid: int):
+def run_step(args, client: str, users: int, url: str, work: Path, emulator_pid: int, repeat: int):
     processes = 2 if client == "vprof-2p" else 1
+    work = work / f"r{repeat}"
+    work.mkdir(exist_ok=True)
     if client.startswith("vprof"):
         requests, sampled = run_vprof(args, url, users, processes, work, emulator_pid)
     elif client == "fasthttp":
@@ -263,6 +266,20 @@ def run_step(args, client: str, users: int, url: str, work: Path, emulator_pid: 
     else:
         requests, sampled = run_aiohttp(args, url, users, work, emulator_pid)
     return summarise(client, users, processes, requests, args, sampled)
+
+
+def medians(results: list[StepResult], clients: list[str], steps: list[int]) -> list[StepResult]:
+    """Per client and step, the median of each figure over the repeats."""
+    merged = []
+    for users in steps:
+        for client in clients:
+            runs = [r for r in results if r.client == client and r.users == users]
+            names = [k for k in asdict(runs[0]) if k not in ("client", "users", "processes")]
+            fields = {k: float(np.median([getattr(r, k) for r in runs])) for k in names}
+            fields["requests"] = int(fields["requests"])
+            merged.append(StepResult(client=client, users=users, processes=runs[0].processes,
+                                     **fields))  # type: ignore[arg-type]  # fmt: skip
+    return merged
 
 
 # -- the tables ---------------------------------------------------------------------------
@@ -353,6 +370,7 @@ def main(argv: list[str] | None = None) -> int:
         "--emulator-nice", type=int, default=-10, help="its priority (negative: root only)"
     )
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--repeat", type=int, default=1, help="run every step this often")
     parser.add_argument("--quick", action="store_true", help="32 and 128 users, 3 s each")
     parser.add_argument("--out", type=Path, default=None, help="also write results as JSON")
     args = parser.parse_args(argv)
@@ -363,11 +381,13 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"unknown clients {sorted(unknown)}; known: {', '.join(CLIENTS)}")
     steps = [int(u) for u in args.users.split(",")]
+    if args.repeat < 1:
+        parser.error("--repeat must be at least 1")
     if not steps or min(steps) < 1 or args.step_s <= 0 or min(args.warmup_s, args.tail_s) < 0:
         parser.error("users must be positive, --step-s > 0, --warmup-s and --tail-s >= 0")
 
     work = Path(tempfile.mkdtemp(prefix="vprof-ceiling-"))
-    (work / "ceiling.yaml").write_text(
+    (work / "ceiling.yaml").write_text(  # read by every repeat's vprof runs
         "description: the ceiling benchmark's requests\nendpoint: completions\nseed: 0\n"
         f"prompt_tokens: {{kind: uniform, min: {args.prompt_min}, max: {args.prompt_max}}}\n"
         f"output_tokens: {args.output_tokens}\nfixed_output: true\n"
@@ -389,11 +409,18 @@ def main(argv: list[str] | None = None) -> int:
             "per step; errors are measured − truth (ms)"
         )
         print(HEADER, flush=True)
-        for users in steps:
-            for client in clients:
-                result = run_step(args, client, users, url, work, emulator.pid)
-                results.append(result)
-                print(row(result), flush=True)
+        for repeat in range(args.repeat):
+            for users in steps:
+                # every other repeat reverses the order, so drifting load favours no client
+                for client in clients if repeat % 2 == 0 else clients[::-1]:
+                    result = run_step(args, client, users, url, work, emulator.pid, repeat)
+                    results.append(result)
+                    print(row(result), flush=True)
+    if args.repeat > 1:
+        results = medians(results, clients, steps)
+        print(f"\nMedians over {args.repeat} repeats:\n{HEADER}")
+        for r in results:
+            print(row(r))
     print()
     for line in ratio_table(results) + [""] + summary_lines(results, clients):
         print(line)

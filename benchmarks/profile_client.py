@@ -61,8 +61,9 @@ def main(argv: list[str] | None = None) -> int:
     if not Path(py_spy).exists():
         sys.exit("py-spy is not installed: pip install py-spy (it is in the dev extras)")
 
-    from vprof.records import read_records
+    from vprof.records import RunDir, read_records
     from vprof.runs.loadgen import LoadSpec
+    from vprof.traffic import shape_from_dict, shape_to_json
 
     work = Path(tempfile.mkdtemp(prefix="vprof-profile-"))
     (work / "w.yaml").write_text(
@@ -71,18 +72,18 @@ def main(argv: list[str] | None = None) -> int:
         "fixed_output: true\n"
     )
     total_s = args.warmup_s + args.seconds + 3
-    (work / "t.yaml").write_text(
-        f"description: profiled\nkind: steady\nusers: {args.users}\n"
-        f"spawn_rate: {args.users}\nwarmup_s: 0\nduration_s: {total_s}\n"
-    )
+    shape = shape_from_dict(
+        {"kind": "steady", "users": args.users, "spawn_rate": args.users,
+         "duration_s": total_s},
+        name="profiled",
+    )  # fmt: skip
     run_dir = work / "run"
     run_dir.mkdir()
     url = f"http://127.0.0.1:{args.port}"
     options = ["--ttft-ms", "100", "--ttft-spread-ms", "10", "--itl-ms", "10",
                "--max-model-len", "8192", "--workers", str(args.emulator_workers)]  # fmt: skip
-    spec = LoadSpec(url=url, run_dir=run_dir, workload=str(work / "w.yaml"),
-                    traffic=str(work / "t.yaml"), seed=0, salt="profile",
-                    stop_timeout_s=15)  # fmt: skip
+    spec = LoadSpec(url=url, run_dir=RunDir(run_dir), workload=str(work / "w.yaml"),
+                    traffic=shape_to_json(shape), seed=0, salt="profile")  # fmt: skip
     folded = work / "profile.txt"
     with running_emulator(args.port, options, nice=-10):
         locust = subprocess.Popen(spec.argv(), stdout=subprocess.DEVNULL,
