@@ -39,6 +39,18 @@ BUCKETS: tuple[tuple[str, tuple[str, ...]], ...] = (
 )
 
 
+def phase_of(stack: list[str]) -> str:
+    """Which part of a request's life a sample belongs to."""
+    text = ";".join(stack)
+    if "iter_lines" in text or "read_sse" in text:
+        return "per chunk: reading the stream"
+    if "LLMUser.send" in text or "LLMUser.llm_request" in text:
+        return "per request: plan, send, record"
+    if "Hub.run" in text and len(stack) <= 2:
+        return "gevent's loop (wakeups, switches)"
+    return "elsewhere (Locust, vprof's flushers)"
+
+
 def bucket_of(stack: list[str]) -> str:
     for frame in reversed(stack):
         for name, needles in BUCKETS:
@@ -117,11 +129,13 @@ def main(argv: list[str] | None = None) -> int:
     cpu_s = cpu.seconds(start, end)
     us_per_event = 1e6 * cpu_s / events
     buckets: Counter[str] = Counter()
+    phases: Counter[str] = Counter()
     leaves: Counter[str] = Counter()
     for line in folded.read_text().splitlines():
         stack_text, _, count = line.rpartition(" ")
         stack = stack_text.split(";")  # root first, the sampled frame last
         buckets[bucket_of(stack)] += int(count)
+        phases[phase_of(stack)] += int(count)
         leaves[stack[-1] if stack else "?"] += int(count)
     samples = sum(buckets.values())
     print(
@@ -131,6 +145,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(f"{'part of the stack':36} {'share':>6} {'µs/event':>8}")
     for name, n in buckets.most_common():
+        print(f"{name:36} {100 * n / samples:>5.1f}% {us_per_event * n / samples:>8.1f}")
+    print(f"\n{'when':36} {'share':>6} {'µs/event':>8}")
+    for name, n in phases.most_common():
         print(f"{name:36} {100 * n / samples:>5.1f}% {us_per_event * n / samples:>8.1f}")
     print("\nfunctions by their own samples:")
     for leaf, n in leaves.most_common(20):
