@@ -1,26 +1,28 @@
-"""The load generator's ceiling: streamed events per second one Locust process sustains.
+"""The load generator's ceiling: how many chunk events/s a client takes, and how exactly.
 
-Against ``vprof emulate`` (its own process, fixed TTFT and inter-token delay), step the
-number of concurrent streams up and measure, for ONE Locust process running vprof's
-locustfile and for a plain asyncio/aiohttp streaming client, in the same run:
+Against ``vprof emulate`` (exact timing: first token 100 ms plus a per-request offset in
+[0, 10) ms so streams are not phase-locked, then one token every 10 ms, 64 tokens; its own
+processes, ``--workers``), step by step in closed-loop users, at every step one client after
+another:
 
-- content events per second received (one SSE chunk per token);
-- TTFT and ITL errors = measured minus configured, p50 and p99 of |error| (ms);
-- the client's CPU % (of one core) and the emulator's, over the same window.
+- ``vprof``: vprof's users, the shipped locustfile run headless as ``vprof bench --url`` runs
+  it (``runs.loadgen.LoadSpec``), with 1 and 2 Locust processes (``--processes``);
+- ``fasthttp``: a plain Locust ``FastHttpUser`` that only timestamps SSE lines
+  (``ceiling_fasthttp.py``), the yardstick;
+- ``aiohttp``: an asyncio client on aiohttp that only timestamps lines.
 
-A step is *within bound* while |error| stays within 1 ms at p50 and 5 ms at p99 for both
-TTFT and ITL; the ceiling is the highest events/s measured within bound. The two clients
-alternate at every step so both see the same background load. On a 2-core machine the
-emulator, the client and anything else running share the cores: read the CPU columns.
+For each client and step, over a window after the warm-up: chunk events/s received; TTFT and
+ITL errors, p50 and p99 of (measured − truth) per request and per gap, the truth being each
+request's own TTFT (``emulator.timing.true_ttft_ms`` of its prompt length, which the emulator
+also sends as ``x-vprof-ttft-ms``) and the 10 ms gap; the client's CPU in µs per chunk event
+(its whole process tree); the emulator's CPU and how late its chunks left (from its
+``/metrics``); and whether the step stayed within bounds (both errors ≤ 1 ms at p50 and
+≤ 5 ms at p99). The machine is shared, so a second table gives each figure as a ratio to the
+plain ``FastHttpUser`` measured at the same step of the same run.
 
-Measured here, one stream alone already misses the TTFT bound for both clients: building
-and sending a request and two process wake-ups cost about 1-2 ms on this VM. So a second
-ceiling is printed with TTFT counted above each client's own one-stream floor: how far
-concurrency can rise before load, not fixed cost, breaks the bounds.
-
-Example::
-
-    .venv/bin/python benchmarks/loadgen_ceiling.py --users 1,4,16,32,64 --step-s 10
+    .venv/bin/python benchmarks/loadgen_ceiling.py             # 16..256 users, ~5 minutes
+    .venv/bin/python benchmarks/loadgen_ceiling.py --quick     # 32 and 128 users, ~1 minute
+    .venv/bin/python benchmarks/loadgen_ceiling.py --clients vprof,fasthttp --users 64
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ import asyncio
 import json
 import math
 import os
+import random
 import subprocess
 import sys
 import tempfile
@@ -37,373 +40,402 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-LOCUSTFILE = ROOT / "locustfiles" / "locustfile.py"
+import numpy as np
+from measure import Lateness, TreeCpu, percentile, running_emulator, stop_group
+
+HERE = Path(__file__).resolve().parent
 P50_BOUND_MS, P99_BOUND_MS = 1.0, 5.0
+CLIENTS = ("vprof", "vprof-2p", "fasthttp", "aiohttp")
+BASELINE = "fasthttp"
 
 
 @dataclass(frozen=True)
 class StepResult:
     client: str
     users: int
+    processes: int
     requests: int
     events_per_s: float
     ttft_err_p50_ms: float
     ttft_err_p99_ms: float
     itl_err_p50_ms: float
     itl_err_p99_ms: float
+    client_us_per_event: float
     client_cpu_pct: float
+    emulator_us_per_event: float
     emulator_cpu_pct: float
+    emulator_late_p99_ms: float  # upper bound of the histogram bucket holding the p99
     load_avg_1m: float
 
     @property
-    def within_bound(self) -> bool:
-        return self.within(0.0, 0.0)
-
-    def within(self, ttft_floor_p50_ms: float, ttft_floor_p99_ms: float) -> bool:
-        """Errors within bounds, TTFT counted above a floor (0: the bounds as stated)."""
+    def within_bounds(self) -> bool:
         return (
             self.requests > 0
-            and self.ttft_err_p50_ms - ttft_floor_p50_ms <= P50_BOUND_MS
+            and self.ttft_err_p50_ms <= P50_BOUND_MS
+            and self.ttft_err_p99_ms <= P99_BOUND_MS
             and self.itl_err_p50_ms <= P50_BOUND_MS
-            and self.ttft_err_p99_ms - ttft_floor_p99_ms <= P99_BOUND_MS
             and self.itl_err_p99_ms <= P99_BOUND_MS
         )
 
 
-# -- the plain client ---------------------------------------------------------------------
+# -- the aiohttp client (run in a process of its own) --------------------------------------
 
 
-async def _aiohttp_stream(session, url: str, body: dict, anchor: float) -> dict:
-    """One streamed request, timed like vllm bench: TTFT to the first chunk with choices."""
-    sent = time.perf_counter()
-    stamps: list[float] = []
-    async with session.post(url, json=body) as resp:
-        resp.raise_for_status()
-        async for line in resp.content:
-            if not line.startswith(b"data: "):
-                continue
-            payload = line[6:].strip()
-            if payload == b"[DONE]":
-                break
-            if json.loads(payload).get("choices"):
-                stamps.append(time.perf_counter())
-    return {
-        "sent_at": anchor + sent,
-        "first_token_at": anchor + stamps[0],
-        "ttft_ms": (stamps[0] - sent) * 1000.0,
-        "itl_ms": [(b - a) * 1000.0 for a, b in zip(stamps, stamps[1:], strict=False)],
-    }
-
-
-async def _aiohttp_client(url: str, users: int, seconds: float, body: dict, out: Path) -> None:
+async def _aiohttp_client(url: str, users: int, seconds: float, spec: dict, out: Path) -> None:
     import aiohttp
 
     anchor = time.time() - time.perf_counter()
     stop_at = time.perf_counter() + seconds
-    records: list[dict] = []
+    requests: list[dict] = []
 
-    async def user(session) -> None:
+    async def user(session, rng: random.Random) -> None:
         while time.perf_counter() < stop_at:
-            records.append(await _aiohttp_stream(session, url, body, anchor))
+            body = json.dumps(_body(spec, rng)).encode()
+            stamps: list[float] = []
+            sent = time.perf_counter()
+            async with session.post(url, data=body, headers=_JSON) as resp:
+                truth_ms = float(resp.headers.get("x-vprof-ttft-ms", "nan"))
+                async for line in resp.content:
+                    if line.startswith(b"data: {") and b'"choices":[]' not in line:
+                        stamps.append(time.perf_counter())
+            requests.append({"sent_at": anchor + sent, "truth_ms": truth_ms,
+                             "stamps": [anchor + s for s in stamps]})  # fmt: skip
 
     connector = aiohttp.TCPConnector(limit=0)
-    async with aiohttp.ClientSession(connector=connector) as session:
-        await asyncio.gather(*(user(session) for _ in range(users)))
-    out.write_text("\n".join(json.dumps(r) for r in records))
+    timeout = aiohttp.ClientTimeout(total=None)
+    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
+        await asyncio.gather(*(user(session, random.Random(i)) for i in range(users)))
+    out.write_text("".join(json.dumps(r) + "\n" for r in requests))
 
 
-# -- measuring one step -------------------------------------------------------------------
+_JSON = {"content-type": "application/json"}
 
 
-class CpuSampler:
-    """CPU seconds of a process over time, sampled from the parent (psutil)."""
-
-    def __init__(self, pid: int) -> None:
-        import psutil
-
-        self.process = psutil.Process(pid)
-        self.samples: list[tuple[float, float]] = []
-
-    def sample(self) -> None:
-        try:
-            times = self.process.cpu_times()
-        except Exception:  # noqa: BLE001 - the process just ended
-            return
-        self.samples.append((time.time(), times.user + times.system))
-
-    def percent(self, start: float, end: float) -> float:
-        """CPU % of one core between two wall-clock times (interpolated)."""
-        import numpy as np
-
-        if len(self.samples) < 2 or end <= start:
-            return math.nan
-        wall, cpu = np.array(self.samples).T
-        used = np.interp(end, wall, cpu) - np.interp(start, wall, cpu)
-        return float(100.0 * used / (end - start))
+def _body(spec: dict, rng: random.Random) -> dict:
+    """The plain clients' request: a prompt of random length (so TTFT offsets vary)."""
+    words = rng.randrange(spec["prompt_min"], spec["prompt_max"])
+    tokens = spec["output_tokens"]
+    return {"model": spec["model"], "prompt": " ".join(["hello"] * words),
+            "max_tokens": tokens, "min_tokens": tokens, "ignore_eos": True, "stream": True,
+            "stream_options": {"include_usage": True}}  # fmt: skip
 
 
-def _run_sampled(argv: list[str], samplers: list[CpuSampler], timeout_s: float) -> None:
-    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    client = CpuSampler(proc.pid)
-    samplers.insert(0, client)
+# -- running one client for one step ------------------------------------------------------
+
+
+def _run_sampled(
+    argv: list[str], emulator_pid: int, timeout_s: float, url: str, env: dict | None = None
+) -> tuple[TreeCpu, TreeCpu, Lateness]:
+    """Run a client to its end, sampling its CPU and the emulator's; no process is left."""
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            env=env, start_new_session=True)  # fmt: skip
+    client, emulator, late = TreeCpu(proc.pid), TreeCpu(emulator_pid), Lateness(url)
     deadline = time.monotonic() + timeout_s
     try:
-        while proc.poll() is None:
-            for sampler in samplers:
-                sampler.sample()
+        for tick in range(sys.maxsize):
+            if proc.poll() is not None:
+                break
+            client.sample()
+            emulator.sample()
+            if tick % 5 == 0:
+                late.sample()
             if time.monotonic() > deadline:
-                raise RuntimeError(f"{argv[0]} did not finish in {timeout_s:.0f} s")
-            time.sleep(0.2)
+                raise RuntimeError(f"{' '.join(argv[:4])} did not finish in {timeout_s:.0f} s")
+            time.sleep(0.1)
+        emulator.sample()
+        late.sample()
     finally:
-        if proc.poll() is None:  # interrupted or too slow: leave nothing running
-            proc.kill()
-            proc.wait()
-    for sampler in samplers[1:]:
-        sampler.sample()
+        stop_group(proc, grace_s=5)  # --processes children share the group
+    err = proc.stderr.read() if proc.stderr else ""
     if proc.returncode != 0:
-        raise RuntimeError(f"{' '.join(argv[:3])} failed: {proc.stderr.read()[-2000:]}")
+        raise RuntimeError(f"{' '.join(argv[:4])} failed ({proc.returncode}): {err[-3000:]}")
+    return client, emulator, late
 
 
-def _summarise(
-    client: str,
-    users: int,
-    records: list[dict],
-    window: tuple[float, float],
-    ttft_ms: float,
-    itl_ms: float,
-    cpu: tuple[float, float],
-) -> StepResult:
-    import numpy as np
+def run_vprof(args, url: str, users: int, processes: int, work: Path, emulator_pid: int):
+    """vprof's users, launched the way ``vprof bench --url`` launches them."""
+    from vprof.emulator.config import EmulatorConfig
+    from vprof.emulator.timing import true_ttft_ms
+    from vprof.records import RunDir, read_records
+    from vprof.runs.loadgen import LoadSpec
+    from vprof.traffic import shape_from_dict, shape_to_json
 
-    start, end = window
-    chosen = [r for r in records if start <= r["sent_at"] <= end]
-    events = 0
-    for r in records:  # every content event received inside the window counts
-        at = r["first_token_at"]
-        events += start <= at <= end
-        for gap in r["itl_ms"]:
-            at += gap / 1000.0
-            events += start <= at <= end
-    ttft_err = np.abs(np.array([r["ttft_ms"] for r in chosen]) - ttft_ms)
-    gaps = [g for r in chosen for g in r["itl_ms"]]
-    itl_err = np.abs(np.array(gaps) - itl_ms) if gaps else np.array([math.nan])
+    run_dir = work / f"vprof-{users}u-{processes}p"
+    run_dir.mkdir()
+    shape = shape_from_dict(
+        {"kind": "steady", "users": users, "spawn_rate": users, "warmup_s": args.warmup_s,
+         "duration_s": args.step_s + args.tail_s,
+         "description": f"{users} closed-loop users for the ceiling benchmark"},
+        name=f"ceiling-{users}",
+    )  # fmt: skip
+    spec = LoadSpec(url=url, run_dir=RunDir(run_dir), workload=str(work.parent / "ceiling.yaml"),
+                    traffic=shape_to_json(shape), seed=0, salt="ceiling",
+                    processes=processes)  # fmt: skip
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    cpu = _run_sampled(spec.argv(), emulator_pid, _run_s(args) + 120, url, env)
+    config = EmulatorConfig(ttft_ms=args.ttft_ms, ttft_spread_ms=args.spread_ms, seed=args.seed)
+    frame = read_records(run_dir)
+    frame = frame[frame.status == "ok"]
+    requests = [
+        {"sent_at": r.sent_at, "truth_ms": true_ttft_ms(config, int(r.prompt_tokens)),
+         "stamps": list(r.first_token_at + np.concatenate([[0.0], np.cumsum(r.itl_ms)]) / 1e3)}
+        for r in frame.itertuples()
+    ]  # fmt: skip
+    return requests, cpu
 
-    def pct(values, q: float) -> float:
-        return float(np.percentile(values, q)) if len(values) else math.nan
 
+def run_fasthttp(args, url: str, users: int, work: Path, emulator_pid: int):
+    out = work / f"fasthttp-{users}"
+    argv = [sys.executable, "-m", "locust", "-f", str(HERE / "ceiling_fasthttp.py"),
+            "--headless", "-H", url, "-u", str(users), "-r", str(users),
+            "-t", f"{math.ceil(_run_s(args))}s", "--stop-timeout", "15",
+            "--only-summary", "--loglevel", "WARNING"]  # fmt: skip
+    settings = {"OUT": out, "SEED": args.seed, "PROMPT_MIN": args.prompt_min,
+                "PROMPT_MAX": args.prompt_max, "OUTPUT_TOKENS": args.output_tokens,
+                "MODEL": args.model}  # fmt: skip
+    env = {**os.environ, **{f"CEILING_{k}": str(v) for k, v in settings.items()}}
+    cpu = _run_sampled(argv, emulator_pid, _run_s(args) + 120, url, env)
+    requests = [json.loads(line) for path in work.glob(out.name + ".*.jsonl")
+                for line in path.read_text().splitlines()]  # fmt: skip
+    return requests, cpu
+
+
+def run_aiohttp(args, url: str, users: int, work: Path, emulator_pid: int):
+    out = work / f"aiohttp-{users}.jsonl"
+    argv = [sys.executable, __file__, "--aiohttp-client", url + "/v1/completions", str(users),
+            str(_run_s(args)), json.dumps(_spec(args)), str(out)]  # fmt: skip
+    cpu = _run_sampled(argv, emulator_pid, _run_s(args) + 120, url)
+    return [json.loads(line) for line in out.read_text().splitlines()], cpu
+
+
+def _run_s(args) -> float:
+    """How long a client runs: warm-up, the measured window, and a tail after it, so that
+    requests sent inside the window finish before the test's own end (where a Locust test
+    cuts off or sweeps up streams) and no end-of-test work falls inside it."""
+    return args.warmup_s + args.step_s + args.tail_s
+
+
+def _spec(args) -> dict:
+    return {"model": args.model, "prompt_min": args.prompt_min, "prompt_max": args.prompt_max,
+            "output_tokens": args.output_tokens}  # fmt: skip
+
+
+# -- reading a step -----------------------------------------------------------------------
+
+
+def summarise(client, users, processes, requests, args, sampled) -> StepResult:
+    if not requests:
+        raise RuntimeError(f"{client} with {users} users recorded nothing")
+    start = min(r["sent_at"] for r in requests) + args.warmup_s
+    end = start + args.step_s
+    events = sum(start <= s <= end for r in requests for s in r["stamps"])
+    chosen = [r for r in requests if start <= r["sent_at"] <= end and r["stamps"]]
+    ttft_err = [(r["stamps"][0] - r["sent_at"]) * 1e3 - r["truth_ms"] for r in chosen]
+    itl_err = [(b - a) * 1e3 - args.itl_ms for r in chosen
+               for a, b in zip(r["stamps"], r["stamps"][1:], strict=False)]  # fmt: skip
+    client_cpu, emulator_cpu, late = sampled
+    client_s = client_cpu.seconds(start, end)
+    emulator_s = emulator_cpu.seconds(start, end)
     return StepResult(
         client=client,
         users=users,
+        processes=processes,
         requests=len(chosen),
-        events_per_s=events / (end - start),
-        ttft_err_p50_ms=pct(ttft_err, 50),
-        ttft_err_p99_ms=pct(ttft_err, 99),
-        itl_err_p50_ms=pct(itl_err, 50),
-        itl_err_p99_ms=pct(itl_err, 99),
-        client_cpu_pct=cpu[0],
-        emulator_cpu_pct=cpu[1],
+        events_per_s=events / args.step_s,
+        ttft_err_p50_ms=percentile(ttft_err, 50),
+        ttft_err_p99_ms=percentile(ttft_err, 99),
+        itl_err_p50_ms=percentile(itl_err, 50),
+        itl_err_p99_ms=percentile(itl_err, 99),
+        client_us_per_event=1e6 * client_s / events if events else math.nan,
+        client_cpu_pct=100 * client_s / args.step_s,
+        emulator_us_per_event=1e6 * emulator_s / events if events else math.nan,
+        emulator_cpu_pct=100 * emulator_s / args.step_s,
+        emulator_late_p99_ms=late.p99_ms(start, end),
         load_avg_1m=os.getloadavg()[0],
     )
 
 
-def _window(records: list[dict], warmup_s: float, step_s: float) -> tuple[float, float]:
-    first = min(r["sent_at"] for r in records)
-    return first + warmup_s, first + warmup_s + step_s
+def run_step(args, client: str, users: int, url: str, work: Path, emulator_pid: int, repeat: int):
+    processes = 2 if client == "vprof-2p" else 1
+    work = work / f"r{repeat}"
+    work.mkdir(exist_ok=True)
+    if client.startswith("vprof"):
+        requests, sampled = run_vprof(args, url, users, processes, work, emulator_pid)
+    elif client == "fasthttp":
+        requests, sampled = run_fasthttp(args, url, users, work, emulator_pid)
+    else:
+        requests, sampled = run_aiohttp(args, url, users, work, emulator_pid)
+    return summarise(client, users, processes, requests, args, sampled)
 
 
-def run_locust_step(args, url: str, users: int, workload: Path, work: Path, emulator_pid: int):
-    """One Locust process, ``users`` streams, vprof's locustfile; its records give the times."""
-    from vprof.records import read_records
-
-    run_dir = work / f"locust-{users}"
-    argv = [
-        str(Path(sys.executable).with_name("locust")),
-        "-f", str(LOCUSTFILE), "-H", url, "--headless",
-        "-u", str(users), "-r", str(users), "-t", f"{args.warmup_s + args.step_s + 1:.0f}s",
-        "--workload", str(workload), "--run-dir", str(run_dir),
-        "--only-summary", "--stop-timeout", "30", "--loglevel", "WARNING",
-    ]  # fmt: skip
-    samplers = [CpuSampler(emulator_pid)]
-    _run_sampled(argv, samplers, timeout_s=args.warmup_s + args.step_s + 120)
-    frame = read_records(run_dir)
-    frame = frame[frame.status == "ok"]
-    records = [
-        {"sent_at": r.sent_at, "first_token_at": r.first_token_at, "ttft_ms": r.ttft_ms,
-         "itl_ms": list(r.itl_ms)}
-        for r in frame.itertuples()
-    ]  # fmt: skip
-    return _finish("locust", users, records, args, samplers)
+def medians(results: list[StepResult], clients: list[str], steps: list[int]) -> list[StepResult]:
+    """Per client and step, the median of each figure over the repeats."""
+    merged = []
+    for users in steps:
+        for client in clients:
+            runs = [r for r in results if r.client == client and r.users == users]
+            names = [k for k in asdict(runs[0]) if k not in ("client", "users", "processes")]
+            fields = {k: float(np.median([getattr(r, k) for r in runs])) for k in names}
+            fields["requests"] = int(fields["requests"])
+            merged.append(StepResult(client=client, users=users, processes=runs[0].processes,
+                                     **fields))  # type: ignore[arg-type]  # fmt: skip
+    return merged
 
 
-def run_aiohttp_step(args, url: str, users: int, work: Path, emulator_pid: int):
-    """The plain client in its own process, same body, same emulator."""
-    out = work / f"aiohttp-{users}.jsonl"
-    body = {
-        "model": args.model, "prompt": " ".join(["hello"] * args.prompt_tokens),
-        "max_tokens": args.output_tokens, "min_tokens": args.output_tokens,
-        "ignore_eos": True, "stream": True, "stream_options": {"include_usage": True},
-    }  # fmt: skip
-    argv = [
-        sys.executable, __file__, "--plain-client", url + "/v1/completions", str(users),
-        str(args.warmup_s + args.step_s + 1), json.dumps(body), str(out),
-    ]  # fmt: skip
-    samplers = [CpuSampler(emulator_pid)]
-    _run_sampled(argv, samplers, timeout_s=args.warmup_s + args.step_s + 120)
-    records = [json.loads(line) for line in out.read_text().splitlines() if line]
-    return _finish("aiohttp", users, records, args, samplers)
-
-
-def _finish(client: str, users: int, records: list[dict], args, samplers) -> StepResult:
-    if not records:
-        raise RuntimeError(f"{client} with {users} users recorded nothing")
-    window = _window(records, args.warmup_s, args.step_s)
-    cpu = (samplers[0].percent(*window), samplers[1].percent(*window))
-    return _summarise(client, users, records, window, args.ttft_ms, args.itl_ms, cpu)
-
-
-# -- the whole benchmark ------------------------------------------------------------------
-
-
-def start_emulator(args) -> subprocess.Popen:
-    import requests
-
-    argv = [
-        sys.executable, "-m", "vprof.cli.main", "emulate", "--port", str(args.port),
-        "--model", args.model, "--ttft-ms", str(args.ttft_ms), "--itl-ms", str(args.itl_ms),
-        "--max-model-len", "8192",
-    ]  # fmt: skip
-    proc = subprocess.Popen(argv, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            if requests.get(f"http://127.0.0.1:{args.port}/health", timeout=1).ok:
-                return proc
-        except requests.ConnectionError:
-            pass
-        if proc.poll() is not None or time.monotonic() > deadline:
-            proc.kill()
-            raise RuntimeError(f"the emulator did not start on port {args.port}")
-        time.sleep(0.1)
+# -- the tables ---------------------------------------------------------------------------
 
 
 HEADER = (
-    f"{'client':8} {'users':>5} {'reqs':>6} {'events/s':>9} {'TTFT p50':>9} {'TTFT p99':>9} "
-    f"{'ITL p50':>8} {'ITL p99':>8} {'client CPU':>10} {'emu CPU':>8} {'load':>5}  bound"
+    f"{'client':9} {'users':>5} {'reqs':>5} {'events/s':>8} {'TTFT err p50/p99':>16} "
+    f"{'ITL err p50/p99':>15} {'client µs/ev':>12} {'CPU':>5} {'emu µs/ev':>9} {'emu CPU':>7} "
+    f"{'emu late p99':>12} {'load':>4}  bounds"
 )
 
 
 def row(r: StepResult) -> str:
     return (
-        f"{r.client:8} {r.users:>5} {r.requests:>6} {r.events_per_s:>9.0f} "
-        f"{r.ttft_err_p50_ms:>9.2f} {r.ttft_err_p99_ms:>9.2f} {r.itl_err_p50_ms:>8.2f} "
-        f"{r.itl_err_p99_ms:>8.2f} {r.client_cpu_pct:>9.0f}% {r.emulator_cpu_pct:>7.0f}% "
-        f"{r.load_avg_1m:>5.1f}  {'ok' if r.within_bound else 'BROKEN'}"
+        f"{r.client:9} {r.users:>5} {r.requests:>5} {r.events_per_s:>8.0f} "
+        f"{r.ttft_err_p50_ms:>+7.2f}/{r.ttft_err_p99_ms:>+8.2f} "
+        f"{r.itl_err_p50_ms:>+6.2f}/{r.itl_err_p99_ms:>+8.2f} {r.client_us_per_event:>12.1f} "
+        f"{r.client_cpu_pct:>4.0f}% {r.emulator_us_per_event:>9.1f} {r.emulator_cpu_pct:>6.0f}% "
+        f"{f'≤ {r.emulator_late_p99_ms:g} ms':>12} {r.load_avg_1m:>4.1f}  "
+        f"{'ok' if r.within_bounds else 'OUT'}"
     )
+
+
+def ratio_table(results: list[StepResult]) -> list[str]:
+    """Each client's figures over the plain FastHttpUser's at the same step."""
+    lines = [
+        f"Ratios to the plain FastHttpUser at the same step (>1: more events, more CPU, "
+        f"larger error):\n{'client':9} {'users':>5} {'events/s':>8} {'µs/event':>8} "
+        f"{'TTFT p50':>8} {'TTFT p99':>8} {'ITL p99':>8}"
+    ]
+    base = {r.users: r for r in results if r.client == BASELINE}
+
+    def div(a: float, b: float) -> str:
+        # errors near zero make wild ratios: floor the yardstick at 0.1 ms
+        return f"{a / b:>8.2f}" if b and not math.isnan(a) and not math.isnan(b) else f"{'-':>8}"
+
+    for r in results:
+        b = base.get(r.users)
+        if b is None or r.client == BASELINE:
+            continue
+        lines.append(
+            f"{r.client:9} {r.users:>5} {div(r.events_per_s, b.events_per_s)} "
+            f"{div(r.client_us_per_event, b.client_us_per_event)} "
+            f"{div(max(r.ttft_err_p50_ms, 0.1), max(b.ttft_err_p50_ms, 0.1))} "
+            f"{div(max(r.ttft_err_p99_ms, 0.1), max(b.ttft_err_p99_ms, 0.1))} "
+            f"{div(max(r.itl_err_p99_ms, 0.1), max(b.itl_err_p99_ms, 0.1))}"
+        )
+    return lines
+
+
+def summary_lines(results: list[StepResult], clients: list[str]) -> list[str]:
+    lines = []
+    for client in clients:
+        steps = [r for r in results if r.client == client]
+        ok = [r for r in steps if r.within_bounds]
+        best = max(ok, key=lambda r: r.events_per_s) if ok else None
+        lines.append(
+            f"ceiling {client}: "
+            + (
+                f"{best.events_per_s:,.0f} events/s within bounds ({best.users} users)"
+                if best
+                else "no step within bounds"
+            )  # fmt: skip
+        )
+    return lines
+
+
+# -- the whole benchmark ------------------------------------------------------------------
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--port", type=int, default=18310)
     parser.add_argument("--model", default="emulated")
-    parser.add_argument("--ttft-ms", type=float, default=20.0)
+    parser.add_argument("--ttft-ms", type=float, default=100.0)
+    parser.add_argument("--spread-ms", type=float, default=10.0, help="TTFT offset range")
     parser.add_argument("--itl-ms", type=float, default=10.0)
-    parser.add_argument("--prompt-tokens", type=int, default=32)
-    parser.add_argument("--output-tokens", type=int, default=32)
-    parser.add_argument("--users", default="1,4,16,32,64,128", help="concurrency steps")
-    parser.add_argument("--step-s", type=float, default=10.0, help="measured seconds per step")
-    parser.add_argument("--warmup-s", type=float, default=3.0)
-    parser.add_argument("--clients", default="locust,aiohttp")
+    parser.add_argument("--output-tokens", type=int, default=64)
+    parser.add_argument("--prompt-min", type=int, default=32, help="prompt length range")
+    parser.add_argument("--prompt-max", type=int, default=288)
+    parser.add_argument("--users", default="16,32,64,128,256", help="closed-loop user steps")
+    parser.add_argument("--step-s", type=float, default=5.0, help="measured seconds per step")
+    parser.add_argument("--warmup-s", type=float, default=3.0, help="left out of each step")
+    parser.add_argument("--tail-s", type=float, default=2.0, help="run on after the window")
+    parser.add_argument("--clients", default=",".join(CLIENTS), help=", ".join(CLIENTS))
+    parser.add_argument("--emulator-workers", type=int, default=2)
     parser.add_argument(
-        "--stop-early", action="store_true", help="stop a client at its first step out of bounds"
+        "--emulator-nice", type=int, default=-10, help="its priority (negative: root only)"
     )
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--repeat", type=int, default=1, help="run every step this often")
+    parser.add_argument("--quick", action="store_true", help="32 and 128 users, 3 s each")
     parser.add_argument("--out", type=Path, default=None, help="also write results as JSON")
     args = parser.parse_args(argv)
+    if args.quick:
+        args.users, args.step_s, args.warmup_s, args.tail_s = "32,128", 3.0, 2.0, 1.5
+    clients = [c for c in args.clients.split(",") if c]
+    unknown = set(clients) - set(CLIENTS)
+    if unknown:
+        parser.error(f"unknown clients {sorted(unknown)}; known: {', '.join(CLIENTS)}")
+    steps = [int(u) for u in args.users.split(",")]
+    if args.repeat < 1:
+        parser.error("--repeat must be at least 1")
+    if not steps or min(steps) < 1 or args.step_s <= 0 or min(args.warmup_s, args.tail_s) < 0:
+        parser.error("users must be positive, --step-s > 0, --warmup-s and --tail-s >= 0")
 
     work = Path(tempfile.mkdtemp(prefix="vprof-ceiling-"))
-    workload = work / "ceiling.yaml"
-    workload.write_text(
-        "description: fixed lengths for the load generator ceiling\n"
-        f"endpoint: completions\nseed: 0\nprompt_tokens: {args.prompt_tokens}\n"
+    (work / "ceiling.yaml").write_text(  # read by every repeat's vprof runs
+        "description: the ceiling benchmark's requests\nendpoint: completions\nseed: 0\n"
+        f"prompt_tokens: {{kind: uniform, min: {args.prompt_min}, max: {args.prompt_max}}}\n"
         f"output_tokens: {args.output_tokens}\nfixed_output: true\n"
     )
     url = f"http://127.0.0.1:{args.port}"
-    emulator = start_emulator(args)
+    options = ["--model", args.model, "--ttft-ms", str(args.ttft_ms), "--ttft-spread-ms",
+               str(args.spread_ms), "--itl-ms", str(args.itl_ms), "--seed", str(args.seed),
+               "--max-model-len", "8192", "--workers", str(args.emulator_workers)]  # fmt: skip
     results: list[StepResult] = []
-    broken: set[str] = set()
-    clients = [c for c in args.clients.split(",") if c]
-    print(
-        f"emulator: ttft {args.ttft_ms:g} ms, itl {args.itl_ms:g} ms, {args.output_tokens} "
-        f"tokens per request; {os.cpu_count()} cores; window {args.step_s:g} s per step"
-    )
-    print(HEADER, flush=True)
-    try:
-        for users in (int(u) for u in args.users.split(",")):
-            for client in clients:
-                if client in broken and args.stop_early:
-                    continue
-                if client == "locust":
-                    result = run_locust_step(args, url, users, workload, work, emulator.pid)
-                else:
-                    result = run_aiohttp_step(args, url, users, work, emulator.pid)
-                results.append(result)
-                print(row(result), flush=True)
-                if not result.within_bound:
-                    broken.add(client)
-            if len(broken) == len(clients) and args.stop_early:
-                break
-    finally:
-        emulator.terminate()
-        emulator.wait(timeout=10)
+    started = time.monotonic()
+    with running_emulator(args.port, options, nice=args.emulator_nice) as emulator:
+        import psutil
 
-    ceilings: dict[str, float] = {}
-    over_floor: dict[str, float] = {}
-    for client in clients:
-        steps = [r for r in results if r.client == client]
-        ok = [r.events_per_s for r in steps if r.within_bound]
-        ceilings[client] = max(ok) if ok else 0.0
-        # The fixed cost of one stream (request building, sending, wake-ups) is a TTFT floor
-        # no load removes; the second reading bounds what load adds on top of it.
-        floor = steps[0]
-        ok = [
-            r.events_per_s
-            for r in steps
-            if r.within(floor.ttft_err_p50_ms, max(0.0, floor.ttft_err_p99_ms - P99_BOUND_MS))
-        ]
-        over_floor[client] = max(ok) if ok else 0.0
         print(
-            f"ceiling {client}: {ceilings[client]:.0f} events/s within the bounds as stated; "
-            f"{over_floor[client]:.0f} events/s with TTFT counted above its {floor.users}-user "
-            f"floor (p50 {floor.ttft_err_p50_ms:.2f} ms)"
+            f"emulator: ttft {args.ttft_ms:g} ms + [0, {args.spread_ms:g}) ms per prompt "
+            f"length, itl {args.itl_ms:g} ms, {args.output_tokens} tokens, "
+            f"{args.emulator_workers} workers at nice {psutil.Process(emulator.pid).nice()}; "
+            f"{os.cpu_count()} cores; {args.warmup_s:g} s warm-up + {args.step_s:g} s measured "
+            "per step; errors are measured − truth (ms)"
         )
-    bounds = {
-        "TTFT p50": ("ttft_err_p50_ms", P50_BOUND_MS),
-        "TTFT p99": ("ttft_err_p99_ms", P99_BOUND_MS),
-        "ITL p50": ("itl_err_p50_ms", P50_BOUND_MS),
-        "ITL p99": ("itl_err_p99_ms", P99_BOUND_MS),
-    }
-    for client in clients:
-        steps = [r for r in results if r.client == client]
-        held = []
-        for label, (key, bound) in bounds.items():
-            ok = [r.events_per_s for r in steps if getattr(r, key) <= bound]
-            held.append(f"{label} {max(ok) if ok else 0:.0f}")
-        print(f"{client}: highest events/s each bound alone holds: " + ", ".join(held))
-    if ceilings.get("aiohttp") and "locust" in ceilings:
-        print(f"locust / aiohttp (as stated): {ceilings['locust'] / ceilings['aiohttp']:.2f}")
-    if over_floor.get("aiohttp") and "locust" in over_floor:
-        print(f"locust / aiohttp (above floor): {over_floor['locust'] / over_floor['aiohttp']:.2f}")
+        print(HEADER, flush=True)
+        for repeat in range(args.repeat):
+            for users in steps:
+                # every other repeat reverses the order, so drifting load favours no client
+                for client in clients if repeat % 2 == 0 else clients[::-1]:
+                    result = run_step(args, client, users, url, work, emulator.pid, repeat)
+                    results.append(result)
+                    print(row(result), flush=True)
+    if args.repeat > 1:
+        results = medians(results, clients, steps)
+        print(f"\nMedians over {args.repeat} repeats:\n{HEADER}")
+        for r in results:
+            print(row(r))
+    print()
+    for line in ratio_table(results) + [""] + summary_lines(results, clients):
+        print(line)
+    print(f"({time.monotonic() - started:.0f} s)")
     if args.out:
         payload = {
             "config": {k: str(v) for k, v in vars(args).items()},
-            "ceilings": ceilings,
-            "steps": [asdict(r) | {"within_bound": r.within_bound} for r in results],
+            "steps": [asdict(r) | {"within_bounds": r.within_bounds} for r in results],
         }
         args.out.write_text(json.dumps(payload, indent=2))
     return 0
 
 
-def _terminate_on_sigterm() -> None:
+def _interrupt_on_sigterm() -> None:
+    """SIGTERM unwinds like Ctrl-C, so the emulator and clients are stopped, not orphaned."""
     import signal
 
     def stop(signum, frame):  # noqa: ARG001
@@ -413,9 +445,9 @@ def _terminate_on_sigterm() -> None:
 
 
 if __name__ == "__main__":
-    _terminate_on_sigterm()
-    if len(sys.argv) > 1 and sys.argv[1] == "--plain-client":
-        _, _, url, users, seconds, body, out = sys.argv
-        asyncio.run(_aiohttp_client(url, int(users), float(seconds), json.loads(body), Path(out)))
+    _interrupt_on_sigterm()
+    if len(sys.argv) > 1 and sys.argv[1] == "--aiohttp-client":
+        _, _, url, users, seconds, spec, out = sys.argv
+        asyncio.run(_aiohttp_client(url, int(users), float(seconds), json.loads(spec), Path(out)))
     else:
         sys.exit(main())

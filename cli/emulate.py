@@ -36,6 +36,14 @@ _MS = FiniteFloat(minimum=0, maximum=3_600_000)  # up to an hour per token is pl
     help="Each token late by up to this much (uniform).",
 )
 @click.option(
+    "--ttft-spread-ms",
+    default=0.0,
+    show_default=True,
+    type=float,
+    help="First token later by an offset in [0, this) per request: a seeded function of its "
+    "prompt length, so clients can recompute the truth; streams stop arriving in lockstep.",
+)
+@click.option(
     "--prefill-ms-per-token",
     default=0.0,
     show_default=True,
@@ -68,7 +76,17 @@ _MS = FiniteFloat(minimum=0, maximum=3_600_000)  # up to an hour per token is pl
     is_flag=True,
     help="Let tokens leave up to 1 ms late instead of spinning for the last 0.5 ms (less CPU).",
 )
-@click.option("--seed", default=0, show_default=True, type=int, help="Seed of the jitter.")
+@click.option(
+    "--workers",
+    default=1,
+    show_default=True,
+    type=click.IntRange(1, 256),
+    help="Processes serving the port together (SO_REUSEPORT), so the emulator uses more than "
+    "one core; /metrics counts for all.",
+)
+@click.option(
+    "--seed", default=0, show_default=True, type=int, help="Seed of the jitter and TTFT spread."
+)
 def emulate(
     host: str,
     port: int,
@@ -76,25 +94,28 @@ def emulate(
     ttft_ms: float,
     itl_ms: float,
     jitter_ms: float,
+    ttft_spread_ms: float,
     prefill_ms_per_token: float,
     default_max_tokens: int,
     max_model_len: int,
     tokenizer_path: str | None,
     coarse_timers: bool,
+    workers: int,
     seed: int,
 ) -> None:
     """Serve /v1/completions, /v1/chat/completions, /generate, /metrics with set timing.
 
-    Token k of a request leaves at ttft + k·itl after it arrived (absolute deadlines).
-    For tests, dry runs and measuring the load generator; never instead of real vLLM.
+    Token k of a request leaves at ttft + offset + k·itl after it arrived (absolute
+    deadlines); each response names its true TTFT in an x-vprof-ttft-ms header. For tests,
+    dry runs and measuring the load generator; never instead of real vLLM.
 
     \b
     Example:
       vprof emulate --port 8000 --ttft-ms 50 --itl-ms 10
+      vprof emulate --ttft-ms 100 --ttft-spread-ms 10 --workers 2   # measuring a client
       locust -f locustfiles/locustfile.py -H http://127.0.0.1:8000 --headless -u 4 -t 30s
     """
     from vprof.emulator.config import EmulatorConfig
-    from vprof.emulator.server import Emulator
 
     config = EmulatorConfig(
         host=host,
@@ -103,6 +124,7 @@ def emulate(
         ttft_ms=ttft_ms,
         itl_ms=itl_ms,
         jitter_ms=jitter_ms,
+        ttft_spread_ms=ttft_spread_ms,
         prefill_ms_per_token=prefill_ms_per_token,
         default_max_tokens=default_max_tokens,
         max_model_len=max_model_len,
@@ -112,10 +134,19 @@ def emulate(
     )
 
     def ready(url: str) -> None:
+        spread = f" + [0, {ttft_spread_ms:g})" if ttft_spread_ms else ""
         click.echo(
-            f"vprof emulate: model {model!r} at {url} (ttft {ttft_ms:g} ms, "
-            f"itl {itl_ms:g} ms, jitter {jitter_ms:g} ms); Ctrl-C stops",
+            f"vprof emulate: model {model!r} at {url} (ttft {ttft_ms:g}{spread} ms, "
+            f"itl {itl_ms:g} ms, jitter {jitter_ms:g} ms"
+            f"{f', {workers} workers' if workers > 1 else ''}); Ctrl-C stops",
             err=True,
         )
 
-    Emulator(config).serve_forever(on_ready=ready)
+    if workers > 1:
+        from vprof.emulator.workers import serve_workers
+
+        serve_workers(config, workers, on_ready=ready)
+    else:
+        from vprof.emulator.server import Emulator
+
+        Emulator(config).serve_forever(on_ready=ready)

@@ -9,12 +9,16 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import select
 import selectors
+import socket
 import time
 from collections.abc import Callable, Coroutine
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from email.utils import formatdate
 from typing import Any
+
+from vprof.emulator.counters import Counters
 
 _REASONS = {
     200: "OK",
@@ -26,6 +30,7 @@ _REASONS = {
     500: "Internal Server Error",
 }
 MAX_BODY_BYTES = 64 * 1024 * 1024
+_SELECT_FD_LIMIT = 1024  # FD_SETSIZE: select() takes no descriptor at or above it
 log = logging.getLogger("vprof.emulator")
 
 
@@ -39,21 +44,51 @@ class Request:
     received_at: float = 0.0  # loop.time() when its first byte arrived
 
 
-@dataclass
+def frame(data: bytes) -> bytes:
+    """``data`` as one HTTP/1.1 chunk (several SSE events may share one)."""
+    return b"%x\r\n%b\r\n" % (len(data), data)
+
+
+END_OF_STREAM = b"0\r\n\r\n"
+
+
+class _Date:
+    """The ``date`` header, formatted once a second rather than once a response."""
+
+    second = -1
+    text = ""
+
+    @classmethod
+    def now(cls) -> str:
+        second = int(time.time())
+        if second != cls.second:
+            cls.second, cls.text = second, formatdate(second, usegmt=True)
+        return cls.text
+
+
 class Responder:
     """Writes one response on a connection; ``closed`` turns true if the client went away."""
 
-    transport: asyncio.Transport
-    keep_alive: bool
-    closed: bool = False
-    streaming: bool = False
-    done: bool = False
-    _extra: list[bytes] = field(default_factory=list)
+    __slots__ = ("transport", "keep_alive", "closed", "streaming", "done", "on_close")
+
+    def __init__(self, transport: asyncio.Transport, keep_alive: bool) -> None:
+        self.transport = transport
+        self.keep_alive = keep_alive
+        self.closed = False
+        self.streaming = False
+        self.done = False
+        self.on_close: Callable[[], None] | None = None  # called once if the client goes away
+
+    def client_gone(self) -> None:
+        """The connection was lost: nothing more can be written."""
+        self.closed = True
+        if self.on_close is not None:
+            self.on_close()
 
     def _head(self, status: int, headers: list[tuple[str, str]]) -> bytes:
         lines = [
             f"HTTP/1.1 {status} {_REASONS.get(status, 'OK')}",
-            f"date: {formatdate(usegmt=True)}",
+            f"date: {_Date.now()}",
             "server: vprof-emulate",
         ]
         lines += [f"{k}: {v}" for k, v in headers]
@@ -61,36 +96,43 @@ class Responder:
             lines.append("connection: close")
         return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
 
-    def send(self, status: int, body: bytes, content_type: str) -> None:
+    def send(
+        self,
+        status: int,
+        body: bytes,
+        content_type: str,
+        headers: list[tuple[str, str]] | None = None,
+    ) -> None:
         """A whole response with a content-length."""
         if not self.closed:
-            self.transport.write(
-                self._head(
-                    status, [("content-type", content_type), ("content-length", str(len(body)))]
-                )
-                + body
-            )
+            head = [("content-type", content_type), ("content-length", str(len(body)))]
+            self.transport.write(self._head(status, head + (headers or [])) + body)
         self.done = True
 
-    def start_stream(self, content_type: str | None) -> None:
+    def start_stream(
+        self, content_type: str | None, headers: list[tuple[str, str]] | None = None
+    ) -> None:
         """Send the headers now (as uvicorn does, before the first token)."""
-        headers = [("transfer-encoding", "chunked")]
+        head = [("transfer-encoding", "chunked")]
         if content_type:
-            headers.insert(0, ("content-type", content_type))
+            head.insert(0, ("content-type", content_type))
         self.streaming = True
         if not self.closed:
-            self.transport.write(self._head(200, headers))
+            self.transport.write(self._head(200, head + (headers or [])))
+
+    def write(self, framed: bytes) -> None:
+        """Bytes already framed as HTTP chunks (see :func:`frame`), as they are."""
+        if not self.closed:
+            self.transport.write(framed)
 
     def chunk(self, data: bytes) -> None:
         """One HTTP chunk (several SSE events may share one write)."""
-        if not self.closed and data:
-            self.transport.write(b"%x\r\n%b\r\n" % (len(data), data))
+        if data:
+            self.write(frame(data))
 
     def end_stream(self, last: list[bytes] | None = None) -> None:
         """Finish the stream; ``last`` events go out in the same write as the terminator."""
-        if not self.closed:
-            tail = b"".join(b"%x\r\n%b\r\n" % (len(p), p) for p in last or () if p)
-            self.transport.write(tail + b"0\r\n\r\n")
+        self.write(b"".join(frame(p) for p in last or () if p) + END_OF_STREAM)
         self.done = True
 
 
@@ -98,18 +140,14 @@ Handler = Callable[[Request, Responder], Coroutine[Any, Any, None]]
 
 
 class Connections(set):
-    """The open connections, and how many were ever opened (clients that do not reuse
-    connections pay a TCP handshake per request, inside their TTFT)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.opened = 0
+    """The open connections, so that stopping can close them all."""
 
 
 class _Connection(asyncio.Protocol):
-    def __init__(self, handler: Handler, connections: Connections) -> None:
+    def __init__(self, handler: Handler, connections: Connections, counters: Counters) -> None:
         self._handler = handler
         self._connections = connections
+        self._counters = counters
         self._buffer = bytearray()
         self._transport: asyncio.Transport | None = None
         self._responder: Responder | None = None
@@ -119,18 +157,18 @@ class _Connection(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = transport  # type: ignore[assignment]
         self._connections.add(self)
-        self._connections.opened += 1
+        # clients that do not reuse connections pay a TCP handshake per request, in their TTFT
+        self._counters.connection_opened()
         sock = transport.get_extra_info("socket")
         if sock is not None:
-            import socket
-
             # small SSE events must leave at once, not wait for Nagle
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._connections.discard(self)
+        self._counters.connection_closed()
         if self._responder is not None:
-            self._responder.closed = True
+            self._responder.client_gone()
 
     def close(self) -> None:
         if self._transport is not None:
@@ -222,19 +260,25 @@ class _Connection(asyncio.Protocol):
 
 
 class PreciseEpollSelector(selectors.EpollSelector):
-    """epoll whose waits end on time instead of up to 1 ms late.
+    """epoll whose waits end on time instead of up to 1 ms late, and still wake for I/O.
 
     epoll counts in whole milliseconds and the stock selector rounds every wait up, so each
-    token would leave up to 1 ms late. Here a wait of 1 ms or more is rounded *down*, and
-    the sub-millisecond rest is slept with ``time.sleep`` (nanosecond timer) once a poll
-    shows no I/O waiting: tokens leave within tens of microseconds of their deadline and no
-    CPU is spent spinning. The price: I/O that lands during that last sub-millisecond
-    sleep waits for it to end.
+    token would leave up to 1 ms late. Here a wait is done by ``select()`` on the epoll
+    descriptor itself (an epoll fd is readable while any fd it watches has I/O), whose
+    timeout counts in microseconds: tokens leave within tens of microseconds of their
+    deadline, no CPU is spent spinning, and a request that arrives during the wait is read
+    at once. Past ``select()``'s descriptor limit it falls back to rounding the epoll wait
+    down and sleeping the sub-millisecond rest (I/O then waits for that rest).
     """
 
     def select(self, timeout: float | None = None):  # type: ignore[override]
         if timeout is None or timeout <= 0:
             return super().select(timeout)
+        fd = self.fileno()
+        if fd < _SELECT_FD_LIMIT:
+            readable, _, _ = select.select([fd], [], [], timeout)
+            # timed out with nothing readable: no second syscall to learn there is no I/O
+            return super().select(0) if readable else []
         if timeout < 1e-3:
             ready = super().select(0)
             if ready:
@@ -253,12 +297,21 @@ def new_event_loop(precise: bool = True) -> asyncio.AbstractEventLoop:
 
 
 async def start_server(
-    handler: Handler, host: str, port: int
+    handler: Handler, host: str, port: int, counters: Counters, reuse_port: bool = False
 ) -> tuple[asyncio.Server, Connections]:
-    """Listen on ``host:port`` and serve ``handler``; returns the server and its connections."""
+    """Listen on ``host:port`` and serve ``handler``; returns the server and its connections.
+
+    ``reuse_port``: share the port with other processes that listen on it the same way
+    (``SO_REUSEPORT``: the kernel spreads new connections over them).
+    """
     connections = Connections()
     loop = asyncio.get_running_loop()
     server = await loop.create_server(
-        lambda: _Connection(handler, connections), host, port, backlog=1024, reuse_address=True
+        lambda: _Connection(handler, connections, counters),
+        host,
+        port,
+        backlog=1024,
+        reuse_address=True,
+        reuse_port=reuse_port or None,
     )
     return server, connections

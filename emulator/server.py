@@ -3,24 +3,36 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
+import os
 import random
 import signal
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from vprof.common.errors import VprofError
 from vprof.emulator import wire
 from vprof.emulator.config import EmulatorConfig
-from vprof.emulator.http import Connections, Request, Responder, new_event_loop, start_server
+from vprof.emulator.counters import LATENESS_BUCKETS_S, Counters
+from vprof.emulator.http import (
+    END_OF_STREAM,
+    Request,
+    Responder,
+    frame,
+    new_event_loop,
+    start_server,
+)
 from vprof.emulator.prompts import chat_prompt_text, load_counter, output_vocabulary
-from vprof.emulator.timing import token_deadlines
+from vprof.emulator.timing import token_deadlines, true_ttft_ms
 
 SSE_TYPE = "text/event-stream; charset=utf-8"
 JSON_TYPE = "application/json"
+TTFT_HEADER = "x-vprof-ttft-ms"  # the request's true TTFT (before jitter), for clients to check
+PARENT_CHECK_S = 0.5  # how often a worker looks whether its supervisor is still there
 
 
 class _BadRequest(Exception):
@@ -35,16 +47,6 @@ class _BadRequest(Exception):
         self.status, self.kind, self.param = status, kind, param
 
 
-@dataclass
-class _Counters:
-    """What ``/metrics`` reports; touched only on the event loop's thread."""
-
-    running: int = 0
-    prompt_tokens: int = 0
-    generation_tokens: int = 0
-    finished: dict[str, int] = field(default_factory=lambda: {"length": 0, "abort": 0})
-
-
 @dataclass(frozen=True)
 class _Plan:
     prompt: str
@@ -55,14 +57,13 @@ class _Plan:
 
 
 class _App:
-    def __init__(self, config: EmulatorConfig) -> None:
+    def __init__(self, config: EmulatorConfig, counters: Counters | None = None) -> None:
         self.config = config
         self.count_tokens = load_counter(config.tokenizer_path)
         self.vocabulary = output_vocabulary(config.tokenizer_path, wire.VOCABULARY)
-        self.counters = _Counters()
+        self.counters = counters or Counters()
         self.rng = random.Random(config.seed)
         self.started_at = int(time.time())
-        self.connections = Connections()
         self.routes: dict[tuple[str, str], Callable[..., Any]] = {
             ("GET", "/health"): self.health,
             ("GET", "/ping"): self.health,
@@ -120,29 +121,33 @@ class _App:
         out.send(200, self.metrics_text().encode(), "text/plain; version=0.0.4; charset=utf-8")
 
     def metrics_text(self) -> str:
-        """Prometheus text with the vLLM metric names vprof's tooling reads."""
-        c = self.counters
+        """Prometheus text with the vLLM metric names vprof's tooling reads (all workers')."""
+        c = self.counters.totals()
         labels = f'engine="0",model_name="{self.config.model}"'
         rows: list[tuple[str, str, dict[str, float]]] = [
-            ("gauge", "vllm:num_requests_running", {"": c.running}),
+            ("gauge", "vllm:num_requests_running", {"": c["running"]}),
             ("gauge", "vllm:num_requests_waiting", {"": 0}),
             ("gauge", "vllm:kv_cache_usage_perc", {"": 0.0}),
             ("counter", "vllm:num_preemptions_total", {"": 0}),
-            ("counter", "vllm:prompt_tokens_total", {"": c.prompt_tokens}),
-            ("counter", "vllm:generation_tokens_total", {"": c.generation_tokens}),
+            ("counter", "vllm:prompt_tokens_total", {"": c["prompt_tokens"]}),
+            ("counter", "vllm:generation_tokens_total", {"": c["generation_tokens"]}),
             # no prefix cache is emulated: every prompt token is a query, none a hit
-            ("counter", "vllm:prefix_cache_queries_total", {"": c.prompt_tokens}),
+            ("counter", "vllm:prefix_cache_queries_total", {"": c["prompt_tokens"]}),
             ("counter", "vllm:prefix_cache_hits_total", {"": 0}),
             (
                 "counter",
                 "vllm:request_success_total",
-                {f',finished_reason="{reason}"': n for reason, n in c.finished.items()},
+                {
+                    ',finished_reason="length"': c["finished_length"],
+                    ',finished_reason="abort"': c["finished_abort"],
+                },
             ),
         ]
         rows += [  # the emulator's own, outside vLLM's namespace
-            ("gauge", "vprof_emulator_connections_open", {"": len(self.connections)}),
+            ("gauge", "vprof_emulator_workers", {"": self.counters.workers}),
+            ("gauge", "vprof_emulator_connections_open", {"": c["connections_open"]}),
             ("counter", "vprof_emulator_connections_opened_total",
-             {"": self.connections.opened}),
+             {"": c["connections_opened"]}),
         ]  # fmt: skip
         lines = []
         for kind, name, samples in rows:
@@ -151,6 +156,17 @@ class _App:
             lines.append(f"# TYPE {base} {kind}")
             for extra, value in samples.items():
                 lines.append(f"{name}{{{labels}{extra}}} {float(value)}")
+        # how late streamed chunks left against their deadlines: the emulator's own error
+        name = "vprof_emulator_chunk_lateness_seconds"
+        lines.append(f"# HELP {name} How late each streamed chunk left its deadline.")
+        lines.append(f"# TYPE {name} histogram")
+        cumulative = 0
+        bounds = [*(repr(b) for b in LATENESS_BUCKETS_S), "+Inf"]
+        for bound, count in zip(bounds, self.counters.lateness_buckets(), strict=True):
+            cumulative += count
+            lines.append(f'{name}_bucket{{{labels},le="{bound}"}} {float(cumulative)}')
+        lines.append(f"{name}_sum{{{labels}}} {c['lateness_sum_ns'] / 1e9}")
+        lines.append(f"{name}_count{{{labels}}} {float(c['chunks'])}")
         return "\n".join(lines) + "\n"
 
     async def tokenize(self, request: Request, out: Responder) -> None:
@@ -211,28 +227,21 @@ class _App:
             self.count_tokens(prompt),
             max_keys=("max_tokens",),
         )
-        deadlines = self._begin(plan, request)
-        text, sent, reason = "", 0, "abort"
-        try:
-            if plan.stream:
-                out.start_stream(None)
-            for k, due in enumerate(deadlines):
-                await _sleep_until(due)
-                if out.closed:
-                    return
-                text += wire.token_text(k, self.vocabulary)
-                sent += 1
-                if not plan.stream:
-                    continue
-                if sent < plan.output_tokens:
-                    out.chunk(wire.generate_line(prompt, text))
-                else:
-                    out.end_stream([wire.generate_line(prompt, text)])
-            if not plan.stream:
-                out.send(200, json.dumps({"text": [prompt + text]}).encode(), JSON_TYPE)
-            reason = "length"
-        finally:
-            self._finish(sent, reason)
+        vocabulary = self.vocabulary
+        text: list[str] = []
+
+        def line(k: int) -> bytes:  # cumulative: each line is new, encoded once when it is due
+            text.append(wire.token_text(k, vocabulary))
+            return frame(wire.generate_line(prompt, "".join(text)))
+
+        def whole() -> bytes:
+            words = "".join(wire.token_text(k, vocabulary) for k in range(plan.output_tokens))
+            return json.dumps({"text": [prompt + words]}).encode()
+
+        def tail() -> bytes:
+            return line(plan.output_tokens - 1) + END_OF_STREAM
+
+        await self._run(request, out, plan, None, line, tail, whole)
 
     # -- shared steps -------------------------------------------------------------------
 
@@ -301,16 +310,10 @@ class _App:
 
     def _begin(self, plan: _Plan, request: Request) -> list[float]:
         """Count the request in and schedule its tokens from when it arrived."""
-        self.counters.running += 1
-        self.counters.prompt_tokens += plan.prompt_tokens
+        self.counters.request_started(plan.prompt_tokens)
         start = request.received_at or asyncio.get_running_loop().time()
         rng = self.rng if self.config.jitter_ms else None
         return token_deadlines(self.config, start, plan.prompt_tokens, plan.output_tokens, rng)
-
-    def _finish(self, sent_tokens: int, reason: str) -> None:
-        self.counters.running -= 1
-        self.counters.generation_tokens += sent_tokens
-        self.counters.finished[reason] = self.counters.finished.get(reason, 0) + 1
 
     async def _stream_openai(
         self, request: Request, out: Responder, body: dict[str, Any], plan: _Plan, kind: str
@@ -319,57 +322,122 @@ class _App:
         id_prefix, chunks_class, response = _OPENAI_KINDS[kind]
         rid = wire.new_request_id(id_prefix, request.headers.get("x-request-id"))
         model = self._model(body)
-        await self._run(
-            request,
-            out,
-            plan,
-            chunks_class(rid, int(time.time()), model),
-            lambda text: response(
-                rid, int(time.time()), model, text, plan.prompt_tokens, plan.output_tokens
-            ),
-        )
+        chunks = chunks_class(rid, int(time.time()), model)
+        vocabulary, n = self.vocabulary, plan.output_tokens
+        # Every chunk framed once per request: the text cycles through the vocabulary, so
+        # token k carries the bytes of position k mod its size; chat's role-only event
+        # rides with the first token, as vLLM sends both in one step.
+        cycle = [frame(chunks.token(word, False)) for word in vocabulary[: min(len(vocabulary), n)]]
+        first = frame(chunks.first(vocabulary[0], False))
+
+        def token(k: int) -> bytes:
+            return first if k == 0 else cycle[k % len(cycle)]
+
+        def tail() -> bytes:
+            # vLLM yields the last token, the usage chunk and [DONE] back to back
+            last_word = wire.token_text(n - 1, vocabulary)
+            events = [chunks.first(last_word, True) if n == 1 else chunks.token(last_word, True)]
+            if plan.include_usage:
+                events.append(chunks.usage(plan.prompt_tokens, n))
+            events.append(wire.DONE)
+            return b"".join(frame(event) for event in events) + END_OF_STREAM
+
+        def whole() -> bytes:
+            text = "".join(wire.token_text(k, vocabulary) for k in range(n))
+            return wire.dumps(
+                response(rid, int(time.time()), model, text, plan.prompt_tokens, n)
+            ).encode()
+
+        await self._run(request, out, plan, SSE_TYPE, token, tail, whole)
 
     async def _run(
         self,
         request: Request,
         out: Responder,
         plan: _Plan,
-        chunks: wire.CompletionChunks | wire.ChatChunks,
-        whole: Callable[[str], dict[str, Any]],
+        content_type: str | None,
+        token: Callable[[int], bytes],
+        tail: Callable[[], bytes],
+        whole: Callable[[], bytes],
     ) -> None:
+        """Send one answer on time: streamed as ``token(k)`` then ``tail()``, or ``whole()``."""
         deadlines = self._begin(plan, request)
-        sent, reason = 0, "abort"
+        headers = [(TTFT_HEADER, f"{true_ttft_ms(self.config, plan.prompt_tokens):.6f}")]
+        sent = 0
         try:
             if not plan.stream:
                 await _sleep_until(deadlines[-1])
-                if out.closed:
-                    return
-                words = (wire.token_text(k, self.vocabulary) for k in range(plan.output_tokens))
-                out.send(200, wire.dumps(whole("".join(words))).encode(), JSON_TYPE)
-                sent, reason = plan.output_tokens, "length"
+                if not out.closed:
+                    out.send(200, whole(), JSON_TYPE, headers)
+                    sent = plan.output_tokens
                 return
-            out.start_stream(SSE_TYPE)
-            for k, due in enumerate(deadlines):
-                await _sleep_until(due)
-                if out.closed:
-                    return
-                sent += 1
-                last = sent == plan.output_tokens
-                event = (chunks.first if k == 0 else chunks.token)(
-                    wire.token_text(k, self.vocabulary), last
-                )
-                if not last:
-                    out.chunk(event)
-                    continue
-                # vLLM yields the last token, the usage chunk and [DONE] back to back
-                tail = [event]
-                if plan.include_usage:
-                    tail.append(chunks.usage(plan.prompt_tokens, plan.output_tokens))
-                tail.append(wire.DONE)
-                out.end_stream(tail)
-            reason = "length"
+            out.start_stream(content_type, headers)
+            stream = _Stream(out, deadlines, token, tail, self.counters)
+            try:
+                await stream.run()
+            finally:
+                sent = stream.sent
         finally:
-            self._finish(sent, reason)
+            reason = "length" if sent == plan.output_tokens else "abort"
+            self.counters.request_finished(sent, reason)
+
+
+class _Stream:
+    """Writes one streamed answer from timer callbacks, each chunk at its deadline.
+
+    One ``call_at`` per token and bytes framed in advance: no task switch and no encoding
+    between a deadline and its write. The answer's task only waits for the end.
+    """
+
+    __slots__ = (
+        "_loop", "_out", "_deadlines", "_token", "_tail", "_counters", "_handle", "_end", "sent"
+    )  # fmt: skip
+
+    def __init__(
+        self,
+        out: Responder,
+        deadlines: list[float],
+        token: Callable[[int], bytes],
+        tail: Callable[[], bytes],
+        counters: Counters,
+    ) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._out, self._deadlines, self._token, self._tail = out, deadlines, token, tail
+        self._counters = counters
+        self._handle: asyncio.TimerHandle | None = None
+        self._end: asyncio.Future[None] = self._loop.create_future()
+        self.sent = 0
+
+    async def run(self) -> None:
+        """Send every chunk on time; returns when the last is out or the client has gone."""
+        self._handle = self._loop.call_at(self._deadlines[0], self._due)
+        self._out.on_close = self._finish  # a hang-up aborts the request at once, as vLLM does
+        try:
+            await self._end
+        finally:  # ended, or cancelled because the server is stopping: no chunk after this
+            self._out.on_close = None
+            if self._handle is not None:
+                self._handle.cancel()
+
+    def _due(self) -> None:
+        out = self._out
+        if out.closed:  # the client hung up: the request is aborted
+            self._finish()
+            return
+        k = self.sent
+        self._counters.chunk_sent(self._loop.time() - self._deadlines[k])
+        self.sent = k + 1
+        if self.sent < len(self._deadlines):
+            out.write(self._token(k))
+            self._handle = self._loop.call_at(self._deadlines[k + 1], self._due)
+        else:
+            out.write(self._tail())
+            out.done = True
+            self._finish()
+
+    def _finish(self) -> None:
+        if not self._end.done():
+            self._end.set_result(None)
 
 
 async def _sleep_until(deadline: float) -> None:
@@ -399,9 +467,16 @@ class Emulator:
             requests.post(emu.url + "/v1/completions", json={...})
     """
 
-    def __init__(self, config: EmulatorConfig | None = None) -> None:
+    def __init__(
+        self,
+        config: EmulatorConfig | None = None,
+        *,
+        counters: Counters | None = None,
+        reuse_port: bool = False,
+    ) -> None:
         self.config = config or EmulatorConfig()
-        self._app = _App(self.config)
+        self._app = _App(self.config, counters)
+        self._reuse_port = reuse_port  # one of several worker processes on the same port
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._stop: asyncio.Event | None = None
@@ -450,8 +525,9 @@ class Emulator:
 
     async def _serve(self, on_ready: Callable[[], None]) -> None:
         self._stop = asyncio.Event()
-        server, connections = await start_server(self._app, self.config.host, self.config.port)
-        self._app.connections = connections
+        server, connections = await start_server(
+            self._app, self.config.host, self.config.port, self._app.counters, self._reuse_port
+        )
         self.port = server.sockets[0].getsockname()[1]
         self._ready.set()
         on_ready()
@@ -463,15 +539,37 @@ class Emulator:
                 connection.close()
             await server.wait_closed()
 
-    def serve_forever(self, on_ready: Callable[[str], None] | None = None) -> None:
-        """Serve on this thread until SIGINT or SIGTERM (what ``vprof emulate`` runs)."""
+    def serve_forever(
+        self,
+        on_ready: Callable[[str], None] | None = None,
+        *,
+        stop_signals: tuple[signal.Signals, ...] = (signal.SIGINT, signal.SIGTERM),
+        parent_pid: int | None = None,
+    ) -> None:
+        """Serve on this thread until one of ``stop_signals`` (what ``vprof emulate`` runs).
+
+        With ``parent_pid``, also stop as soon as that process is gone (a worker never
+        outlives its supervisor, even one killed with SIGKILL).
+        """
         loop = new_event_loop(self.config.precise_timers)
         self._loop = loop
 
+        def watch_parent() -> None:
+            assert self._stop is not None
+            if os.getppid() != parent_pid:
+                self._stop.set()
+            else:
+                loop.call_later(PARENT_CHECK_S, watch_parent)
+
         def ready() -> None:
             assert self._stop is not None
-            for sig in (signal.SIGINT, signal.SIGTERM):
+            # What start-up built (modules, tokenizer) lives on: moved out of the collector's
+            # sight, a full collection no longer stalls every stream for milliseconds.
+            gc.freeze()
+            for sig in stop_signals:
                 loop.add_signal_handler(sig, self._stop.set)
+            if parent_pid is not None:
+                watch_parent()
             if on_ready is not None:
                 on_ready(self.url)
 

@@ -18,7 +18,7 @@ from vprof.common.errors import VprofError
 from vprof.emulator import wire
 from vprof.emulator.config import EmulatorConfig
 from vprof.emulator.server import Emulator
-from vprof.emulator.timing import token_deadlines
+from vprof.emulator.timing import token_deadlines, true_ttft_ms, ttft_offset_ms
 
 CLI_PORT = 18301  # inside this helper's port range
 
@@ -64,6 +64,23 @@ def test_jitter_stays_within_bounds_and_keeps_order():
     assert all(g <= d <= g + 0.003 + 1e-12 for g, d in zip(grid, deadlines, strict=True))
     assert deadlines == sorted(deadlines)
     assert len({round(d - g, 9) for g, d in zip(grid, deadlines, strict=True)}) > 100
+
+
+def test_ttft_offsets_are_seeded_by_prompt_length_and_spread_evenly():
+    config = EmulatorConfig(ttft_ms=100, ttft_spread_ms=10, seed=3)
+    offsets = [ttft_offset_ms(config, n) for n in range(64, 4064)]
+    assert all(0 <= o < 10 for o in offsets)
+    assert offsets == [ttft_offset_ms(EmulatorConfig(ttft_spread_ms=10, seed=3), n)
+                       for n in range(64, 4064)]  # fmt: skip
+    # each tenth of the spread holds about a tenth of the prompt lengths
+    counts = [sum(k <= o < k + 1 for o in offsets) for k in range(10)]
+    assert all(340 <= c <= 460 for c in counts), counts
+    assert ttft_offset_ms(EmulatorConfig(ttft_spread_ms=10, seed=4), 64) != offsets[0]
+    assert ttft_offset_ms(EmulatorConfig(ttft_spread_ms=0), 64) == 0.0
+    deadlines = token_deadlines(config, 5.0, prompt_tokens=64, output_tokens=3)
+    assert deadlines[0] == pytest.approx(5.0 + true_ttft_ms(config, 64) / 1000)
+    assert true_ttft_ms(config, 64) == pytest.approx(100 + offsets[0])
+    assert deadlines[2] - deadlines[0] == pytest.approx(2 * 0.010)
 
 
 def test_with_a_tokenizer_every_emitted_word_is_one_token():
@@ -205,6 +222,79 @@ def test_completions_stream_has_one_chunk_per_token_then_usage_then_done(emu):
     assert usage["usage"] == {"prompt_tokens": 4, "total_tokens": 10, "completion_tokens": 6}
 
 
+@pytest.mark.parametrize(("path", "tokens"), [("/v1/completions", 40), ("/v1/completions", 1),
+                                              ("/v1/chat/completions", 40),
+                                              ("/v1/chat/completions", 1)])  # fmt: skip
+def test_streamed_bytes_are_the_wire_formats_own(emu, path, tokens):
+    """Chunks framed once per request carry exactly what the wire module writes per token,
+    past the vocabulary's cycle (40 > 16 words) and for a one-token answer."""
+    chat = "chat" in path
+    body = {"max_tokens": tokens, "stream": True, "stream_options": {"include_usage": True}}
+    body |= {"messages": [{"role": "user", "content": "hi"}]} if chat else {"prompt": "a b"}
+    with requests.post(emu.url + path, json=body, headers={"x-request-id": "fixed"},
+                       stream=True, timeout=30) as resp:  # fmt: skip
+        raw = b"".join(resp.iter_content(chunk_size=None))
+    created = json.loads(raw.split(b"\n\n")[0][len(b"data: ") :])["created"]
+    chunks = (wire.ChatChunks("chatcmpl-fixed", created, "tiny") if chat
+              else wire.CompletionChunks("cmpl-fixed", created, "tiny"))  # fmt: skip
+    words = [wire.token_text(k) for k in range(tokens)]
+    expected = chunks.first(words[0], tokens == 1)
+    expected += b"".join(chunks.token(w, k == tokens - 1) for k, w in enumerate(words) if k)
+    prompt_tokens = json.loads(raw.split(b"\n\n")[-3][len(b"data: ") :])["usage"]["prompt_tokens"]
+    expected += chunks.usage(prompt_tokens, tokens) + wire.DONE
+    assert raw == expected
+
+
+def test_a_response_names_its_true_ttft_and_keeps_it():
+    config = EmulatorConfig(ttft_ms=20, itl_ms=5, ttft_spread_ms=10, seed=1)
+    body = {"prompt": [1, 2, 3, 4, 5], "max_tokens": 2, "stream": True}
+    with Emulator(config) as emulator:
+        errors = []
+        for _ in range(5):
+            with requests.post(emulator.url + "/v1/completions", json=body, stream=True) as resp:
+                headers_at = time.perf_counter()
+                next(resp.iter_lines(chunk_size=None))
+                first_at = time.perf_counter()
+                truth_ms = float(resp.headers["x-vprof-ttft-ms"])
+                # the headers leave as the request is taken: first token minus headers is TTFT
+                errors.append((first_at - headers_at) * 1000 - truth_ms)
+    assert truth_ms == pytest.approx(true_ttft_ms(config, 5), abs=1e-6)
+    assert truth_ms != 20.0  # the offset is in it
+    assert abs(statistics.median(errors)) < 1.0, errors
+
+
+def test_a_hang_up_aborts_at_once_not_at_the_next_token():
+    with Emulator(EmulatorConfig(ttft_ms=1, itl_ms=60_000)) as emulator:
+        body = {"prompt": "x", "max_tokens": 3, "stream": True}
+        with requests.post(emulator.url + "/v1/completions", json=body, stream=True) as resp:
+            lines = resp.iter_lines(chunk_size=None)
+            next(lines)
+        deadline = time.monotonic() + 5  # the next token is a minute away
+        while scrape(emulator.url)["vllm:num_requests_running"] != 0:
+            assert time.monotonic() < deadline, "the aborted request kept running"
+            time.sleep(0.01)
+        assert scrape(emulator.url)["vllm:request_success_total/abort"] == 1
+
+
+def test_chunk_lateness_is_counted_for_every_chunk(emu):
+    def histogram() -> dict[str, float]:
+        text = requests.get(emu.url + "/metrics").text
+        rows = [line for line in text.splitlines() if line.startswith("vprof_emulator_chunk")]
+        # one key per bucket ("..._bucket" + its le label), and the _sum and _count
+        return {line.split("{")[0] + (line.split("le=")[1][:12] if "le=" in line else ""):
+                float(line.rsplit(" ", 1)[1]) for line in rows}  # fmt: skip
+
+    before = histogram()
+    parsed(stream_events(emu.url, "/v1/completions", {"prompt": "x", "max_tokens": 7,
+                                                        "stream": True}))  # fmt: skip
+    after = histogram()
+    count = "vprof_emulator_chunk_lateness_seconds_count"
+    assert after[count] - before[count] == 7
+    buckets = [v for k, v in after.items() if "_bucket" in k]
+    assert buckets == sorted(buckets) and buckets[-1] == after[count]  # cumulative, +Inf last
+    assert after["vprof_emulator_chunk_lateness_seconds_sum"] >= 0  # never early
+
+
 def test_completions_stream_without_include_usage_has_no_usage_chunk(emu):
     chunks = parsed(
         stream_events(emu.url, "/v1/completions", {"prompt": "hi", "max_tokens": 3, "stream": True})
@@ -319,7 +409,8 @@ def test_a_client_that_hangs_up_aborts_its_request(emu):
         json={"prompt": "x", "max_tokens": 2000, "stream": True},
         stream=True,
     ) as resp:
-        next(resp.iter_lines(chunk_size=None))
+        lines = resp.iter_lines(chunk_size=None)  # held: a dropped iterator closes the stream
+        next(lines)
         # poll: the gauge is read over another connection, on a shared, busy machine
         deadline = time.monotonic() + 5
         while scrape(emu.url)["vllm:num_requests_running"] != 1:
@@ -346,7 +437,7 @@ def test_keep_alive_serves_several_requests_on_one_connection(emu):
         for _ in range(3):
             sock.sendall(request)
             received = b""
-            while not received.endswith(b"0\r\n\r\n"):
+            while not received.endswith(b"\r\n0\r\n\r\n"):
                 received += sock.recv(65536)
             assert received.startswith(b"HTTP/1.1 200")
             assert b"transfer-encoding: chunked" in received and b"data: [DONE]" in received
@@ -369,7 +460,7 @@ def timed_stream(sock: socket.socket, body: dict) -> tuple[float, float, list[fl
     headers_at = math.nan
     stamps: list[float] = []
     received = b""
-    while not received.endswith(b"0\r\n\r\n"):
+    while not received.endswith(b"\r\n0\r\n\r\n"):
         data = sock.recv(65536)
         now = time.perf_counter()
         received += data

@@ -1,0 +1,64 @@
+"""The plain client of the ceiling benchmark: a Locust ``FastHttpUser`` that only timestamps.
+
+Run by ``loadgen_ceiling.py`` with ``locust -f``. Each user streams ``/v1/completions`` in a
+closed loop, reads the body with ``readline(b"\\n")`` (the way that sees each SSE line as it
+arrives, ``reference/locust.md`` §1.4) and stamps every content line: no JSON parsing, no
+records, nothing else. The request's true TTFT comes from the emulator's ``x-vprof-ttft-ms``
+header. At the end each process writes its requests to ``$CEILING_OUT.<pid>.jsonl``.
+"""
+
+from locust import FastHttpUser, constant, events, task
+
+import json
+import os
+import random
+import time
+from typing import Any
+
+ANCHOR = time.time() - time.perf_counter()  # wall clock = ANCHOR + perf_counter()
+REQUESTS: list[dict[str, Any]] = []
+_USAGE = b'"choices":[]'  # the usage chunk carries no content
+
+
+class PlainStreamingUser(FastHttpUser):
+    wait_time = constant(0)
+    network_timeout = connection_timeout = 600.0
+
+    def on_start(self) -> None:
+        self.rng = random.Random(int(os.environ.get("CEILING_SEED", "0")) + id(self))
+        self.low = int(os.environ.get("CEILING_PROMPT_MIN", "32"))
+        self.high = int(os.environ.get("CEILING_PROMPT_MAX", "288"))
+        self.tokens = int(os.environ.get("CEILING_OUTPUT_TOKENS", "64"))
+
+    @task
+    def stream(self) -> None:
+        words = self.rng.randrange(self.low, self.high)  # lengths vary: so do TTFT offsets
+        body = json.dumps({
+            "model": os.environ.get("CEILING_MODEL", "emulated"),
+            "prompt": " ".join(["hello"] * words),
+            "max_tokens": self.tokens, "min_tokens": self.tokens, "ignore_eos": True,
+            "stream": True, "stream_options": {"include_usage": True},
+        }).encode()  # fmt: skip
+        headers = {"content-type": "application/json"}
+        stamps: list[float] = []
+        sent = time.perf_counter()
+        resp = self.client.post("/v1/completions", data=body, headers=headers, stream=True)
+        truth_ms = float((resp.headers or {}).get("x-vprof-ttft-ms", "nan"))
+        stream = resp.stream
+        while True:
+            line = stream.readline(b"\n")
+            if not line:
+                break
+            if line.startswith(b"data: {") and _USAGE not in line:
+                stamps.append(time.perf_counter())
+        if stamps:
+            REQUESTS.append({"sent_at": ANCHOR + sent, "truth_ms": truth_ms,
+                             "stamps": [ANCHOR + s for s in stamps]})  # fmt: skip
+
+
+@events.quitting.add_listener
+def _write(environment, **kwargs) -> None:
+    out = os.environ.get("CEILING_OUT")
+    if out:
+        with open(f"{out}.{os.getpid()}.jsonl", "w") as f:
+            f.writelines(json.dumps(r) + "\n" for r in REQUESTS)
