@@ -23,7 +23,7 @@ STAT = re.compile(
 # only widens the interval (conservative), and keeps `compare` interactive.
 MAX_BOOT_REQUESTS = 20_000
 # Likewise for pooled inter-token gaps: requests are drawn until about this many gaps are in.
-MAX_BOOT_GAPS = 50_000
+MAX_BOOT_GAPS = 25_000
 _CELLS_PER_CHUNK = 4_000_000
 
 
@@ -150,7 +150,11 @@ def _bootstrap(sample: _Sample, stats: Sequence[str], n_boot: int, rng: Any) -> 
         # One binary search for all rows: each row's cumulative counts, shifted past the last
         # row's, make one ascending array.
         offsets = np.arange(b, dtype=np.int64) * (int(totals.max()) + 1)
-        flat = (cum + offsets[:, None]).ravel()
+        if offsets[-1] + int(totals.max()) < np.iinfo(np.int32).max:
+            cum += offsets[:, None].astype(np.int32)  # in place: no copy of b × size counts
+            flat = cum.ravel()
+        else:
+            flat = (cum + offsets[:, None]).ravel()
         for stat, q in quantiles.items():
             # numpy "linear": position h = q/100·(N−1) in the resampled, sorted data.
             h = q / 100.0 * (totals - 1)

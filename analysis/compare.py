@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -147,6 +147,7 @@ def compare(
     n_boot: int = DEFAULT_N_BOOT,
     seed: int = 0,
     slo: str | None = None,
+    summaries: Mapping[Path, dict[str, Any]] | None = None,
 ) -> Any:
     """Compare groups of runs with the first group as baseline; one row per (metric, group).
 
@@ -156,13 +157,14 @@ def compare(
     ``ci_high_pct``, ``runs`` (how many on each side), ``method``, ``significant``,
     ``stable``, ``suspect``, ``better`` and a plain ``verdict``. The frame's
     ``attrs["notes"]`` says what the reader must know (different workloads, say).
+    ``summaries`` (by run path) are reused instead of summarising those runs again.
 
     Example:
         >>> compare(["runs/baseline", "runs/chunked-256"])  # doctest: +SKIP
     """
     import pandas as pd
 
-    groups = _load_groups(runs, slo)
+    groups = _load_groups(runs, slo, summaries or {})
     if len(groups) < 2:
         raise RunError(
             "compare needs at least two runs or groups (the first is the baseline)",
@@ -201,7 +203,9 @@ def _from_schedule(metric: str) -> str:
     return metric
 
 
-def _load_groups(runs: Sequence[Any], slo: str | None) -> list[Group]:
+def _load_groups(
+    runs: Sequence[Any], slo: str | None, known: Mapping[Path, dict[str, Any]]
+) -> list[Group]:
     explicit = bool(runs) and all(isinstance(r, (list, tuple)) for r in runs)
     loaded: list[list[Run]]
     if explicit:
@@ -210,7 +214,10 @@ def _load_groups(runs: Sequence[Any], slo: str | None) -> list[Group]:
         loaded = group_runs([_load(r) for r in runs])
     if any(not group for group in loaded):
         raise RunError("a group of runs to compare is empty")
-    summaries = [[summarize_loaded(r, slo=slo) for r in group] for group in loaded]
+    summaries = [
+        [known[r.path] if r.path in known else summarize_loaded(r, slo=slo) for r in group]
+        for group in loaded
+    ]
     labels = _labels(loaded, summaries)
     return [
         Group(label, tuple(g), tuple(s))

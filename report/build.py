@@ -173,7 +173,8 @@ def _compare(
     from vprof.analysis import compare
     from vprof.analysis.run import display_names, json_safe
 
-    frame = compare([runs[i] for i in group], n_boot=opts.n_boot, seed=opts.seed)
+    known = {runs[i].path: summaries[i] for i in group}
+    frame = compare([runs[i] for i in group], n_boot=opts.n_boot, seed=opts.seed, summaries=known)
     names = display_names([summaries[i] for i in group])
     by_name = {name: ids[i] for name, i in zip(names, group, strict=True)}
     rows = json_safe(frame.to_dict("records"))
