@@ -70,6 +70,8 @@ class SummaryKey(StrEnum):
     NUM_PREEMPTIONS = "num_preemptions"
     MAX_KV_CACHE_USAGE_PERC = "max_kv_cache_usage_perc"
     MAX_NUM_REQUESTS_WAITING = "max_num_requests_waiting"
+    METRICS_SCRAPE_MAX_MS = "metrics_scrape_max_ms"
+    METRICS_WARNING = "metrics_warning"
     # the load generator
     LOADGEN_MAX_CPU_PERCENT = "loadgen_max_cpu_percent"
     LOADGEN_LOOP_LAG_P99_MS = "loadgen_loop_lag_p99_ms"
@@ -104,11 +106,12 @@ SUMMARY_TABLE_KEYS: tuple[str, ...] = (
     K.MAX_OUTPUT_TOKENS_PER_S, K.MAX_CONCURRENT_REQUESTS, K.PREFIX_CACHE_HIT_RATE,
     K.CACHED_TOKEN_SHARE, K.PROMPT_TOKEN_MISMATCH_RATE, K.MEAN_PROMPT_TOKEN_EXCESS,
     K.NUM_PREEMPTIONS, K.MAX_KV_CACHE_USAGE_PERC,
-    K.MAX_NUM_REQUESTS_WAITING, K.LOADGEN_MAX_CPU_PERCENT, K.LOADGEN_LOOP_LAG_P99_MS,
+    K.MAX_NUM_REQUESTS_WAITING, K.METRICS_SCRAPE_MAX_MS, K.METRICS_WARNING,
+    K.LOADGEN_MAX_CPU_PERCENT, K.LOADGEN_LOOP_LAG_P99_MS,
     K.LOADGEN_VERDICT, K.CLIENT_LIMITED, K.CLIENT_LIMITED_BY, K.SLO, K.SLO_BASIS, K.SLO_MET,
 )  # fmt: skip
 # Rows of the table shown only when some run has something to say there (not zero or empty).
 SHOWN_WHEN_NONZERO = frozenset(
     {K.FAILURES_BY_CAUSE, K.CANCELLED, K.NOT_SENT, K.HELD_BACK, K.HELD_BACK_S, K.UNANSWERED_RATE,
-     K.CLIENT_LIMITED_BY}
+     K.CLIENT_LIMITED_BY, K.METRICS_WARNING}
 )  # fmt: skip

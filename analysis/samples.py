@@ -71,6 +71,37 @@ def server_stats(
     ):
         seen = [v for s in window if (v := _value(s.get("values", {}), name)) is not None]
         out[key] = reduce(seen) if seen else None
+    out.update(_scrape_stats(ordered, lo, hi))
+    return out
+
+
+# A scrape that takes longer stalls vLLM's API server long enough to show in latencies.
+SLOW_SCRAPE_MS = 100.0
+
+
+def _scrape_stats(samples: Sequence[Mapping[str, Any]], lo: float, hi: float) -> dict[str, Any]:
+    """How long /metrics scrapes took during the run, and a warning when they could matter."""
+    took = [
+        float(s["scrape_s"]) * 1000.0
+        for s in samples
+        if isinstance(s.get("scrape_s"), (int, float)) and lo <= float(s["t"]) <= hi
+    ]
+    if not took:
+        return {}
+    span_s = hi - lo if math.isfinite(hi - lo) and hi > lo else math.nan
+    share = sum(took) / 1000.0 / span_s if span_s == span_s and span_s > 0 else None
+    worst = max(took)
+    out: dict[str, Any] = {
+        "metrics_scrape_max_ms": worst,
+        "metrics_scrape_median_ms": sorted(took)[len(took) // 2],
+        "metrics_scrape_share": share,
+    }
+    if worst > SLOW_SCRAPE_MS:
+        out["metrics_warning"] = (
+            f"a /metrics scrape took {worst:.0f} ms (limit {SLOW_SCRAPE_MS:g} ms): vLLM's API "
+            "server stalls while it renders one, so latencies near then include it; raise "
+            "--metrics-interval or use --no-metrics"
+        )
     return out
 
 

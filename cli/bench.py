@@ -137,6 +137,19 @@ def run_options(func):
             is_flag=True,
             help="Restart the server between repeats (a fresh server is part of what varies).",
         ),
+        click.option(
+            "--metrics-interval",
+            "metrics_interval_s",
+            type=FiniteFloat(above=0, maximum=3600),
+            default=None,
+            help="Seconds between /metrics scrapes during a run (it backs off when a "
+            "scrape is slow, so scraping stays under 2 % of the time).",
+        ),
+        click.option(
+            "--no-metrics",
+            is_flag=True,
+            help="Do not scrape /metrics at all (no server-side numbers in the summary).",
+        ),
     ]
     for option in reversed(options):
         func = option(func)
@@ -161,6 +174,10 @@ def _spec(opts: dict[str, Any], **extra: Any):
         repeat=opts["repeat"],
         order=opts["order"],
         fresh_server=opts["fresh_server"],
+        metrics=not opts["no_metrics"],
+        **(
+            {"metrics_interval_s": opts["metrics_interval_s"]} if opts["metrics_interval_s"] else {}
+        ),
         **extra,
     )
 

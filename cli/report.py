@@ -46,7 +46,10 @@ def summary_parts(
     names = display_names(summaries)
     for name, summary in zip(names, summaries, strict=True):
         if summary.get("client_limited"):
-            click.echo(f"warning: {name}: {summary.get('loadgen_verdict')}", err=True)
+            why = "; ".join(summary.get("client_limited_by") or [])
+            click.echo(f"warning: {name}: the load generator set the pace ({why})", err=True)
+        if summary.get("metrics_warning"):
+            click.echo(f"warning: {name}: {summary['metrics_warning']}", err=True)
     if fmt in HUMAN or fmt == "csv":
         rows = [
             {"metric": key, **{name: s.get(key) for name, s in zip(names, summaries, strict=True)}}

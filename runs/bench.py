@@ -29,7 +29,7 @@ from vprof.runs.clientwatch import ClientWatch
 from vprof.runs.environment import client_versions, hardware, vllm_version
 from vprof.runs.loadgen import LoadProcess, LoadSpec
 from vprof.runs.order import block_order
-from vprof.runs.sampler import MetricsSampler
+from vprof.runs.sampler import DEFAULT_INTERVAL_S, MetricsSampler
 
 if TYPE_CHECKING:
     from vprof.registry import Profile
@@ -63,7 +63,8 @@ class BenchSpec:
     on_failure: str = "continue"  # "continue" | "stop"
     processes: int = 1
     health_timeout_s: float = 900.0
-    metrics_interval_s: float = 2.0
+    metrics_interval_s: float = DEFAULT_INTERVAL_S  # /metrics gauges; backs off when slow
+    metrics: bool = True  # False: no /metrics scrape at all
     tokenizer: str | None = None
     slo: str | None = None
     repeat: int = 1  # runs per profile × shape
@@ -321,7 +322,9 @@ def _run_one(
     salt = spec.extra_meta.get("salt") or ("" if spec.reuse_prefix_cache else secrets.token_hex(4))
     run.create(_run_meta(server, spec, workload, shape, salt, repeat))
     log_start = server.log_offset()
-    sampler = MetricsSampler(server.url, run.metrics_jsonl, spec.metrics_interval_s)
+    sampler = MetricsSampler(
+        server.url, run.metrics_jsonl, spec.metrics_interval_s, enabled=spec.metrics
+    )
     sampler.start()
     load = LoadProcess(
         LoadSpec(
@@ -356,12 +359,14 @@ def _run_one(
                 done_before = finished
             elapsed = time.monotonic() - started
             of = f"/{total_s:.0f}" if total_s else ""
-            say(
-                f"\r  {run.name[:48]:48} {elapsed:5.0f}{of} s  "
+            server_side = (
                 f"running {values.get('vllm:num_requests_running', 0):3.0f}  "
                 f"waiting {values.get('vllm:num_requests_waiting', 0):3.0f}  "
                 f"done {finished - (done_before or 0.0):6.0f}"
+                if sampler.enabled
+                else "(no /metrics sampling)"
             )
+            say(f"\r  {run.name[:48]:48} {elapsed:5.0f}{of} s  {server_side}")
     except KeyboardInterrupt:
         state, reason = RunState.INTERRUPTED, "interrupted by the user (Ctrl-C)"
         raise
