@@ -67,6 +67,7 @@ class SummaryKey(StrEnum):
     REQUEST_GOODPUT = "request_goodput"
     # the server, from /metrics
     PREFIX_CACHE_HIT_RATE = "prefix_cache_hit_rate"
+    TRACE_IMPLIED_HIT_RATE = "trace_implied_hit_rate"
     NUM_PREEMPTIONS = "num_preemptions"
     MAX_KV_CACHE_USAGE_PERC = "max_kv_cache_usage_perc"
     MAX_NUM_REQUESTS_WAITING = "max_num_requests_waiting"
@@ -104,6 +105,7 @@ SUMMARY_TABLE_KEYS: tuple[str, ...] = (
     *_stats("ttft_from_schedule", "p95", "p99"),
     *_stats("schedule_lag", "p99"),
     K.MAX_OUTPUT_TOKENS_PER_S, K.MAX_CONCURRENT_REQUESTS, K.PREFIX_CACHE_HIT_RATE,
+    K.TRACE_IMPLIED_HIT_RATE,
     K.CACHED_TOKEN_SHARE, K.PROMPT_TOKEN_MISMATCH_RATE, K.MEAN_PROMPT_TOKEN_EXCESS,
     K.NUM_PREEMPTIONS, K.MAX_KV_CACHE_USAGE_PERC,
     K.MAX_NUM_REQUESTS_WAITING, K.METRICS_SCRAPE_MAX_MS, K.METRICS_WARNING,

@@ -132,6 +132,10 @@ def summarize_loaded(
         "warmup_until": run.warmup_until,
         **_offered(run.meta.get("traffic")),
     }
+    trace = run.meta.get("trace")
+    if isinstance(trace, dict) and trace.get("implied_token_hit_rate") is not None:
+        # what the trace's shared blocks imply, beside the server's prefix_cache_hit_rate
+        head["trace_implied_hit_rate"] = trace["implied_token_hit_rate"]
     body = summarize(
         run.records,
         warmup_until=run.warmup_until,

@@ -191,20 +191,37 @@ def _profiles(names: tuple[str, ...], opts: dict[str, Any]):
     )  # fmt: skip
 
 
-def _report(outcomes, fmt: str, slo: str | None) -> None:
-    """Print what ran, the summaries and the comparison as one output; exit 1 if a run failed."""
+def _report(outcomes, fmt: str, opts: dict[str, Any]) -> None:
+    """Print what ran, the summaries and the comparison as one output, write the HTML report
+    next to the runs; exit 1 if a run failed."""
     from vprof.cli.report import comparison_parts, summary_parts
 
     click.echo("", err=True)
     parts: list[Part] = [("runs", _outcome_rows(outcomes), None)]
     runs = [o.run.path for o in outcomes if o.finished]
     if runs:
-        parts += summary_parts(runs, fmt=fmt, slo=slo)
+        parts += summary_parts(runs, fmt=fmt, slo=opts["slo"])
     if len(runs) > 1:
         parts += comparison_parts(runs, fmt=fmt, only_if_several=True)
     emit_parts(parts, fmt)
+    if runs:
+        _html_report(runs, opts)
     if not all(o.finished for o in outcomes):
         raise SystemExit(1)
+
+
+def _html_report(paths: list[Path], opts: dict[str, Any], **options: Any) -> None:
+    """``<out>/report.html`` of what was just measured; a report that fails loses no run."""
+    from vprof.common.errors import VprofError
+    from vprof.report import write_report
+
+    target = opts["out_dir"] / "report.html"
+    try:
+        write_report(paths, target, slo=opts["slo"], **options)
+    except VprofError as exc:
+        click.echo(f"note: no report written: {exc}", err=True)
+        return
+    click.echo(f"report: {target}", err=True)
 
 
 def _outcome_rows(outcomes) -> list[dict[str, Any]]:
@@ -238,7 +255,7 @@ def bench(profile_names: tuple[str, ...], fmt: str, **opts: Any) -> None:
     profiles = _profiles(profile_names, opts)
     with _interruptible(opts["out_dir"]):
         outcomes = run_bench(profiles, _spec(opts), _say)
-    _report(outcomes, fmt, opts["slo"])
+    _report(outcomes, fmt, opts)
 
 
 @click.group(short_help="The guide's ladders: batched tokens, chunked prefill, load.")
@@ -257,7 +274,9 @@ def _rows_part(rows: list[dict[str, Any]], fmt: str) -> Part:
     """A sweep's rows; terminal tables leave out the (long) run folder names."""
     columns = None
     if fmt in HUMAN:
-        columns = [c for c in dict.fromkeys(k for row in rows for k in row) if c != "run"]
+        columns = [
+            c for c in dict.fromkeys(k for row in rows for k in row) if c not in ("run", "runs")
+        ]
     return ("rungs", rows, columns)
 
 
@@ -275,6 +294,7 @@ def _ladder(
     write_sweep(opts["out_dir"], kind, profile.name, rows, recommendation)
     click.echo("", err=True)
     emit_parts([_rows_part(rows, fmt), ("recommendation", recommendation, None)], fmt)
+    _html_report([opts["out_dir"]], opts)
 
 
 @sweep.command("batched-tokens")
@@ -415,3 +435,6 @@ def load(profile_name: str, levels: str, target_rps: float | None, fmt: str, **o
         target = target_rps or max(values)
         parts += plan_parts(done, target_rps=target, slo=opts["slo"], fmt=fmt)
     emit_parts(parts, fmt)
+    if done:
+        plan_for = {"target_rps": target_rps or max(values)} if opts["slo"] else {}
+        _html_report([opts["out_dir"]], opts, **plan_for)

@@ -273,6 +273,7 @@ def _run_meta(
         "server": server.settings,
         "url": server.url,
         "workload": _asdict(workload),
+        **_trace_meta(workload),
         "traffic": _asdict(shape),
         "seed": spec.seed,
         "salt": salt,
@@ -287,6 +288,19 @@ def _run_meta(
         "command": sys.argv,
         **spec.extra_meta,
     }
+
+
+def _trace_meta(workload: Workload) -> dict[str, Any]:
+    """For a replayed trace, the prefix-cache hit rate its shared blocks imply, so the summary
+    can put it beside the rate the server measured."""
+    if workload.trace is None:
+        return {}
+    from vprof.workloads.trace import load_trace
+    from vprof.workloads.tracestats import trace_stats
+
+    stats = trace_stats(load_trace(workload.trace))["summary"]
+    keys = ("requests", "block_size", "implied_token_hit_rate", "implied_block_hit_rate")
+    return {"trace": {key: stats[key] for key in keys}}
 
 
 def _asdict(obj: Any) -> Any:

@@ -207,7 +207,10 @@ def _mean_row(rung: Rung, rows: list[dict[str, Any]]) -> dict[str, Any]:
     if not rows:
         return {"rung": rung.label, **rung.overrides, "state": NOT_RUN}
     worst = next((r for r in rows if r["state"] != RunState.COMPLETED), rows[0])
-    out: dict[str, Any] = {**worst, "repeats": len(rows), "run": [r.get("run") for r in rows]}
+    # "run" names the first repeat's folder (as a single run's row does); "runs" lists them all
+    runs = [r["run"] for r in rows if r.get("run")]
+    out: dict[str, Any] = {**worst, "repeats": len(rows), "run": runs[0] if runs else None,
+                           "runs": runs}  # fmt: skip
     for key in ROW_KEYS:
         if key == SummaryKey.CLIENT_LIMITED:
             out[key] = any(r.get(key) for r in rows)
