@@ -252,12 +252,18 @@ def _header_rps_samples(driver, duration_s: float) -> list[tuple[float, float]]:
     return samples
 
 
-def _screenshot(driver, path: Path) -> None:
-    """The whole page, not just the window: the charts sit under the table."""
-    height = driver.execute_script("return document.documentElement.scrollHeight")
-    width = driver.execute_script("return document.documentElement.scrollWidth")
-    driver.set_window_size(max(width, 1600), min(max(height, 900), 4000))
-    driver.save_screenshot(str(path))
+def _screenshots(driver, page: Path, element_id: str, element: Path, height_px: int = 1500) -> None:
+    """The page in a window tall enough for the charts under the table, and one element.
+
+    Locust's page scrolls inside its own container, so a tall window is the way to get the
+    whole tab into one picture.
+    """
+    from selenium.webdriver.common.by import By
+
+    driver.set_window_size(1600, height_px)
+    time.sleep(0.5)  # the charts follow the resize on their next frame
+    driver.save_screenshot(str(page))
+    driver.find_element(By.ID, element_id).screenshot(str(element))
     driver.set_window_size(1600, 900)
 
 
@@ -292,6 +298,7 @@ def test_llm_tab_fills_with_live_percentiles(locust_web, browser, tmp_path):
     print("start form inputs:", names)
     fill("workload", WORKLOAD)
     driver.find_element(By.XPATH, "//button[@type='submit']").click()
+    started_at = time.time()
 
     _open_tab(driver, "LLM")
 
@@ -312,12 +319,12 @@ def test_llm_tab_fills_with_live_percentiles(locust_web, browser, tmp_path):
     # The charts under the table fill from the timeline: every chart, three intervals or more.
     charts = _poll("the LLM charts to draw three intervals", 90, lambda: _charts_drawn(driver, 3))
     print("LLM charts (intervals drawn):", charts)
-    _screenshot(driver, tmp_path / "llm_tab.png")
-    root = driver.find_element(By.ID, "vprof-llm-charts")
-    root.screenshot(str(tmp_path / "llm_charts.png"))
+    _screenshots(driver, tmp_path / "llm_tab.png", "vprof-llm-charts", tmp_path / "llm_charts.png")
     print(f"screenshots: {tmp_path / 'llm_tab.png'}, {tmp_path / 'llm_charts.png'}")
 
     # Locust's header RPS counts each request once: it matches the records' rate.
+    # Read it once Locust's 10 s window has left the ramp-up behind.
+    _poll("16 s of test", 30, lambda: time.time() >= started_at + 16)
     samples = _header_rps_samples(driver, duration_s=8.0)
 
     # The emulator cannot be faster than configured; measured values are at least that.
@@ -374,6 +381,7 @@ def test_llm_tab_fills_with_live_percentiles(locust_web, browser, tmp_path):
     # Locust's current RPS averages the 10 whole seconds that ended 2 s before its last
     # request, polled every 2 s and cached for 2 s: the records over the same span.
     lo, hi = math.floor(first_s) - 14, math.floor(last_s) - 2
+    lo = max(lo, math.floor(records.sent_at.min()))  # as Locust's window starts at the test's
     in_span = heard[(heard.finished_at >= lo) & (heard.finished_at < hi)]
     records_rps = len(in_span) / (hi - lo)
     header_rps = float(np.median([rps for _, rps in samples]))
@@ -418,7 +426,9 @@ def test_llm_tab_fills_with_live_percentiles(locust_web, browser, tmp_path):
     rows = {r.get("Name"): r for r in _table(driver, "#vprof-llm table.vprof-llm-requests")}
     assert _number(rows["Aggregated"]["Requests"]) == len(records)
     driver.execute_script("arguments[0].scrollIntoView()", section)
-    section.screenshot(str(tmp_path / "report_llm_section.png"))
+    _screenshots(
+        driver, tmp_path / "report.png", "vprof-llm", tmp_path / "report_llm_section.png", 2400
+    )
     # Locust's own report page asks for its favicon at ../../assets (absent when served
     # here); nothing else may fail.
     errors = [e for e in driver.get_log("browser") if e["level"] == "SEVERE"]
