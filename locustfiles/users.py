@@ -7,8 +7,8 @@ Abstract bases configured by class attributes, in Locust's style::
 
 Each request produces exactly one :class:`~vprof.records.RequestRecord` — success, HTTP error,
 bad stream, timeout, or cut off at the end of a test (``cancelled``, from a ``finally``) — and,
-in Locust's own statistics, one entry carrying the whole stream's duration plus ``TTFT`` and
-``TPOT`` entries with the same name (never one event per token). Streams are read with
+in Locust's own statistics, one entry carrying the whole stream's duration (never one event
+per token). Streams are read with
 ``requests`` (``iter_lines`` yields each SSE line as its HTTP chunk arrives) on a session of
 the user's own, so Locust's time-to-headers
 response time never leaks into the numbers.
@@ -295,46 +295,29 @@ class LLMUser(HttpUser):
             record.status, record.error = Status.ERROR.value, "stream ended without [DONE]"
 
     def _report(self, record: RequestRecord, name: str) -> None:
-        """Locust stats: the whole stream as one request, plus TTFT and TPOT entries."""
-        fire = self.environment.events.request.fire
+        """Locust stats: one entry per request, carrying the whole stream's duration.
+
+        Only one event per request, so Locust's RPS, Statistics tab, charts, CSV and HTML
+        report count requests, not requests plus metrics. TTFT, TPOT and ITL are shown by
+        vprof's LLM tabs and the LLM section it adds to Locust's report, from the records.
+        """
         failed = record.status != Status.OK.value
         duration_ms = (
             (record.finished_at - record.sent_at) * 1000.0
             if not math.isnan(record.sent_at)
             else 0.0
         )
-        fire(
+        self.environment.events.request.fire(
             request_type="POST",
             name=name,
             response_time=duration_ms,
-            response_length=max(record.completion_tokens, 0),
+            response_length=max(record.completion_tokens, 0),  # output tokens, not bytes
             response=None,
             context={"request_id": record.request_id},
             start_time=record.sent_at,
             url=name,
             exception=RuntimeError(record.error) if failed else None,
         )
-        if failed:
-            return
-        fire(
-            request_type="TTFT",
-            name=name,
-            response_time=record.ttft_ms,
-            response_length=0,
-            response=None,
-            context={},
-            exception=None,
-        )
-        if not math.isnan(record.tpot_ms):
-            fire(
-                request_type="TPOT",
-                name=name,
-                response_time=record.tpot_ms,
-                response_length=0,
-                response=None,
-                context={},
-                exception=None,
-            )
 
 
 def _release(response: requests.Response, *, keep: bool) -> None:
