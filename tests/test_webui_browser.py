@@ -14,11 +14,9 @@ from __future__ import annotations
 import json
 import math
 import os
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -26,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from chromium import chromium_missing, headless_chromium
 
 from vprof.records import read_records
 
@@ -34,8 +33,6 @@ pytestmark = pytest.mark.browser
 REPO = Path(__file__).resolve().parents[1]
 LOCUSTFILE = REPO / "locustfiles" / "locustfile.py"
 BIN = Path(sys.executable).parent
-CHROMIUM = "/usr/bin/chromium"
-CHROMEDRIVER = "/usr/bin/chromedriver"
 # This helper's port range is 18400-18499; the unit tests use none.
 EMULATOR_PORT = int(os.environ.get("VPROF_WEBUI_TEST_EMULATOR_PORT", "18420"))
 WEB_PORT = int(os.environ.get("VPROF_WEBUI_TEST_WEB_PORT", "18421"))
@@ -45,17 +42,6 @@ EMULATED_ITL_MS = 8.0
 WORKLOAD = "tiny-smoke"  # 64 tokens in, exactly 16 out
 USERS = 8
 CHARTS = ("ttft", "tpot", "itl", "output_throughput", "requests", "in_flight")
-
-
-def _chromium_missing() -> str | None:
-    for path in (CHROMIUM, CHROMEDRIVER):
-        if not os.path.exists(path):
-            return f"{path} is absent (Debian: apt-get install chromium chromium-driver)"
-    try:
-        import selenium  # noqa: F401
-    except ImportError:
-        return "the selenium package is not installed (pip install -e '.[dev]')"
-    return None
 
 
 def _wait_http(url: str, deadline_s: float, proc: subprocess.Popen, log: Path) -> None:
@@ -106,7 +92,7 @@ def locust_web(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     ``local``: one Locust process. ``processes-2``: ``--processes 2``, so the UI is the
     master's and every record reaches the LLM tab from a worker.
     """
-    if reason := _chromium_missing():
+    if reason := chromium_missing():
         pytest.skip(reason)
     procs: list[subprocess.Popen] = []
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
@@ -153,26 +139,10 @@ def locust_web(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
 
 @pytest.fixture
 def browser() -> Iterator[object]:
-    if reason := _chromium_missing():
+    if reason := chromium_missing():
         pytest.skip(reason)
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    profile_dir = tempfile.mkdtemp(prefix="vprof-chromium-")
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for flag in (
-        "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-        "--disable-component-update", "--no-first-run", f"--user-data-dir={profile_dir}",
-        "--window-size=1600,900",
-    ):  # fmt: skip
-        options.add_argument(flag)
-    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
-    try:
+    with headless_chromium("1600,900") as driver:
         yield driver
-    finally:
-        driver.quit()
-        shutil.rmtree(profile_dir, ignore_errors=True)
 
 
 def _poll(what: str, deadline_s: float, probe):
