@@ -23,11 +23,11 @@ from typing import TYPE_CHECKING, Any
 from vprof.analysis.keys import SummaryKey
 from vprof.common.errors import ProfileError, WorkloadError
 from vprof.records.rundir import RunState, read_json, sweep_manifest, write_json_atomic
-from vprof.runs.bench import NOT_STARTED, SKIPPED
+from vprof.runs.spec import NOT_STARTED, SKIPPED
 
 if TYPE_CHECKING:
     from vprof.registry import Profile
-    from vprof.runs.bench import BenchSpec, RunOutcome
+    from vprof.runs.spec import BenchSpec, RunOutcome
     from vprof.traffic import TrafficShape
 
 Progress = Callable[[str], None]
