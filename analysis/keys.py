@@ -26,6 +26,9 @@ class SummaryKey(StrEnum):
     OFFERED_LOAD = "offered_load"
     OFFERED_LOAD_UNIT = "offered_load_unit"
     OPEN_LOOP = "open_loop"
+    REPLICAS = "replicas"  # servers a run spread its load over (absent: one)
+    PER_REPLICA = "per_replica"
+    GPUS_PER_REPLICA = "gpus_per_replica"
     # requests
     REQUESTS = "requests"
     EXCLUDED_WARMUP = "excluded_warmup"
@@ -94,7 +97,7 @@ def _stats(metric: str, *stats: str) -> tuple[str, ...]:
 K = SummaryKey
 # The rows a summary table shows, in order (JSON output has every key).
 SUMMARY_TABLE_KEYS: tuple[str, ...] = (
-    K.PROFILE, K.TRAFFIC, K.STATE, K.OPEN_LOOP, K.REQUESTS, K.COMPLETED, K.FAILED,
+    K.PROFILE, K.TRAFFIC, K.STATE, K.OPEN_LOOP, K.REPLICAS, K.REQUESTS, K.COMPLETED, K.FAILED,
     K.FAILURES_BY_CAUSE, K.CANCELLED, K.NOT_SENT, K.HELD_BACK, K.HELD_BACK_S, K.ERROR_RATE,
     K.UNANSWERED_RATE, K.DURATION,
     K.REQUEST_THROUGHPUT, K.OUTPUT_THROUGHPUT, K.TOTAL_TOKEN_THROUGHPUT, K.REQUEST_GOODPUT,

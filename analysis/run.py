@@ -132,6 +132,7 @@ def summarize_loaded(
         "warmup_until": run.warmup_until,
         **_offered(run.meta.get("traffic")),
     }
+    head["gpus_per_replica"] = _gpus(profile)
     trace = run.meta.get("trace")
     if isinstance(trace, dict) and trace.get("implied_token_hit_rate") is not None:
         # what the trace's shared blocks imply, beside the server's prefix_cache_hit_rate
@@ -149,6 +150,20 @@ def summarize_loaded(
     if open_loop is not None:
         body["open_loop"] = bool(open_loop) or body["open_loop"]
     return head | body
+
+
+def _gpus(profile: dict[str, Any]) -> int | None:
+    """GPUs one server of the run's profile used (tensor × pipeline × data parallel)."""
+    from vprof.common.errors import ProfileError
+    from vprof.registry.profile import gpus_per_server
+
+    args = profile.get("engine_args")
+    if not isinstance(args, dict):
+        return None
+    try:
+        return gpus_per_server(args)[0]
+    except ProfileError:
+        return None
 
 
 def _in_flight_cap(traffic: Any) -> int | None:

@@ -43,6 +43,7 @@ class RequestRecord:
     user_class: str = ""
     endpoint: str = ""  # "completions" | "chat" | "generate"
     worker: str = ""  # which Locust process produced it
+    replica: str = ""  # the server (base URL) it went to, when a bench spreads load over several
     open_loop: bool = False
     prefix_group: int = -1  # -1: no shared prefix
     conversation_id: int = -1  # -1: single-turn
