@@ -132,14 +132,47 @@ def resolve_profiles(
     return profiles
 
 
+def _content(value: Any) -> Any:
+    """Plain data for hashing: every field of a (frozen) dataclass that takes part in equality,
+    so a lengths file's values or a dataset's prompts count, not just how many there are."""
+    import dataclasses
+
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {
+            f.name: _content(getattr(value, f.name)) for f in dataclasses.fields(value) if f.compare
+        }
+    if isinstance(value, Mapping):
+        return {str(k): _content(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_content(v) for v in value]
+    return value
+
+
 def workload_digest(workload: Workload) -> str:
-    """A hash of what the workload asks for, including a prompt dataset's contents: editing
-    the workload file makes a new run instead of resuming an old one."""
-    digest = hashlib.sha256(json.dumps(workload.to_dict(), sort_keys=True).encode())
-    if workload.dataset is not None:
-        digest.update("\0".join(workload.dataset.prompts).encode())
-        digest.update(repr(workload.dataset.output_tokens).encode())
-    return digest.hexdigest()[:16]
+    """A hash of everything the workload holds (its lengths files' values and its prompt
+    dataset included): editing the workload or a file it reads makes a new run instead of
+    resuming an old one."""
+    text = json.dumps(_content(workload), sort_keys=True, default=repr)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def tokenizer_digest(tokenizer: str | None) -> str | None:
+    """A hash of the tokenizer files prompts are built with (``tokenizer.json`` and, for chat
+    templates, ``tokenizer_config.json``); ``None`` when there is no local file."""
+    if not tokenizer:
+        return None
+    path = Path(tokenizer).expanduser()
+    folder = path if path.is_dir() else path.parent
+    files = [path / "tokenizer.json" if path.is_dir() else path, folder / "tokenizer_config.json"]
+    digest = hashlib.sha256()
+    found = False
+    for file in files:
+        try:
+            digest.update(file.read_bytes())
+            found = True
+        except OSError:
+            digest.update(b"\0")
+    return digest.hexdigest()[:16] if found else None
 
 
 def run_key(
@@ -159,6 +192,7 @@ def run_key(
             "url": spec.url,
             "processes": spec.processes,
             "tokenizer": spec.tokenizer,
+            "tokenizer_files": tokenizer_digest(spec.tokenizer or _tokenizer_for(profile)),
         },
         sort_keys=True,
     )
