@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from vprof.common.errors import LaunchError, ProfileError
+from vprof.common.errors import LaunchError, ProfileError, RunError, WorkloadError
 from vprof.locustfiles.optiontable import DEFAULT_WORKLOAD
 from vprof.records.rundir import RunDir, RunState
 from vprof.runs.clientwatch import ClientWatch
@@ -72,6 +72,23 @@ class BenchSpec:
     fresh_server: bool = False  # restart the server between repeats of one profile
     extra_meta: Mapping[str, Any] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        # What can be checked without a server is checked here, before anything runs: a bad
+        # SLO must not cost a whole run, and an empty --url must not become a local launch.
+        from vprof.analysis.slo import parse_slo
+        from vprof.common.urls import check_server_url
+
+        if self.url is not None:
+            object.__setattr__(self, "url", check_server_url(self.url))
+        if self.slo is not None:
+            parse_slo(self.slo)
+        if self.tokenizer is not None and not Path(self.tokenizer).expanduser().exists():
+            raise WorkloadError(
+                f"no such file or folder: {self.tokenizer}",
+                key="--tokenizer",
+                hint="give a model folder that holds tokenizer.json, or the file itself",
+            )
+
 
 @dataclass(frozen=True)
 class RunOutcome:
@@ -117,9 +134,21 @@ def resolve_profiles(
     **overrides: Any,
 ) -> list[Profile]:
     """The named profiles with the command line's overrides; with ``url`` a name that is not
-    a profile labels the deployment there."""
+    a profile labels the deployment there, and overrides are refused: vprof cannot apply
+    them to a server it did not start (and must not record them as if it had)."""
     from vprof.registry import resolve_profile
 
+    if url is not None:
+        given = [f"--{k.replace('_args', '')}" for k, v in overrides.items() if v not in (None, ())]
+        if given:
+            also = f" (and so does {', '.join(given[1:])})" if len(given) > 1 else ""
+            raise RunError(
+                f"changes the server's settings{also}, but with --url the server at {url} is "
+                "already running with its own",
+                key=given[0],
+                hint="start that server with the setting, or leave out --url and let vprof "
+                "launch the profile with it",
+            )
     profiles = []
     for name in names:
         try:
@@ -201,13 +230,21 @@ def run_key(
     return "--".join(_slug(part) for part in parts) + (f"--r{repeat}" if repeat > 1 else "")
 
 
-def _health_ok(url: str) -> bool:
+def _health_problem(url: str) -> str:
+    """Why ``url`` has no healthy server (``""``: it has one)."""
     import requests
 
     try:
-        return requests.get(url.rstrip("/") + "/health", timeout=5).status_code == 200
-    except requests.RequestException:
-        return False
+        response = requests.get(url.rstrip("/") + "/health", timeout=5)
+    except requests.RequestException as exc:
+        return f"no server answers at {url}/health ({type(exc).__name__}: {exc})"
+    if response.status_code != 200:
+        return f"the server at {url} is not healthy: /health answered HTTP {response.status_code}"
+    return ""
+
+
+def _health_ok(url: str) -> bool:
+    return not _health_problem(url)
 
 
 class _Server:
@@ -232,12 +269,18 @@ class _Server:
     def changes(self) -> list[str]:
         return list(self.plan.changes) if self.plan else []
 
-    def start(self, say: Progress) -> None:
-        from vprof.runs.warmup import warm_up
+    def start(self, say: Progress, workload: Workload | None = None) -> None:
+        from vprof.runs.warmup import served_models, warm_up
 
         if self.plan is None:
-            if not _health_ok(self.url):
-                raise LaunchError(f"no healthy server at {self.url}/health")
+            if problem := _health_problem(self.url):
+                raise LaunchError(problem)
+            models = served_models(self.url)
+            self.settings = {"served_models": [str(m.get("id")) for m in models]}
+            limit = models[0].get("max_model_len")
+            if isinstance(limit, int) and not isinstance(limit, bool) and workload is not None:
+                self.settings["max_model_len"] = limit
+                check_fits(workload, limit, f"the server at {self.url}", say)
         else:
             from vprof.server import start_server
 
@@ -294,16 +337,21 @@ def _run_meta(
     repeat: int,
 ) -> dict[str, Any]:
     profile = server.profile
-    return {
-        "profile": {
-            "name": profile.name,
-            "identity": profile.identity(),
-            "description": profile.description,
+    described: dict[str, Any] = {
+        "name": profile.name,
+        "identity": profile.identity(),
+        "description": profile.description,
+        "launched": server.plan is not None,
+    }
+    if server.plan is not None:  # what vprof started; with --url the name only labels the server
+        described |= {
             "argv": server.argv,
             "env": dict(profile.env),
             "engine_args": dict(profile.engine_args),
             "host_changes": server.changes,
-        },
+        }
+    return {
+        "profile": described,
         "server": server.settings,
         "url": server.url,
         "workload": _asdict(workload),
@@ -427,10 +475,40 @@ def _run_one(
             reason = f"the load generator exited with code {rc} (see locust.log)"
         if state is RunState.COMPLETED and not run.records.exists():
             state, reason = RunState.FAILED, "the load generator wrote no records (see locust.log)"
+        if state is RunState.COMPLETED:
+            reason = _nothing_succeeded(run)
+            state = RunState.FAILED if reason else state
         _summarize(run, spec, say)
         run.set_status(state, reason)
         say(f"\n  {state}: {run.path}" + (f" — {reason.splitlines()[0]}" if reason else ""))
     return RunOutcome(run, server.profile.name, shape.name, state.value, reason, repeat)
+
+
+def _nothing_succeeded(run: RunDir) -> str:
+    """Why a run that ran to its end measured nothing (``""`` when a request succeeded)."""
+    import pyarrow.compute as pc
+
+    from vprof.common.errors import VprofError
+    from vprof.records.schema import Status
+    from vprof.records.store import read_records_file
+
+    try:
+        table = read_records_file(run.records).table
+    except VprofError as exc:
+        return f"its records cannot be read: {exc}"
+    status = table.column("status")
+    if pc.any(pc.equal(status, Status.OK.value)).as_py():
+        return ""
+    if table.num_rows == 0:
+        return "no request was sent (see locust.log)"
+    failed = pc.not_equal(status, Status.CANCELLED.value)
+    errors = table.filter(failed).column("error")
+    if len(errors) == 0:
+        return f"no request finished before the test ended ({table.num_rows:,} cut off)"
+    return (
+        f"every request failed ({len(errors):,} of {table.num_rows:,}); "
+        f"the first error: {errors[0].as_py()}"
+    )
 
 
 def _tokenizer_for(profile: Profile) -> str | None:
@@ -455,6 +533,26 @@ def _shape(traffic: str | TrafficShape) -> TrafficShape:
     return traffic if not isinstance(traffic, str) else get_shape(traffic)
 
 
+def check_fits(workload: Workload, max_model_len: int, server: str, say: Progress) -> None:
+    """Refuse a workload none of whose requests fit ``max_model_len`` (the server would reject
+    every one); warn when only some may not."""
+    shortest, longest = workload.min_request_tokens(), workload.max_request_tokens()
+    if shortest > max_model_len:
+        raise RunError(
+            f"every request of workload {workload.name} asks for at least {shortest:,} tokens "
+            f"(prompt + output), but {server} has max-model-len {max_model_len:,}: it would "
+            "reject them all",
+            key="--workload",
+            hint="choose a workload with shorter requests, or serve a longer max-model-len",
+        )
+    if longest > max_model_len:
+        say(
+            f"warning: {server} has max-model-len {max_model_len:,}, but workload "
+            f"{workload.name} can ask for {longest:,} tokens (prompt + output); the server "
+            "will reject those requests"
+        )
+
+
 def check_before_running(profiles: Sequence[Profile], spec: BenchSpec, say: Progress) -> _Resolved:
     """Resolve the workload and shapes and plan every profile's server before any starts: a bad
     profile, workload or traffic name fails now. Warns when a profile's max-model-len would
@@ -464,19 +562,23 @@ def check_before_running(profiles: Sequence[Profile], spec: BenchSpec, say: Prog
 
     workload = get_workload(spec.workload)
     shapes = tuple(_shape(t) for t in spec.traffic)
-    longest = workload.max_request_tokens()
+    if spec.tokenizer is not None:
+        from vprof.workloads.synthesis import load_tokenizer
+
+        try:
+            load_tokenizer(spec.tokenizer)
+        except WorkloadError as exc:
+            raise WorkloadError(
+                exc.message, path=exc.path, key="--tokenizer", hint=exc.hint
+            ) from None
     plans: dict[str, ServerPlan] = {}
     for profile in profiles:
         if spec.url:
             continue
         plans[profile.name] = plan_server(profile, model_overridden=spec.model_overridden)
         limit = plans[profile.name].profile.engine_args.get("max-model-len")
-        if isinstance(limit, int) and longest > limit:
-            say(
-                f"warning: {profile.name} has max-model-len {limit}, but workload "
-                f"{workload.name} can ask for {longest} tokens (prompt + output); the server "
-                "will reject those requests"
-            )
+        if isinstance(limit, int) and not isinstance(limit, bool) and limit > 0:
+            check_fits(workload, limit, profile.name, say)
     return _Resolved(workload, shapes, plans)
 
 
@@ -496,8 +598,9 @@ class _Bench:
         self.serving = -1  # the profile index whose server is up
 
     def run(self) -> list[RunOutcome]:
-        self.spec.out_dir.mkdir(parents=True, exist_ok=True)
         spec = self.spec
+        made = _missing_folders(spec.out_dir)
+        spec.out_dir.mkdir(parents=True, exist_ok=True)
         try:
             for index, repeat in block_order(
                 len(self.profiles), spec.repeat, spec.order, spec.seed
@@ -505,6 +608,7 @@ class _Bench:
                 self._block(index, repeat)
         finally:
             self._stop_server()
+            _remove_if_empty(made)
         return self.outcomes
 
     def _cells(self, profile: Profile, repeat: int) -> list[tuple[TrafficShape, RunDir]]:
@@ -575,7 +679,7 @@ class _Bench:
         log_path = spec.out_dir / f"{_slug(profile.name)}.server.log"
         server = _Server(profile, self.resolved.plans.get(profile.name), spec, log_path)
         try:
-            server.start(self.say)
+            server.start(self.say, self.resolved.workload)
         except LaunchError as exc:
             server.stop()
             self.say(f"{profile.name}: the server did not start: {exc}")
@@ -590,6 +694,24 @@ class _Bench:
         if self.server is not None:
             self.server.stop()
         self.server, self.serving = None, -1
+
+
+def _missing_folders(path: Path) -> list[Path]:
+    """``path`` and those of its parents that do not exist yet, innermost first."""
+    missing = []
+    while not path.exists() and path != path.parent:
+        missing.append(path)
+        path = path.parent
+    return missing
+
+
+def _remove_if_empty(folders: Sequence[Path]) -> None:
+    """Remove folders this bench made and left empty (nothing ran): never one holding a file."""
+    for folder in folders:
+        try:
+            folder.rmdir()  # refuses a folder that is not empty
+        except OSError:
+            return
 
 
 def run_bench(
