@@ -270,17 +270,11 @@ class _Server:
         return list(self.plan.changes) if self.plan else []
 
     def start(self, say: Progress, workload: Workload | None = None) -> None:
-        from vprof.runs.warmup import served_models, warm_up
+        from vprof.runs.warmup import warm_up
 
         if self.plan is None:
             if problem := _health_problem(self.url):
                 raise LaunchError(problem)
-            models = served_models(self.url)
-            self.settings = {"served_models": [str(m.get("id")) for m in models]}
-            limit = models[0].get("max_model_len")
-            if isinstance(limit, int) and not isinstance(limit, bool) and workload is not None:
-                self.settings["max_model_len"] = limit
-                check_fits(workload, limit, f"the server at {self.url}", say)
         else:
             from vprof.server import start_server
 
@@ -295,8 +289,33 @@ class _Server:
             self.url = self.started.url
             self.settings = self.started.record()
             say(f"  healthy after {self.started.healthy_after_s:.1f} s")
+        if workload is not None:
+            self._check_context(workload, say)
         self.settings["warmup_s"] = round(warm_up(self.url), 3)
         say(f"  warmed up in {self.settings['warmup_s']:.1f} s")
+
+    def _check_context(self, workload: Workload, say: Progress) -> None:
+        """Ask the server its max-model-len (vLLM lists it at ``/v1/models``) before any request:
+        a workload none of whose requests fits is refused, one that may not fit is warned of
+        (a launched profile that set max-model-len was checked before its server started)."""
+        from vprof.runs.warmup import served_models
+
+        models = served_models(self.url)
+        limit = models[0].get("max_model_len")
+        if self.plan is None:
+            self.settings["served_models"] = [str(m.get("id")) for m in models]
+        if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
+            return
+        self.settings["served_max_model_len"] = limit
+        if self.plan is None:
+            check_fits(workload, limit, f"the server at {self.url}", say)
+            return
+        if "max-model-len" in self.profile.engine_args:
+            return
+        try:
+            check_fits(workload, limit, f"{self.profile.name} (max-model-len from its model)", say)
+        except RunError as exc:  # this profile cannot serve the workload; others may
+            raise LaunchError(exc.message, hint=exc.hint) from None
 
     def alive(self) -> bool:
         return self.started.process.alive() if self.started else _health_ok(self.url)
@@ -484,6 +503,22 @@ def _run_one(
     return RunOutcome(run, server.profile.name, shape.name, state.value, reason, repeat)
 
 
+def _reusable(run: RunDir, say: Progress) -> bool:
+    """A completed run whose records still read: its results are kept, not measured again."""
+    from vprof.common.errors import VprofError
+    from vprof.records.store import read_records_file
+
+    if run.state != RunState.COMPLETED:
+        return False
+    try:
+        damage = read_records_file(run.records).describe(run.locust_info().get("records"))
+    except VprofError as exc:
+        damage = str(exc)
+    if damage:
+        say(f"{run.name}: completed, but its records are damaged ({damage}); running it again")
+    return not damage
+
+
 def _nothing_succeeded(run: RunDir) -> str:
     """Why a run that ran to its end measured nothing (``""`` when a request succeeded)."""
     import pyarrow.compute as pc
@@ -633,7 +668,7 @@ class _Bench:
         if self.stopped or index in self.broken:
             self._not_started(profile, repeat, cells, self.stopped or self.broken[index])
             return
-        pending = [(shape, run) for shape, run in cells if run.state != RunState.COMPLETED]
+        pending = [(shape, run) for shape, run in cells if not _reusable(run, say)]
         for shape, run in cells:
             if (shape, run) not in pending:
                 where = f"{profile.name} × {shape.name}{_of(repeat, spec)}"

@@ -129,3 +129,14 @@ def test_a_tokenizer_edit_changes_the_run_key(files):
     config["chat_template"] = "{{ messages[0]['content'] }}"
     (copy / "tokenizer_config.json").write_text(json.dumps(config))
     assert _key(files, tokenizer=str(copy)) != before
+
+
+def test_a_completed_run_whose_records_were_damaged_runs_again_and_keeps_them(emulator, files):
+    assert ran(bench(emulator, files))
+    (run,) = [p for p in (files / "out").iterdir() if p.is_dir()]
+    (run / "records.arrow").write_bytes(b"\xff" * 100)
+    said = bench(emulator, files)
+    assert ran(said)
+    assert any("completed, but its records are damaged" in line for line in said)
+    kept = run.with_name(run.name + ".attempt-1")
+    assert (kept / "records.arrow").read_bytes() == b"\xff" * 100  # moved aside, not deleted
