@@ -294,10 +294,11 @@ def _ladder(
     with _interruptible(opts["out_dir"]):
         rows = run_ladder(profile, rungs, spec, _say, stop_early=stop_early)
     recommendation = recommend(rows, prefer=prefer)
-    write_sweep(opts["out_dir"], kind, profile.name, rows, recommendation)
+    written = write_sweep(opts["out_dir"], kind, profile.name, rows, recommendation)
     click.echo("", err=True)
     emit_parts([_rows_part(rows, fmt), ("recommendation", recommendation, None)], fmt)
-    _html_report([opts["out_dir"]], opts)
+    if written is not None:  # some rung ran
+        _html_report([opts["out_dir"]], opts)
 
 
 @sweep.command("batched-tokens")

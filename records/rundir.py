@@ -199,6 +199,7 @@ RUN_FIELDS: dict[str, Check] = {
     ),
     "workload": _obj({"name": _text(null=True)}, or_text=True, null=True),
     "traffic": _obj(_TRAFFIC, or_text=True, null=True),
+    "trace": _obj({"implied_token_hit_rate": _number(0, 1, null=True)}, null=True),
     "url": _text(null=True),
     "seed": _number(integer=True, null=True),
     "repeat": _number(1, 1e6, integer=True, null=True),
@@ -222,7 +223,11 @@ LOCUST_FIELDS: dict[str, Check] = {
 }
 # One line of metrics.jsonl: a time and the server's metric values (NaN samples are dropped
 # when scraped, so every value is finite).
-METRICS_LINE: dict[str, Check] = {"t": SAMPLED_AT, "values": _values(_number())}
+METRICS_LINE: dict[str, Check] = {
+    "t": SAMPLED_AT,
+    "scrape_s": _number(0, 1e6),  # how long the scrape took
+    "values": _values(_number()),
+}
 # One line of loadgen.jsonl (a Locust process's health sample).
 LOADGEN_LINE: dict[str, Check] = {
     "t": SAMPLED_AT,

@@ -178,10 +178,10 @@ def _content(value: Any) -> Any:
 
 
 def workload_digest(workload: Workload) -> str:
-    """A hash of everything the workload holds (its lengths files' values and its prompt
-    dataset included): editing the workload or a file it reads makes a new run instead of
-    resuming an old one."""
-    text = json.dumps(_content(workload), sort_keys=True, default=repr)
+    """A hash of everything the workload holds (its lengths files' values, its prompt dataset
+    and, through ``to_dict``, a trace file's bytes): editing the workload or a file it reads
+    makes a new run instead of resuming an old one."""
+    text = json.dumps([workload.to_dict(), _content(workload)], sort_keys=True, default=repr)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 

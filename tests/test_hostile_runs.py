@@ -329,3 +329,19 @@ def test_the_bench_command_exits_1_when_every_request_failed(tmp_path, too_long)
         ])  # fmt: skip
     assert result.exit_code == 1, result.output
     assert "every request failed" in result.output
+
+
+def test_a_settings_sweep_whose_servers_never_start_writes_nothing(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+
+    def refuses(*args, **kwargs):
+        raise LaunchError("the server died at start-up (a test's stand-in for a dead engine)")
+
+    import vprof.server
+
+    monkeypatch.setattr(vprof.server, "start_server", refuses)
+    result = CliRunner().invoke(cli, ["sweep", "chunked", "base", "--sizes", "128", "--out", "o"])
+    assert result.exit_code == 0, result.output  # the table says why each rung did not start
+    assert "the server died at start-up" in result.output
+    assert "nothing to recommend" in result.output
+    assert not Path("o").exists()  # no sweep.json, no report.html, no empty folder
