@@ -185,7 +185,9 @@ def _held_back(cols: Columns, keep: Any, cap: int | None) -> dict[str, Any]:
 def _client_limits(out: Mapping[str, Any]) -> list[str]:
     """Why the load generator, not the server, may have set the pace (empty: it did not)."""
     reasons = []
-    if out.get("loadgen_saturated"):
+    if out.get("loadgen_starved"):
+        reasons.append("other processes on this machine held its cores")
+    elif out.get("loadgen_saturated"):
         reasons.append("its event loop fell behind")
     if out.get("in_flight_cap_reached"):
         reasons.append(

@@ -233,6 +233,7 @@ LOADGEN_LINE: dict[str, Check] = {
     "t": SAMPLED_AT,
     "worker": _text(),
     "cpu_percent": PERCENT,
+    "wait_percent": PERCENT,
     "machine_cpu_percent": PERCENT,
     "steal_percent": PERCENT,
     "per_core_cpu_percent": _items(_number(0, 1e6), limit=100_000),

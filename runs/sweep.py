@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from vprof.analysis.keys import SummaryKey
+from vprof.analysis.keys import CLIENT_FIX, SummaryKey
 from vprof.common.errors import ProfileError, RunError, WorkloadError
 from vprof.records.rundir import RunState, read_json, sweep_manifest, write_json_atomic
 from vprof.runs.spec import NOT_STARTED, SKIPPED
@@ -274,7 +274,7 @@ def recommend(rows: Sequence[Mapping[str, Any]], *, prefer: str = "throughput") 
     suspect = [str(r["rung"]) for r in rows if r.get(SummaryKey.CLIENT_LIMITED)]
     caveat = (
         f" Left out because the load generator was the bottleneck: {', '.join(suspect)} "
-        "(re-run them with --processes or fewer users)."
+        f"(re-run them: {CLIENT_FIX})."
         if suspect
         else ""
     )
