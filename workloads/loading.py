@@ -145,9 +145,7 @@ def workload_from_dict(
     conversation = (
         _conversation(data["conversation"], loc) if data.get("conversation") is not None else None
     )
-    fixed_output = data.get("fixed_output", True)
-    if not isinstance(fixed_output, bool):
-        raise loc.error(("fixed_output",), f"must be true or false, got {fixed_output!r}")
+    fixed_output = _fixed_output(data, loc)
     try:
         return Workload(
             name=name,
@@ -166,6 +164,14 @@ def workload_from_dict(
         raise loc.error((exc.key or "",), exc.message) from None
 
 
+def _fixed_output(data: Mapping[str, Any], loc: _Located) -> bool:
+    """``fixed_output`` (default true): ask the server for exactly the drawn output length."""
+    fixed_output = data.get("fixed_output", True)
+    if not isinstance(fixed_output, bool):
+        raise loc.error(("fixed_output",), f"must be true or false, got {fixed_output!r}")
+    return fixed_output
+
+
 def _trace_workload(
     data: Mapping[str, Any], loc: _Located, name: str, description: str
 ) -> Workload:
@@ -181,9 +187,7 @@ def _trace_workload(
     except WorkloadError as exc:
         raise loc.error((exc.key or "",), exc.message) from None
     trace = load_trace(spec)  # its errors name the trace file and line
-    fixed_output = data.get("fixed_output", True)
-    if not isinstance(fixed_output, bool):
-        raise loc.error(("fixed_output",), f"must be true or false, got {fixed_output!r}")
+    fixed_output = _fixed_output(data, loc)
     try:
         return Workload(
             name=name,
