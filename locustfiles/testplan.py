@@ -16,6 +16,7 @@ from locust.runners import (
     WorkerRunner,
 )
 
+import gc
 import logging
 import secrets
 from dataclasses import dataclass, field
@@ -119,6 +120,22 @@ class ProcessState:
                 config.epoch, offsets, partition(len(offsets), self.worker_index, self.workers)
             )
         self.config = config
+        gevent.spawn(self._get_ready)
+
+    def _get_ready(self) -> None:
+        """Build what requests need (tokenizer, synthesizer, the served model's name) as soon
+        as the settings arrive, so the first users do not pay for it when their requests are
+        due. A failure is left for the requests to report, one error record each."""
+        try:
+            self.synthesizer()
+            endpoint = str(opt(self.environment, "endpoint", "") or "") or self.workload().endpoint
+            if endpoint != "generate" and self.environment.host:
+                self.model(str(self.environment.host))
+        except Exception as exc:  # noqa: BLE001
+            log.debug("vprof: preparing requests failed (each request will say so): %s", exc)
+        # What start-up built (modules, tokenizer, prefixes) lives on: moved out of the
+        # collector's sight, a full collection no longer stalls every stream.
+        gc.freeze()
 
     def wait_config(self, stopping: Any = lambda: False) -> TestPlan | None:
         """The current test's settings; ``None`` if ``stopping()`` turns true first."""
