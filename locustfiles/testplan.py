@@ -101,6 +101,7 @@ class ProcessState:
         self._workload_name: str | None = None
         self._model: str | None = None
         self._build_lock = gevent.lock.Semaphore()
+        self._model_lock = gevent.lock.Semaphore()
 
     # -- the config ----------------------------------------------------------------------
     def apply(self, data: dict[str, Any]) -> None:
@@ -186,9 +187,10 @@ class ProcessState:
 
     def model(self, host: str) -> str:
         """The served model name: ``--model``, or the first one ``/v1/models`` lists."""
-        if self._model is None:
-            self._model = str(opt(self.environment, "model", "") or "") or _ask_model(host)
-        return self._model
+        with self._model_lock:  # one lookup, however many users want it at once
+            if self._model is None:
+                self._model = str(opt(self.environment, "model", "") or "") or _ask_model(host)
+            return self._model
 
 
 def tokenizer_path(environment: Any) -> Path:

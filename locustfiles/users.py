@@ -31,6 +31,7 @@ from typing import Any, ClassVar
 import gevent
 
 from vprof.common.clock import process_clock
+from vprof.common.errors import VprofError
 from vprof.locustfiles import collect
 from vprof.locustfiles.options import opt
 from vprof.locustfiles.optiontable import DEFAULT_REQUEST_TIMEOUT_S
@@ -310,6 +311,9 @@ class LLMUser(User):
         except ConnectError as exc:
             record.status, record.error = Status.ERROR.value, f"{type(exc).__name__}: {exc}"
             self._unreachable = True
+        except VprofError as exc:  # no request could be made (the model lookup, a tokenizer)
+            record.status, record.error = Status.ERROR.value, f"not sent: {exc}"
+            self._unreachable = True  # it will not go away by itself: a closed loop backs off
         except (ResponseError, StreamError, OSError, ValueError) as exc:
             record.status, record.error = Status.ERROR.value, f"{type(exc).__name__}: {exc}"
         except Exception as exc:  # a bug: still one record, and Locust shows the traceback
