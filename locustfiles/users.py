@@ -100,13 +100,14 @@ class LLMUser(User):
         self._conversation: Any = None
         self._last_text: str | None = None
         self._unreachable = False
-        self._next: Any = None  # the greenlet preparing the next closed-loop request
+        # the next closed-loop request's index and the greenlet preparing it
+        self._next: tuple[int, gevent.Greenlet] | None = None
         self._last_finished_at = math.nan  # this user's previous answer, for idle_before_ms
         self._worker = collect.process_name(self.environment)
 
     def on_stop(self) -> None:
         if self._next is not None:
-            self._next.kill(block=False)
+            self._next[1].kill(block=False)
             self._next = None
         conn = getattr(self, "_conn", None)
         if conn is not None:
@@ -187,7 +188,8 @@ class LLMUser(User):
                 return  # the next turn needs this one's answer
         except Exception:  # noqa: BLE001 - send() records it
             return
-        self._next = gevent.spawn(self._prepare_when_idle, run.next_index())
+        index = run.next_index()
+        self._next = (index, gevent.spawn(self._prepare_when_idle, index))
 
     def _prepare_when_idle(self, index: int) -> _Prepared:
         gevent.idle()
@@ -195,14 +197,14 @@ class LLMUser(User):
 
     def _take_next(self) -> _Prepared:
         """The next closed-loop request: the one prepared during the last stream, if any."""
-        pending, self._next = self._next, None
-        if pending is None:
+        if self._next is None:
             return self._prepare(state(self.environment).next_index())
+        (index, pending), self._next = self._next, None
         if not pending.ready():
             pending.kill()  # still waiting for an idle moment: prepare it now
-        if pending.successful() and pending.value is not None:
+        if isinstance(pending.value, _Prepared):  # a killed greenlet's value is its GreenletExit
             return pending.value
-        return self._prepare(pending.args[0])
+        return self._prepare(index)
 
     # -- the task ------------------------------------------------------------------------
     @task
