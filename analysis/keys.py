@@ -120,3 +120,10 @@ SHOWN_WHEN_NONZERO = frozenset(
     {K.FAILURES_BY_CAUSE, K.CANCELLED, K.NOT_SENT, K.HELD_BACK, K.HELD_BACK_S, K.UNANSWERED_RATE,
      K.CLIENT_LIMITED_BY, K.METRICS_WARNING}
 )  # fmt: skip
+
+
+# What to do about a client-limited run (its loadgen_verdict says which applies).
+CLIENT_FIX = (
+    "use --processes or fewer users, or, when other processes held its cores, "
+    "give the load generator cores of its own"
+)

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from vprof.analysis.keys import CLIENT_FIX
 from vprof.analysis.keys import SummaryKey as K
 from vprof.analysis.slo import Slo, SloError, parse_slo
 from vprof.analysis.stats import pct_key
@@ -325,7 +326,7 @@ def _plan_single(
         if lv.client_limited:
             notes.append(
                 f"the load generator was the bottleneck in {lv.run}: that level is not counted "
-                "as met (re-run it with --processes or fewer users)"
+                f"as met (re-run it: {CLIENT_FIX})"
             )
     if sustainable <= 0 or math.isnan(sustainable):
         return ProfilePlan(name, None, None, binding, "no positive sustainable rate measured",

@@ -222,7 +222,9 @@ def _in_flight(cols: Columns, keep: Any, users: int | None, reasons: list[str]) 
 def _client_limits(out: Mapping[str, Any]) -> list[str]:
     """Why the load generator, not the server, may have set the pace (empty: it did not)."""
     reasons = []
-    if out.get("loadgen_saturated"):
+    if out.get("loadgen_starved"):
+        reasons.append("other processes on this machine held its cores")
+    elif out.get("loadgen_saturated"):
         reasons.append("its event loop fell behind")
     if out.get("in_flight_cap_reached"):
         reasons.append(

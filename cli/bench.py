@@ -182,11 +182,11 @@ def _spec(opts: dict[str, Any], **extra: Any):
     )
 
 
-def _profiles(names: tuple[str, ...], opts: dict[str, Any]):
+def _profiles(names: tuple[str, ...], opts: dict[str, Any], url: str | None):
     from vprof.runs.bench import resolve_profiles
 
     return resolve_profiles(
-        names, opts["profiles_dirs"], url=opts["url"], say=_say, model=opts["model"],
+        names, opts["profiles_dirs"], url=url, say=_say, model=opts["model"],
         port=opts["port"], set_args=opts["set_args"],
     )  # fmt: skip
 
@@ -252,9 +252,10 @@ def bench(profile_names: tuple[str, ...], fmt: str, **opts: Any) -> None:
     """
     from vprof.runs import run_bench
 
-    profiles = _profiles(profile_names, opts)
+    spec = _spec(opts)  # the run's own checks (--url, --slo, --tokenizer) come first
+    profiles = _profiles(profile_names, opts, spec.url)
     with _interruptible(opts["out_dir"]):
-        outcomes = run_bench(profiles, _spec(opts), _say)
+        outcomes = run_bench(profiles, spec, _say)
     _report(outcomes, fmt, opts)
 
 
@@ -284,17 +285,20 @@ def _ladder(
     kind: str, profile_name: str, rungs_of, opts: dict[str, Any], fmt: str, *, stop_early: bool,
     prefer: str,
 ) -> None:  # fmt: skip
-    from vprof.runs.sweep import recommend, run_ladder, write_sweep
+    from vprof.runs.sweep import check_ladder, recommend, run_ladder, write_sweep
 
-    (profile,) = _profiles((profile_name,), opts)
+    spec = _spec(opts)
+    check_ladder(spec)
+    (profile,) = _profiles((profile_name,), opts, spec.url)
     rungs = rungs_of(profile)
     with _interruptible(opts["out_dir"]):
-        rows = run_ladder(profile, rungs, _spec(opts), _say, stop_early=stop_early)
+        rows = run_ladder(profile, rungs, spec, _say, stop_early=stop_early)
     recommendation = recommend(rows, prefer=prefer)
-    write_sweep(opts["out_dir"], kind, profile.name, rows, recommendation)
+    written = write_sweep(opts["out_dir"], kind, profile.name, rows, recommendation)
     click.echo("", err=True)
     emit_parts([_rows_part(rows, fmt), ("recommendation", recommendation, None)], fmt)
-    _html_report([opts["out_dir"]], opts)
+    if written is not None:  # some rung ran
+        _html_report([opts["out_dir"]], opts)
 
 
 @sweep.command("batched-tokens")
@@ -422,9 +426,10 @@ def load(profile_name: str, levels: str, target_rps: float | None, fmt: str, **o
     from vprof.runs.sweep import parse_levels, run_load_ladder, write_sweep
 
     values = parse_levels(levels)
-    (profile,) = _profiles((profile_name,), opts)
+    spec = _spec(opts)
+    (profile,) = _profiles((profile_name,), opts, spec.url)
     with _interruptible(opts["out_dir"]):
-        rows, outcomes = run_load_ladder(profile, opts["traffic"][0], values, _spec(opts), _say)
+        rows, outcomes = run_load_ladder(profile, opts["traffic"][0], values, spec, _say)
     write_sweep(opts["out_dir"], "load", profile.name, rows, "")
     click.echo("", err=True)
     parts = [_rows_part(rows, fmt)]

@@ -24,6 +24,7 @@ from locust import User, constant, task
 from locust.exception import StopUser
 
 import json
+import logging
 import math
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -46,7 +47,13 @@ ENDPOINT_PATHS = {
     "generate": "/generate",
 }
 CONNECT_TIMEOUT_S = 10.0
-UNREACHABLE_BACKOFF_S = 0.5
+# A closed-loop user whose requests keep failing (HTTP errors, connection failures) waits
+# BACKOFF_FIRST_S after the first, twice as long after each further one, at most BACKOFF_MAX_S:
+# a server that rejects everything is not hammered, and one that recovers is back in seconds.
+BACKOFF_FIRST_S = 0.05
+BACKOFF_MAX_S = 5.0
+
+log = logging.getLogger(__name__)
 
 
 class _RequestTimeout(Exception):
@@ -99,7 +106,7 @@ class LLMUser(User):
             raise StopUser(f"cannot send to {self.host}: {exc}") from None
         self._conversation: Any = None
         self._last_text: str | None = None
-        self._unreachable = False
+        self._failures = 0  # consecutive HTTP errors or connection failures (closed loop)
         # the next closed-loop request's index and the greenlet preparing it
         self._next: tuple[int, gevent.Greenlet] | None = None
         self._last_finished_at = math.nan  # this user's previous answer, for idle_before_ms
@@ -232,10 +239,28 @@ class LLMUser(User):
                 return
         else:
             prepared = self._take_next()
-        self.send(prepared.index, scheduled_at, open_loop=run.open_loop, salt=config.salt,
-                  prepared=prepared)  # fmt: skip
-        if not run.open_loop and self._unreachable:
-            gevent.sleep(UNREACHABLE_BACKOFF_S)  # a closed loop must not spin on a dead server
+        record = self.send(prepared.index, scheduled_at, open_loop=run.open_loop,
+                           salt=config.salt, prepared=prepared)  # fmt: skip
+        if not run.open_loop:  # open-loop arrivals keep their schedule; lag records the delay
+            self._back_off(record)
+
+    def _back_off(self, record: RequestRecord) -> None:
+        """Wait before the next request after consecutive rejections (bounded exponential),
+        and say so in the log once per streak; a stopping test cuts the wait short."""
+        if record.status != Status.ERROR.value or record.http_status == 200:
+            if self._failures > 1:
+                name = type(self).__name__
+                log.warning("%s: the server answers again after %d failures", name, self._failures)
+            self._failures = 0
+            return
+        self._failures += 1
+        delay_s = min(BACKOFF_MAX_S, BACKOFF_FIRST_S * 2 ** min(self._failures - 1, 20))
+        if self._failures == 2:
+            log.warning(
+                "%s: requests keep failing (%s); backing off, up to %g s between requests",
+                type(self).__name__, record.error[:120], BACKOFF_MAX_S,
+            )  # fmt: skip
+        self._sleep_until(process_clock().now() + delay_s)
 
     def _sleep_until(self, wall_s: float) -> bool:
         clock = process_clock()
@@ -255,8 +280,9 @@ class LLMUser(User):
         open_loop: bool,
         salt: str = "",
         prepared: _Prepared | None = None,
-    ) -> None:
-        """Send request ``index``, time its stream, and emit its record and Locust stats."""
+    ) -> RequestRecord:
+        """Send request ``index``, time its stream, emit its record and Locust stats, and
+        return the record."""
         clock = process_clock()
         if prepared is None or prepared.index != index:
             prepared = self._prepare(index)
@@ -274,7 +300,6 @@ class LLMUser(User):
         timeout_s = self.request_timeout_s or float(
             opt(self.environment, "request_timeout_s", DEFAULT_REQUEST_TIMEOUT_S)
         )
-        self._unreachable = False
         try:
             if prepared.error is not None:
                 raise prepared.error
@@ -312,10 +337,8 @@ class LLMUser(User):
             record.status, record.error = Status.TIMEOUT.value, f"{type(exc).__name__}: {exc}"
         except ConnectError as exc:
             record.status, record.error = Status.ERROR.value, f"{type(exc).__name__}: {exc}"
-            self._unreachable = True
         except VprofError as exc:  # no request could be made (the model lookup, a tokenizer)
             record.status, record.error = Status.ERROR.value, f"not sent: {exc}"
-            self._unreachable = True  # it will not go away by itself: a closed loop backs off
         except (ResponseError, StreamError, OSError, ValueError) as exc:
             record.status, record.error = Status.ERROR.value, f"{type(exc).__name__}: {exc}"
         except Exception as exc:  # a bug: still one record, and Locust shows the traceback
@@ -340,6 +363,7 @@ class LLMUser(User):
             collect.emit(self.environment, _as_dict(record))
             if record.status != Status.CANCELLED.value:
                 self._report(record, ENDPOINT_PATHS[endpoint])
+        return record
 
     def _fill(self, record: RequestRecord, result: StreamResult, endpoint: str) -> None:
         if result.first_token_s is not None:

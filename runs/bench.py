@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from vprof.common.errors import LaunchError, ProfileError
+from vprof.common.errors import LaunchError, ProfileError, RunError, WorkloadError
 from vprof.records.rundir import RunDir, RunState
-from vprof.runs.measure import Server, run_one
+from vprof.runs.measure import Server, check_fits, run_one, tokenizer_for
 from vprof.runs.order import block_order
 from vprof.runs.spec import NOT_STARTED, SKIPPED, BenchSpec, Progress, RunOutcome
 
@@ -61,9 +61,21 @@ def resolve_profiles(
     **overrides: Any,
 ) -> list[Profile]:
     """The named profiles with the command line's overrides; with ``url`` a name that is not
-    a profile labels the deployment there."""
+    a profile labels the deployment there, and overrides are refused: vprof cannot apply
+    them to a server it did not start (and must not record them as if it had)."""
     from vprof.registry import resolve_profile
 
+    if url is not None:
+        given = [f"--{k.replace('_args', '')}" for k, v in overrides.items() if v not in (None, ())]
+        if given:
+            also = f" (and so does {', '.join(given[1:])})" if len(given) > 1 else ""
+            raise RunError(
+                f"changes the server's settings{also}, but with --url the server at {url} is "
+                "already running with its own",
+                key=given[0],
+                hint="start that server with the setting, or leave out --url and let vprof "
+                "launch the profile with it",
+            )
     profiles = []
     for name in names:
         try:
@@ -76,14 +88,47 @@ def resolve_profiles(
     return profiles
 
 
+def _content(value: Any) -> Any:
+    """Plain data for hashing: every field of a (frozen) dataclass that takes part in equality,
+    so a lengths file's values or a dataset's prompts count, not just how many there are."""
+    import dataclasses
+
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {
+            f.name: _content(getattr(value, f.name)) for f in dataclasses.fields(value) if f.compare
+        }
+    if isinstance(value, Mapping):
+        return {str(k): _content(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_content(v) for v in value]
+    return value
+
+
 def workload_digest(workload: Workload) -> str:
-    """A hash of what the workload asks for, including a prompt dataset's contents: editing
-    the workload file makes a new run instead of resuming an old one."""
-    digest = hashlib.sha256(json.dumps(workload.to_dict(), sort_keys=True).encode())
-    if workload.dataset is not None:
-        digest.update("\0".join(workload.dataset.prompts).encode())
-        digest.update(repr(workload.dataset.output_tokens).encode())
-    return digest.hexdigest()[:16]
+    """A hash of everything the workload holds (its lengths files' values, its prompt dataset
+    and, through ``to_dict``, a trace file's bytes): editing the workload or a file it reads
+    makes a new run instead of resuming an old one."""
+    text = json.dumps([workload.to_dict(), _content(workload)], sort_keys=True, default=repr)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def tokenizer_digest(tokenizer: str | None) -> str | None:
+    """A hash of the tokenizer files prompts are built with (``tokenizer.json`` and, for chat
+    templates, ``tokenizer_config.json``); ``None`` when there is no local file."""
+    if not tokenizer:
+        return None
+    path = Path(tokenizer).expanduser()
+    folder = path if path.is_dir() else path.parent
+    files = [path / "tokenizer.json" if path.is_dir() else path, folder / "tokenizer_config.json"]
+    digest = hashlib.sha256()
+    found = False
+    for file in files:
+        try:
+            digest.update(file.read_bytes())
+            found = True
+        except OSError:
+            digest.update(b"\0")
+    return digest.hexdigest()[:16] if found else None
 
 
 def run_key(
@@ -103,6 +148,7 @@ def run_key(
             "url": spec.url,
             "processes": spec.processes,
             "tokenizer": spec.tokenizer,
+            "tokenizer_files": tokenizer_digest(spec.tokenizer or tokenizer_for(profile)),
         },
         sort_keys=True,
     )
@@ -126,19 +172,23 @@ def check_before_running(profiles: Sequence[Profile], spec: BenchSpec, say: Prog
 
     workload = get_workload(spec.workload)
     shapes = tuple(_shape(t) for t in spec.traffic)
-    longest = workload.max_request_tokens()
+    if spec.tokenizer is not None:
+        from vprof.workloads.synthesis import load_tokenizer
+
+        try:
+            load_tokenizer(spec.tokenizer)
+        except WorkloadError as exc:
+            raise WorkloadError(
+                exc.message, path=exc.path, key="--tokenizer", hint=exc.hint
+            ) from None
     plans: dict[str, ServerPlan] = {}
     for profile in profiles:
         if spec.url:
             continue
         plans[profile.name] = plan_server(profile, model_overridden=spec.model_overridden)
         limit = plans[profile.name].profile.engine_args.get("max-model-len")
-        if isinstance(limit, int) and longest > limit:
-            say(
-                f"warning: {profile.name} has max-model-len {limit}, but workload "
-                f"{workload.name} can ask for {longest} tokens (prompt + output); the server "
-                "will reject those requests"
-            )
+        if isinstance(limit, int) and not isinstance(limit, bool) and limit > 0:
+            check_fits(workload, limit, profile.name, say)
     return _Resolved(workload, shapes, plans)
 
 
@@ -158,8 +208,9 @@ class _Bench:
         self.serving = -1  # the profile index whose server is up
 
     def run(self) -> list[RunOutcome]:
-        self.spec.out_dir.mkdir(parents=True, exist_ok=True)
         spec = self.spec
+        made = _missing_folders(spec.out_dir)
+        spec.out_dir.mkdir(parents=True, exist_ok=True)
         try:
             for index, repeat in block_order(
                 len(self.profiles), spec.repeat, spec.order, spec.seed
@@ -167,6 +218,7 @@ class _Bench:
                 self._block(index, repeat)
         finally:
             self._stop_server()
+            _remove_if_empty(made)
         return self.outcomes
 
     def _cells(self, profile: Profile, repeat: int) -> list[tuple[TrafficShape, RunDir]]:
@@ -191,7 +243,7 @@ class _Bench:
         if self.stopped or index in self.broken:
             self._not_started(profile, repeat, cells, self.stopped or self.broken[index])
             return
-        pending = [(shape, run) for shape, run in cells if run.state != RunState.COMPLETED]
+        pending = [(shape, run) for shape, run in cells if not _reusable(run, say)]
         for shape, run in cells:
             if (shape, run) not in pending:
                 where = f"{profile.name} × {shape.name}{_of(repeat, spec)}"
@@ -237,7 +289,7 @@ class _Bench:
         log_path = spec.out_dir / f"{_slug(profile.name)}.server.log"
         server = Server(profile, self.resolved.plans.get(profile.name), spec, log_path)
         try:
-            server.start(self.say)
+            server.start(self.say, self.resolved.workload)
         except LaunchError as exc:
             server.stop()
             self.say(f"{profile.name}: the server did not start: {exc}")
@@ -252,6 +304,40 @@ class _Bench:
         if self.server is not None:
             self.server.stop()
         self.server, self.serving = None, -1
+
+
+def _reusable(run: RunDir, say: Progress) -> bool:
+    """A completed run whose records still read: its results are kept, not measured again."""
+    from vprof.common.errors import VprofError
+    from vprof.records.store import read_records_file
+
+    if run.state != RunState.COMPLETED:
+        return False
+    try:
+        damage = read_records_file(run.records).describe(run.locust_info().get("records"))
+    except VprofError as exc:
+        damage = str(exc)
+    if damage:
+        say(f"{run.name}: completed, but its records are damaged ({damage}); running it again")
+    return not damage
+
+
+def _missing_folders(path: Path) -> list[Path]:
+    """``path`` and those of its parents that do not exist yet, innermost first."""
+    missing = []
+    while not path.exists() and path != path.parent:
+        missing.append(path)
+        path = path.parent
+    return missing
+
+
+def _remove_if_empty(folders: Sequence[Path]) -> None:
+    """Remove folders this bench made and left empty (nothing ran): never one holding a file."""
+    for folder in folders:
+        try:
+            folder.rmdir()  # refuses a folder that is not empty
+        except OSError:
+            return
 
 
 def run_bench(

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from vprof.common.errors import LaunchError
+from vprof.common.errors import LaunchError, RunError
 from vprof.records.rundir import RunDir, RunState
 from vprof.runs.clientwatch import ClientWatch
 from vprof.runs.environment import client_versions, hardware, vllm_version
@@ -25,13 +25,41 @@ if TYPE_CHECKING:
     from vprof.workloads import Workload
 
 
-def _health_ok(url: str) -> bool:
+def _health_problem(url: str) -> str:
+    """Why ``url`` has no healthy server (``""``: it has one)."""
     import requests
 
     try:
-        return requests.get(url.rstrip("/") + "/health", timeout=5).status_code == 200
-    except requests.RequestException:
-        return False
+        response = requests.get(url.rstrip("/") + "/health", timeout=5)
+    except requests.RequestException as exc:
+        return f"no server answers at {url}/health ({type(exc).__name__}: {exc})"
+    if response.status_code != 200:
+        return f"the server at {url} is not healthy: /health answered HTTP {response.status_code}"
+    return ""
+
+
+def _health_ok(url: str) -> bool:
+    return not _health_problem(url)
+
+
+def check_fits(workload: Workload, max_model_len: int, server: str, say: Progress) -> None:
+    """Refuse a workload none of whose requests fit ``max_model_len`` (the server would reject
+    every one); warn when only some may not."""
+    shortest, longest = workload.min_request_tokens(), workload.max_request_tokens()
+    if shortest > max_model_len:
+        raise RunError(
+            f"every request of workload {workload.name} asks for at least {shortest:,} tokens "
+            f"(prompt + output), but {server} has max-model-len {max_model_len:,}: it would "
+            "reject them all",
+            key="--workload",
+            hint="choose a workload with shorter requests, or serve a longer max-model-len",
+        )
+    if longest > max_model_len:
+        say(
+            f"warning: {server} has max-model-len {max_model_len:,}, but workload "
+            f"{workload.name} can ask for {longest:,} tokens (prompt + output); the server "
+            "will reject those requests"
+        )
 
 
 class Server:
@@ -56,12 +84,12 @@ class Server:
     def changes(self) -> list[str]:
         return list(self.plan.changes) if self.plan else []
 
-    def start(self, say: Progress) -> None:
+    def start(self, say: Progress, workload: Workload | None = None) -> None:
         from vprof.runs.warmup import warm_up
 
         if self.plan is None:
-            if not _health_ok(self.url):
-                raise LaunchError(f"no healthy server at {self.url}/health")
+            if problem := _health_problem(self.url):
+                raise LaunchError(problem)
         else:
             from vprof.server import start_server
 
@@ -76,8 +104,33 @@ class Server:
             self.url = self.started.url
             self.settings = self.started.record()
             say(f"  healthy after {self.started.healthy_after_s:.1f} s")
+        if workload is not None:
+            self._check_context(workload, say)
         self.settings["warmup_s"] = round(warm_up(self.url), 3)
         say(f"  warmed up in {self.settings['warmup_s']:.1f} s")
+
+    def _check_context(self, workload: Workload, say: Progress) -> None:
+        """Ask the server its max-model-len (vLLM lists it at ``/v1/models``) before any request:
+        a workload none of whose requests fits is refused, one that may not fit is warned of
+        (a launched profile that set max-model-len was checked before its server started)."""
+        from vprof.runs.warmup import served_models
+
+        models = served_models(self.url)
+        limit = models[0].get("max_model_len")
+        if self.plan is None:
+            self.settings["served_models"] = [str(m.get("id")) for m in models]
+        if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
+            return
+        self.settings["served_max_model_len"] = limit
+        if self.plan is None:
+            check_fits(workload, limit, f"the server at {self.url}", say)
+            return
+        if "max-model-len" in self.profile.engine_args:
+            return
+        try:
+            check_fits(workload, limit, f"{self.profile.name} (max-model-len from its model)", say)
+        except RunError as exc:  # this profile cannot serve the workload; others may
+            raise LaunchError(exc.message, hint=exc.hint) from None
 
     def alive(self) -> bool:
         return self.started.process.alive() if self.started else _health_ok(self.url)
@@ -118,16 +171,21 @@ def _run_meta(
     repeat: int,
 ) -> dict[str, Any]:
     profile = server.profile
-    return {
-        "profile": {
-            "name": profile.name,
-            "identity": profile.identity(),
-            "description": profile.description,
+    described: dict[str, Any] = {
+        "name": profile.name,
+        "identity": profile.identity(),
+        "description": profile.description,
+        "launched": server.plan is not None,
+    }
+    if server.plan is not None:  # what vprof started; with --url the name only labels the server
+        described |= {
             "argv": server.argv,
             "env": dict(profile.env),
             "engine_args": dict(profile.engine_args),
             "host_changes": server.changes,
-        },
+        }
+    return {
+        "profile": described,
         "server": server.settings,
         "url": server.url,
         "workload": _asdict(workload),
@@ -207,7 +265,7 @@ def run_one(
             seed=spec.seed,
             salt=salt,
             model=server.profile.engine_args.get("served-model-name"),
-            tokenizer=spec.tokenizer or _tokenizer_for(server.profile),
+            tokenizer=spec.tokenizer or tokenizer_for(server.profile),
             processes=spec.processes,
         )
     )
@@ -251,13 +309,44 @@ def run_one(
             reason = f"the load generator exited with code {rc} (see locust.log)"
         if state is RunState.COMPLETED and not run.records.exists():
             state, reason = RunState.FAILED, "the load generator wrote no records (see locust.log)"
+        if state is RunState.COMPLETED:
+            reason = _nothing_succeeded(run)
+            state = RunState.FAILED if reason else state
         _summarize(run, spec, say)
         run.set_status(state, reason)
         say(f"\n  {state}: {run.path}" + (f" — {reason.splitlines()[0]}" if reason else ""))
     return RunOutcome(run, server.profile.name, shape.name, state.value, reason, repeat)
 
 
-def _tokenizer_for(profile: Profile) -> str | None:
+def _nothing_succeeded(run: RunDir) -> str:
+    """Why a run that ran to its end measured nothing (``""`` when a request succeeded)."""
+    import pyarrow.compute as pc
+
+    from vprof.common.errors import VprofError
+    from vprof.records.schema import Status
+    from vprof.records.store import read_records_file
+
+    try:
+        table = read_records_file(run.records).table
+    except VprofError as exc:
+        return f"its records cannot be read: {exc}"
+    status = table.column("status")
+    if pc.any(pc.equal(status, Status.OK.value)).as_py():
+        return ""
+    if table.num_rows == 0:
+        return "no request was sent (see locust.log)"
+    failed = pc.not_equal(status, Status.CANCELLED.value)
+    errors = table.filter(failed).column("error")
+    if len(errors) == 0:
+        return f"no request finished before the test ended ({table.num_rows:,} cut off)"
+    return (
+        f"every request failed ({len(errors):,} of {table.num_rows:,}); "
+        f"the first error: {errors[0].as_py()}"
+    )
+
+
+def tokenizer_for(profile: Profile) -> str | None:
+    """The profile's model folder when it holds a tokenizer (prompts are built with it)."""
     model = Path(str(profile.model))
     return str(model) if (model / "tokenizer.json").exists() else None
 

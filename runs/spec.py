@@ -49,6 +49,24 @@ class BenchSpec:
     fresh_server: bool = False  # restart the server between repeats of one profile
     extra_meta: Mapping[str, Any] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        # What can be checked without a server is checked here, before anything runs: a bad
+        # SLO must not cost a whole run, and an empty --url must not become a local launch.
+        from vprof.analysis.slo import parse_slo
+        from vprof.common.errors import WorkloadError
+        from vprof.common.urls import check_server_url
+
+        if self.url is not None:
+            object.__setattr__(self, "url", check_server_url(self.url))
+        if self.slo is not None:
+            parse_slo(self.slo)
+        if self.tokenizer is not None and not Path(self.tokenizer).expanduser().exists():
+            raise WorkloadError(
+                f"no such file or folder: {self.tokenizer}",
+                key="--tokenizer",
+                hint="give a model folder that holds tokenizer.json, or the file itself",
+            )
+
 
 @dataclass(frozen=True)
 class RunOutcome:

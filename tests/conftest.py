@@ -93,7 +93,11 @@ def vllm_server(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> I
         log_path=log_path,
         host="127.0.0.1",
         port=port,
-        env={"VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1")},
+        # Unbound worker threads, as vprof starts the CPU build (see server.host._CPU_BIND).
+        env={
+            "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1"),
+            "VLLM_CPU_OMP_THREADS_BIND": os.environ.get("VLLM_CPU_OMP_THREADS_BIND", "nobind"),
+        },
     )
     with server:
         server.wait_healthy(timeout_s=_HEALTH_TIMEOUT_S)
