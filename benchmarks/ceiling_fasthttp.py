@@ -33,6 +33,7 @@ class PlainStreamingUser(FastHttpUser):
         self.high = int(os.environ.get("CEILING_PROMPT_MAX", "288"))
         self.tokens = int(os.environ.get("CEILING_OUTPUT_TOKENS", "64"))
         self.prompt_ids = int(os.environ.get("CEILING_PROMPT_IDS", "0"))
+        self.last_finished: float | None = None  # for the idle time before the next send
 
     @task
     def stream(self) -> None:
@@ -60,10 +61,12 @@ class PlainStreamingUser(FastHttpUser):
             if line.startswith(b"data: {") and _USAGE not in line:
                 stamps.append(time.perf_counter())
         finished = time.perf_counter()
+        idle_ms = None if self.last_finished is None else (sent - self.last_finished) * 1e3
+        self.last_finished = finished
         if stamps:
             REQUESTS.append({"sent_at": ANCHOR + sent, "truth_ms": truth_ms,
                              "stamps": [ANCHOR + s for s in stamps],
-                             "finished_at": ANCHOR + finished})  # fmt: skip
+                             "finished_at": ANCHOR + finished, "idle_ms": idle_ms})  # fmt: skip
 
 
 @events.quitting.add_listener

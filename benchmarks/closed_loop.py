@@ -50,12 +50,13 @@ class RunResult:
     ttft_p99_ms: float
     mean_in_flight: float
     short_share: float  # of the window with fewer than N requests in flight
-    mean_idle_ms: float  # vprof's own idle_before_ms (NaN for the plain client)
+    mean_idle_ms: float  # from a user's previous answer to its next send, sends in the window
     client_cpu_pct: float
 
 
 def window_figures(requests: list[dict], start: float, end: float, users: int) -> dict:
-    """Throughput, TTFT and requests in flight over [start, end] from per-request times."""
+    """Throughput, TTFT, requests in flight and idle time before a send over [start, end],
+    from per-request times."""
     sent = np.array([r["sent_at"] for r in requests])
     done = np.array([r["finished_at"] for r in requests])
     first = np.array([r["first_at"] for r in requests])
@@ -77,6 +78,8 @@ def window_figures(requests: list[dict], start: float, end: float, users: int) -
     if last < end and level < users:
         short += end - max(last, start)
     ttft = (first[chosen] - sent[chosen]) * 1e3
+    idle = np.array([r["idle_ms"] for r in requests], dtype=float)[chosen]
+    idle = idle[np.isfinite(idle)]  # a user's first request has no idle time before it
     return {
         "requests": int(finished.sum()),
         "request_rate": float(finished.sum()) / (end - start),
@@ -84,6 +87,7 @@ def window_figures(requests: list[dict], start: float, end: float, users: int) -
         "ttft_p99_ms": percentile(ttft, 99),
         "mean_in_flight": float(overlap.sum()) / (end - start),
         "short_share": short / (end - start),
+        "mean_idle_ms": float(idle.mean()) if idle.size else math.nan,
     }
 
 
@@ -106,7 +110,7 @@ def _run(argv: list[str], env: dict, timeout_s: float) -> TreeCpu:
     return cpu
 
 
-def run_vprof(args, url: str, work: Path, repeat: int) -> tuple[list[dict], TreeCpu, float]:
+def run_vprof(args, url: str, work: Path, repeat: int) -> tuple[list[dict], TreeCpu]:
     from vprof.records import RunDir, read_records
     from vprof.runs.loadgen import LoadSpec
     from vprof.traffic import shape_from_dict, shape_to_json
@@ -131,10 +135,10 @@ def run_vprof(args, url: str, work: Path, repeat: int) -> tuple[list[dict], Tree
          "idle_ms": r.idle_before_ms}
         for r in frame.itertuples()
     ]  # fmt: skip
-    return requests, cpu, float(np.nanmean(frame.idle_before_ms)) if len(frame) else math.nan
+    return requests, cpu
 
 
-def run_fasthttp(args, url: str, work: Path, repeat: int) -> tuple[list[dict], TreeCpu, float]:
+def run_fasthttp(args, url: str, work: Path, repeat: int) -> tuple[list[dict], TreeCpu]:
     out = work / f"fasthttp-{repeat}"
     argv = [sys.executable, "-m", "locust", "-f", str(HERE / "ceiling_fasthttp.py"),
             "--headless", "-H", url, "-u", str(args.users), "-r", str(args.users),
@@ -150,7 +154,8 @@ def run_fasthttp(args, url: str, work: Path, repeat: int) -> tuple[list[dict], T
     ]  # fmt: skip
     for r in requests:
         r["first_at"] = r["stamps"][0]
-    return requests, cpu, math.nan
+        r["idle_ms"] = math.nan if r["idle_ms"] is None else r["idle_ms"]  # a user's first
+    return requests, cpu
 
 
 def _run_s(args) -> float:
@@ -159,14 +164,14 @@ def _run_s(args) -> float:
 
 def measure(args, client: str, url: str, work: Path, repeat: int) -> RunResult:
     runner = run_vprof if client == "vprof" else run_fasthttp
-    requests, cpu, idle_ms = runner(args, url, work, repeat)
+    requests, cpu = runner(args, url, work, repeat)
     if not requests:
         raise RuntimeError(f"{client} recorded no request")
     start = min(r["sent_at"] for r in requests) + args.warmup_s
     end = start + args.seconds
     figures = window_figures(requests, start, end, args.users)
     cpu_s = cpu.seconds(start, end)
-    return RunResult(client=client, repeat=repeat, **figures, mean_idle_ms=idle_ms,
+    return RunResult(client=client, repeat=repeat, **figures,
                      client_cpu_pct=100 * cpu_s / args.seconds)  # fmt: skip
 
 
