@@ -22,6 +22,7 @@ FLOAT_COLUMNS = (
     "e2e_ms",
     "tpot_ms",
     "schedule_lag_ms",
+    "idle_before_ms",
 )
 INT_COLUMNS = (
     "prompt_tokens",

@@ -147,6 +147,7 @@ def summarize_loaded(
         metrics=run.metrics,
         loadgen=run.loadgen,
         in_flight_cap=_in_flight_cap(run.meta.get("traffic") or run.locust.get("traffic")),
+        users=_closed_loop_users(run.meta.get("traffic") or run.locust.get("traffic")),
     )
     open_loop = run.meta.get("open_loop", run.locust.get("open_loop"))
     if open_loop is not None:
@@ -173,6 +174,14 @@ def _in_flight_cap(traffic: Any) -> int | None:
     if isinstance(traffic, dict) and traffic.get("kind") == "open-loop":
         cap = traffic.get("max_in_flight")
         return int(cap) if isinstance(cap, (int, float)) and cap > 0 else None
+    return None
+
+
+def _closed_loop_users(traffic: Any) -> int | None:
+    """A steady closed-loop shape's users (the load the mean in flight is held against)."""
+    if isinstance(traffic, dict) and traffic.get("kind") == "steady":
+        users = traffic.get("users")
+        return int(users) if isinstance(users, (int, float)) and users > 0 else None
     return None
 
 

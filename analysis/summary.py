@@ -41,13 +41,15 @@ def summarize(
     metrics: Sequence[Mapping[str, Any]] | None = None,
     loadgen: Sequence[Mapping[str, Any]] | None = None,
     in_flight_cap: int | None = None,
+    users: int | None = None,
 ) -> dict[str, Any]:
     """Summarise per-request records (a DataFrame from ``read_records`` or an Arrow table).
 
     ``warmup_until`` (wall-clock seconds) drops requests sent before it; ``slo`` (an
     :class:`Slo` or text such as ``"ttft_p95=500ms"``) adds goodput and SLO checks;
     ``metrics`` and ``loadgen`` are the parsed lines of ``metrics.jsonl``/``loadgen.jsonl``;
-    ``in_flight_cap`` is an open-loop shape's ``max_in_flight``.
+    ``in_flight_cap`` is an open-loop shape's ``max_in_flight``; ``users`` the closed-loop
+    users the shape asked for, which the mean in flight is held against.
 
     Example:
         >>> summarize(read_records(run_dir), slo="ttft_p95=500ms")["p95_ttft_ms"]  # doctest: +SKIP
@@ -109,6 +111,8 @@ def summarize(
     if loadgen:
         out.update(loadgen_stats(loadgen, first_send, _nanmax(ends[keep])))
     out["client_limited_by"] = _client_limits(out)
+    if not out["open_loop"]:
+        out.update(_in_flight(cols, keep, users, out["client_limited_by"]))
     out["client_limited"] = bool(out["client_limited_by"])
     out.update(_per_replica(cols, keep, ok, out["duration"]))
     return out
@@ -180,6 +184,39 @@ def _held_back(cols: Columns, keep: Any, cap: int | None) -> dict[str, Any]:
         # the cap held arrivals back only when it was reached and sends came late
         "in_flight_cap_reached": bool(cap and peak >= cap and held.size),
     }
+
+
+# Closed loop: a mean in flight below this share of the users asked for means users sat idle
+# between one answer and their next request, and the server saw less load than was asked for.
+IN_FLIGHT_SHARE_LIMIT = 0.97
+
+
+def _in_flight(cols: Columns, keep: Any, users: int | None, reasons: list[str]) -> dict:
+    """Closed loop: requests in flight on average over the measured window — from the first
+    send after the warm-up to the last send, while every user was sending — against the
+    ``users`` asked for; appends the verdict to ``reasons`` when it falls short of them."""
+    import numpy as np
+
+    f = cols.floats
+    sent = f["sent_at"]
+    ends = np.where(np.isnan(f["finished_at"]), f["last_token_at"], f["finished_at"])
+    t0, t1 = _nanmin(sent[keep]), _nanmax(sent[keep])
+    good = np.isfinite(sent) & np.isfinite(ends)  # warm-up requests still in flight count too
+    overlap = np.minimum(ends[good], t1) - np.maximum(sent[good], t0)
+    mean = float(np.clip(overlap, 0, None).sum() / (t1 - t0)) if t1 > t0 else math.nan
+    idle = f["idle_before_ms"][keep & np.isfinite(f["idle_before_ms"])]
+    out: dict[str, Any] = {
+        "mean_in_flight": mean,
+        "users_asked": users,
+        "in_flight_share": mean / users if users else None,
+        "mean_idle_before_ms": float(idle.mean()) if idle.size else math.nan,
+    }
+    if users and mean < IN_FLIGHT_SHARE_LIMIT * users:  # NaN (no sends): no verdict
+        reasons.append(
+            f"the closed loop kept {mean:.2f} requests in flight on average, of the {users} "
+            f"users asked for (below {IN_FLIGHT_SHARE_LIMIT:g}): the server saw less load"
+        )
+    return out
 
 
 def _client_limits(out: Mapping[str, Any]) -> list[str]:

@@ -5,6 +5,9 @@ closed loop, reads the body with ``readline(b"\\n")`` (the way that sees each SS
 arrives, ``reference/locust.md`` §1.4) and stamps every content line: no JSON parsing, no
 records, nothing else. The request's true TTFT comes from the emulator's ``x-vprof-ttft-ms``
 header. At the end each process writes its requests to ``$CEILING_OUT.<pid>.jsonl``.
+
+``$CEILING_PROMPT_IDS=N`` sends N random token ids as the prompt instead of words (what
+``closed_loop.py`` does against vLLM, so no two prompts share a cached prefix).
 """
 
 from locust import FastHttpUser, constant, events, task
@@ -29,13 +32,19 @@ class PlainStreamingUser(FastHttpUser):
         self.low = int(os.environ.get("CEILING_PROMPT_MIN", "32"))
         self.high = int(os.environ.get("CEILING_PROMPT_MAX", "288"))
         self.tokens = int(os.environ.get("CEILING_OUTPUT_TOKENS", "64"))
+        self.prompt_ids = int(os.environ.get("CEILING_PROMPT_IDS", "0"))
+        self.last_finished: float | None = None  # for the idle time before the next send
 
     @task
     def stream(self) -> None:
-        words = self.rng.randrange(self.low, self.high)  # lengths vary: so do TTFT offsets
+        if self.prompt_ids:
+            prompt: Any = [self.rng.randrange(10, 1000) for _ in range(self.prompt_ids)]
+        else:
+            words = self.rng.randrange(self.low, self.high)  # lengths vary: so do TTFT offsets
+            prompt = " ".join(["hello"] * words)
         body = json.dumps({
             "model": os.environ.get("CEILING_MODEL", "emulated"),
-            "prompt": " ".join(["hello"] * words),
+            "prompt": prompt,
             "max_tokens": self.tokens, "min_tokens": self.tokens, "ignore_eos": True,
             "stream": True, "stream_options": {"include_usage": True},
         }).encode()  # fmt: skip
@@ -51,9 +60,13 @@ class PlainStreamingUser(FastHttpUser):
                 break
             if line.startswith(b"data: {") and _USAGE not in line:
                 stamps.append(time.perf_counter())
+        finished = time.perf_counter()
+        idle_ms = None if self.last_finished is None else (sent - self.last_finished) * 1e3
+        self.last_finished = finished
         if stamps:
             REQUESTS.append({"sent_at": ANCHOR + sent, "truth_ms": truth_ms,
-                             "stamps": [ANCHOR + s for s in stamps]})  # fmt: skip
+                             "stamps": [ANCHOR + s for s in stamps],
+                             "finished_at": ANCHOR + finished, "idle_ms": idle_ms})  # fmt: skip
 
 
 @events.quitting.add_listener

@@ -161,6 +161,16 @@ def finished_workers(environment: Any) -> set[str]:
     return done
 
 
+def _warm_arrow() -> None:
+    """Pay pyarrow's one-off start-up before any test runs: its first conversion of Python
+    values imports pandas (about 0.3 s), which would stall every stream of the first flush."""
+    import pyarrow as pa
+
+    from vprof.records.schema import FIELDS, arrow_schema
+
+    pa.RecordBatch.from_pydict({name: [] for name in FIELDS}, schema=arrow_schema())
+
+
 def install(environment: Any) -> None:
     """Wire collection into a runner (call from the ``init`` event, once per process)."""
     runner = environment.runner
@@ -183,6 +193,7 @@ def install(environment: Any) -> None:
         environment._vprof_collector = Collector(environment)
     col = collector(environment)
     assert col is not None
+    _warm_arrow()
 
     if isinstance(runner, MasterRunner):
 

@@ -16,6 +16,7 @@ from locust.runners import (
     WorkerRunner,
 )
 
+import gc
 import logging
 import secrets
 from dataclasses import dataclass, field
@@ -100,6 +101,7 @@ class ProcessState:
         self._workload_name: str | None = None
         self._model: str | None = None
         self._build_lock = gevent.lock.Semaphore()
+        self._model_lock = gevent.lock.Semaphore()
 
     # -- the config ----------------------------------------------------------------------
     def apply(self, data: dict[str, Any]) -> None:
@@ -119,6 +121,22 @@ class ProcessState:
                 config.epoch, offsets, partition(len(offsets), self.worker_index, self.workers)
             )
         self.config = config
+        gevent.spawn(self._get_ready)
+
+    def _get_ready(self) -> None:
+        """Build what requests need (tokenizer, synthesizer, the served model's name) as soon
+        as the settings arrive, so the first users do not pay for it when their requests are
+        due. A failure is left for the requests to report, one error record each."""
+        try:
+            self.synthesizer()
+            endpoint = str(opt(self.environment, "endpoint", "") or "") or self.workload().endpoint
+            if endpoint != "generate" and self.environment.host:
+                self.model(str(self.environment.host))
+        except Exception as exc:  # noqa: BLE001
+            log.debug("vprof: preparing requests failed (each request will say so): %s", exc)
+        # What start-up built (modules, tokenizer, prefixes) lives on: moved out of the
+        # collector's sight, a full collection no longer stalls every stream.
+        gc.freeze()
 
     def wait_config(self, stopping: Any = lambda: False) -> TestPlan | None:
         """The current test's settings; ``None`` if ``stopping()`` turns true first."""
@@ -169,9 +187,10 @@ class ProcessState:
 
     def model(self, host: str) -> str:
         """The served model name: ``--model``, or the first one ``/v1/models`` lists."""
-        if self._model is None:
-            self._model = str(opt(self.environment, "model", "") or "") or _ask_model(host)
-        return self._model
+        with self._model_lock:  # one lookup, however many users want it at once
+            if self._model is None:
+                self._model = str(opt(self.environment, "model", "") or "") or _ask_model(host)
+            return self._model
 
 
 def tokenizer_path(environment: Any) -> Path:

@@ -8,30 +8,38 @@ Abstract bases configured by class attributes, in Locust's style::
 Each request produces exactly one :class:`~vprof.records.RequestRecord` — success, HTTP error,
 bad stream, timeout, or cut off at the end of a test (``cancelled``, from a ``finally``) — and,
 in Locust's own statistics, one entry carrying the whole stream's duration (never one event
-per token). Streams are read with
-``requests`` (``iter_lines`` yields each SSE line as its HTTP chunk arrives) on a session of
-the user's own, so Locust's time-to-headers
-response time never leaks into the numbers.
+per token).
+
+The stream is read on the user's own keep-alive HTTP/1.1 connection on gevent sockets
+(:mod:`vprof.locustfiles.transport`): every piece of the body is stamped as it comes off the
+socket and only split into messages while the stream runs; decoding and the record wait until
+it ended. What a request costs besides reading it is kept out of the way of other streams: the
+synthesizer and the model name are ready before the first arrival is due, the whole request is
+encoded before its clock starts, and a closed-loop user plans and encodes its next request while
+the current one streams, when the event loop has nothing else to do.
 """
 
 import locust  # noqa: F401  (first: gevent patching)
-from locust import HttpUser, constant, task
+from locust import User, constant, task
 from locust.exception import StopUser
 
+import json
 import logging
 import math
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import gevent
-import requests
 
 from vprof.common.clock import process_clock
+from vprof.common.errors import VprofError
 from vprof.locustfiles import collect
 from vprof.locustfiles.options import opt
 from vprof.locustfiles.optiontable import DEFAULT_REQUEST_TIMEOUT_S
-from vprof.locustfiles.stream import StreamError, StreamResult, read_ndjson, read_sse
+from vprof.locustfiles.stream import NdjsonScanner, SseScanner, StreamError, StreamResult
 from vprof.locustfiles.testplan import state
-from vprof.records.schema import RequestRecord, Status
+from vprof.locustfiles.transport import ConnectError, Connection, ConnectTimeout, ResponseError
+from vprof.records.schema import FIELDS, RequestRecord, Status
 
 ENDPOINT_PATHS = {
     "completions": "/v1/completions",
@@ -52,7 +60,19 @@ class _RequestTimeout(Exception):
     """The whole request took longer than ``request_timeout_s``."""
 
 
-class LLMUser(HttpUser):
+@dataclass
+class _Prepared:
+    """One request, planned and encoded before its clock starts (or what stopped that)."""
+
+    index: int
+    endpoint: str
+    plan: Any = None
+    payload: bytes = b""  # the whole HTTP request
+    prompt: str = ""  # /generate repeats it at the front of its text
+    error: Exception | None = None
+
+
+class LLMUser(User):
     """Streams one request per task from the workload (``--workload``) and records it.
 
     Closed loop by default: a user sends its next request when the last one finished. With
@@ -68,35 +88,37 @@ class LLMUser(HttpUser):
     """``completions``, ``chat`` or ``generate``; ``None``: ``--endpoint``, else the workload's."""
     request_timeout_s: ClassVar[float | None] = None
     """Give up on a request after this long (``None``: ``--request-timeout-s``)."""
+    connect_timeout_s: ClassVar[float] = CONNECT_TIMEOUT_S
+    """Give up connecting (TCP, TLS, a proxy's tunnel) after this long."""
     temperature: ClassVar[float | None] = None
     """Sent when set; otherwise the server's default sampling applies."""
+    headers: ClassVar[dict[str, str]] = {}
+    """Extra HTTP headers on every request (an ``Authorization``, say)."""
 
     def on_start(self) -> None:
         if not self.host:
             raise StopUser("no host: pass -H http://server:port (or set host on the class)")
-        # Our own session: Locust's HttpSession would fire a time-to-headers event per request.
-        self._session = requests.Session()
+        try:
+            self._conn = Connection(
+                str(self.host), connect_timeout_s=self.connect_timeout_s, headers=self.headers
+            )
+        except ValueError as exc:
+            raise StopUser(f"cannot send to {self.host}: {exc}") from None
         self._conversation: Any = None
         self._last_text: str | None = None
         self._failures = 0  # consecutive HTTP errors or connection failures (closed loop)
-        self._settings: dict[str, Any] | None = None
-
-    def _send_settings(self, url: str) -> dict[str, Any]:
-        """Proxy, TLS and netrc settings from the environment, looked up once per user.
-
-        ``requests`` reads them (and stats ~/.netrc) on every call otherwise — about a
-        millisecond inside the measured time.
-        """
-        if self._settings is None:
-            self._settings = self._session.merge_environment_settings(url, {}, True, None, None)
-            self._settings.pop("stream", None)
-            self._session.trust_env = False  # already merged above
-        return self._settings
+        # the next closed-loop request's index and the greenlet preparing it
+        self._next: tuple[int, gevent.Greenlet] | None = None
+        self._last_finished_at = math.nan  # this user's previous answer, for idle_before_ms
+        self._worker = collect.process_name(self.environment)
 
     def on_stop(self) -> None:
-        session = getattr(self, "_session", None)
-        if session is not None:
-            session.close()
+        if self._next is not None:
+            self._next[1].kill(block=False)
+            self._next = None
+        conn = getattr(self, "_conn", None)
+        if conn is not None:
+            conn.close()
 
     # -- what to send --------------------------------------------------------------------
     def _endpoint(self) -> str:
@@ -147,6 +169,50 @@ class LLMUser(HttpUser):
             body["temperature"] = self.temperature
         return body
 
+    def _prepare(self, index: int) -> _Prepared:
+        """Plan request ``index`` and encode it whole; a failure is kept for its record."""
+        endpoint = self._endpoint()
+        prepared = _Prepared(index, endpoint)
+        try:
+            plan = self._next_plan(index)
+            body = self.body(plan, endpoint)
+            prepared.plan = plan
+            prepared.prompt = body["prompt"] if endpoint == "generate" else ""
+            encoded = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
+            prepared.payload = self._conn.request_bytes(ENDPOINT_PATHS[endpoint], encoded)
+        except Exception as exc:  # noqa: BLE001 - recorded (and re-raised) by send()
+            prepared.error = exc
+        return prepared
+
+    def _prepare_next(self) -> None:
+        """Closed loop: plan and encode the next request while this one streams, in a greenlet
+        that waits for a moment when the event loop has nothing else to do."""
+        run = state(self.environment)
+        if run.open_loop or self._next is not None:
+            return
+        try:
+            if run.synthesizer().workload.conversation is not None:
+                return  # the next turn needs this one's answer
+        except Exception:  # noqa: BLE001 - send() records it
+            return
+        index = run.next_index()
+        self._next = (index, gevent.spawn(self._prepare_when_idle, index))
+
+    def _prepare_when_idle(self, index: int) -> _Prepared:
+        gevent.idle()
+        return self._prepare(index)
+
+    def _take_next(self) -> _Prepared:
+        """The next closed-loop request: the one prepared during the last stream, if any."""
+        if self._next is None:
+            return self._prepare(state(self.environment).next_index())
+        (index, pending), self._next = self._next, None
+        if not pending.ready():
+            pending.kill()  # still waiting for an idle moment: prepare it now
+        if isinstance(pending.value, _Prepared):  # a killed greenlet's value is its GreenletExit
+            return pending.value
+        return self._prepare(index)
+
     # -- the task ------------------------------------------------------------------------
     @task
     def llm_request(self) -> None:
@@ -155,7 +221,6 @@ class LLMUser(HttpUser):
         if config is None:
             return  # the test ended before it began here
         scheduled_at = math.nan
-        self._warm_up()
         if run.open_loop:
             assert run.queue is not None
             job = run.queue.take()
@@ -164,6 +229,7 @@ class LLMUser(HttpUser):
                 return
             index, scheduled_at = job
             try:
+                prepared = self._prepare(index)  # before it is due, not after
                 due = self._sleep_until(scheduled_at)
             except BaseException:  # killed before it was due: the end-of-test sweep decides
                 run.queue.give_back(index)
@@ -172,8 +238,9 @@ class LLMUser(HttpUser):
                 run.queue.give_back(index)  # stopping before it was due: leave it to the end
                 return
         else:
-            index = run.next_index()
-        record = self.send(index, scheduled_at, open_loop=run.open_loop, salt=config.salt)
+            prepared = self._take_next()
+        record = self.send(prepared.index, scheduled_at, open_loop=run.open_loop,
+                           salt=config.salt, prepared=prepared)  # fmt: skip
         if not run.open_loop:  # open-loop arrivals keep their schedule; lag records the delay
             self._back_off(record)
 
@@ -195,18 +262,6 @@ class LLMUser(HttpUser):
             )  # fmt: skip
         self._sleep_until(process_clock().now() + delay_s)
 
-    def _warm_up(self) -> None:
-        # Tokenizer, prefixes and the model name are built before the first arrival is due,
-        # so their one-off cost does not show up as schedule lag. A failure here shows up
-        # again, as an error record, when the request is sent.
-        run = state(self.environment)
-        try:
-            run.synthesizer()
-            if self._endpoint() != "generate":
-                run.model(self.host)
-        except Exception:  # noqa: BLE001 - reported per request by send()
-            pass
-
     def _sleep_until(self, wall_s: float) -> bool:
         clock = process_clock()
         while True:
@@ -218,27 +273,37 @@ class LLMUser(HttpUser):
             gevent.sleep(min(left, 0.25))
 
     def send(
-        self, index: int, scheduled_at: float, *, open_loop: bool, salt: str = ""
+        self,
+        index: int,
+        scheduled_at: float,
+        *,
+        open_loop: bool,
+        salt: str = "",
+        prepared: _Prepared | None = None,
     ) -> RequestRecord:
         """Send request ``index``, time its stream, emit its record and Locust stats, and
         return the record."""
         clock = process_clock()
-        endpoint = self._endpoint()
+        if prepared is None or prepared.index != index:
+            prepared = self._prepare(index)
+        endpoint = prepared.endpoint
         record = RequestRecord(
             request_id=str(index),
             user_class=type(self).__name__,
             endpoint=endpoint,
-            worker=collect.process_name(self.environment),
+            worker=self._worker,
             open_loop=open_loop,
             scheduled_at=scheduled_at,
         )
-        result = StreamResult()  # filled as the stream arrives: a cut-off keeps its timings
+        scanner: SseScanner | NdjsonScanner | None = None
+        result: StreamResult | None = None
         timeout_s = self.request_timeout_s or float(
             opt(self.environment, "request_timeout_s", DEFAULT_REQUEST_TIMEOUT_S)
         )
-        response = None
         try:
-            plan = self._next_plan(index)
+            if prepared.error is not None:
+                raise prepared.error
+            plan = prepared.plan
             if plan.conversation_id >= 0:
                 record.request_id = f"c{plan.conversation_id}-t{plan.turn}"
             record.prefix_group = plan.prefix_group
@@ -246,37 +311,35 @@ class LLMUser(HttpUser):
             record.turn = plan.turn
             record.expected_prompt_tokens = plan.expected_prompt_tokens
             record.expected_output_tokens = plan.max_tokens if plan.ignore_eos else -1
-            body = self.body(plan, endpoint)
-            url = str(self.host).rstrip("/") + ENDPOINT_PATHS[endpoint]  # on_start checked it
-            # Encode the body before the clock starts: TTFT is the server's time, not ours.
-            prepared = self._session.prepare_request(requests.Request("POST", url, json=body))
+            scanner = NdjsonScanner() if endpoint == "generate" else SseScanner()
             with gevent.Timeout(timeout_s, _RequestTimeout):
-                mono = clock  # stamps: monotonic readings anchored to wall-clock
-                record.sent_at = mono.now()
-                response = self._session.send(
-                    prepared, stream=True, timeout=(CONNECT_TIMEOUT_S, timeout_s),
-                    **self._send_settings(url),
-                )  # fmt: skip
-                record.http_status = response.status_code
-                if response.status_code != 200:
-                    record.status = Status.ERROR.value
-                    record.error = f"HTTP {response.status_code}: {response.text[:300]}"
-                elif endpoint == "generate":
-                    read_ndjson(
-                        response.iter_lines(), now=mono.now, prompt=body["prompt"], into=result
-                    )
+                record.sent_at = clock.now()
+                if not open_loop:
+                    record.idle_before_ms = (record.sent_at - self._last_finished_at) * 1000.0
+                    self._prepare_next()  # runs once this greenlet waits for the answer
+                answer = self._conn.exchange(prepared.payload, scanner.feed, clock.now)
+            record.finished_at = answer.finished_at
+            record.http_status = answer.status
+            if answer.status != 200:
+                record.status = Status.ERROR.value
+                record.error = f"HTTP {answer.status}: {answer.error_body[:300]}"
+            else:
+                scanner.close(answer.finished_at)
+                result = StreamResult()
+                if isinstance(scanner, NdjsonScanner):
+                    scanner.result(result, prompt=prepared.prompt)
                 else:
-                    read_sse(response.iter_lines(), now=mono.now, into=result)
-            record.finished_at = clock.now()
-            if record.http_status == 200:
+                    scanner.result(result)
                 self._fill(record, result, endpoint)
         except _RequestTimeout:
             record.status, record.error = Status.TIMEOUT.value, f"no full answer in {timeout_s:g} s"
-        except requests.Timeout as exc:
+        except ConnectTimeout as exc:
             record.status, record.error = Status.TIMEOUT.value, f"{type(exc).__name__}: {exc}"
-        except requests.ConnectionError as exc:
+        except ConnectError as exc:
             record.status, record.error = Status.ERROR.value, f"{type(exc).__name__}: {exc}"
-        except (requests.RequestException, StreamError, OSError, ValueError) as exc:
+        except VprofError as exc:  # no request could be made (the model lookup, a tokenizer)
+            record.status, record.error = Status.ERROR.value, f"not sent: {exc}"
+        except (ResponseError, StreamError, OSError, ValueError) as exc:
             record.status, record.error = Status.ERROR.value, f"{type(exc).__name__}: {exc}"
         except Exception as exc:  # a bug: still one record, and Locust shows the traceback
             record.status, record.error = Status.ERROR.value, f"{type(exc).__name__}: {exc}"
@@ -286,17 +349,18 @@ class LLMUser(HttpUser):
             record.error = f"cut off: {type(exc).__name__}"
             raise
         finally:
-            if response is not None:
-                _release(response, keep=record.status == Status.OK.value)
             if math.isnan(record.finished_at):
                 record.finished_at = clock.now()
-            if record.status != Status.OK.value and result.first_token_s is not None:
+            if record.status != Status.OK.value and scanner is not None:
                 # Cut off, timed out or broken half-way: keep what was measured.
-                record.first_token_at = result.first_token_s
-                record.last_token_at = result.last_token_s  # type: ignore[assignment]
-                record.itl_ms = result.itl_ms
+                partial = result if result is not None else _partial(scanner)
+                if partial.first_token_s is not None:
+                    record.first_token_at = partial.first_token_s
+                    record.last_token_at = partial.last_token_s  # type: ignore[assignment]
+                    record.itl_ms = partial.itl_ms
             record.finalize()
-            collect.emit(self.environment, record.to_dict())
+            self._last_finished_at = record.finished_at
+            collect.emit(self.environment, _as_dict(record))
             if record.status != Status.CANCELLED.value:
                 self._report(record, ENDPOINT_PATHS[endpoint])
         return record
@@ -347,16 +411,19 @@ class LLMUser(HttpUser):
         )
 
 
-def _release(response: requests.Response, *, keep: bool) -> None:
-    """Hand the connection back for keep-alive after a complete answer; close it otherwise."""
-    if keep:
-        try:
-            response.raw.drain_conn()  # whatever follows [DONE] (the chunked terminator)
-            response.raw.release_conn()
-            return
-        except Exception:  # noqa: BLE001 - a connection we cannot reuse is simply closed
-            pass
-    response.close()
+def _partial(scanner: SseScanner | NdjsonScanner) -> StreamResult:
+    """The timings of a stream that did not end well, as far as its messages can be read."""
+    result = StreamResult()
+    try:
+        scanner.result(result)
+    except (StreamError, ValueError, TypeError, AttributeError):
+        pass  # a message that is not what a server sends: keep the timings before it
+    return result
+
+
+def _as_dict(record: RequestRecord) -> dict[str, Any]:
+    """The record as a flat dict (``dataclasses.asdict`` deep-copies, at ~20 µs a record)."""
+    return {name: getattr(record, name) for name in FIELDS}
 
 
 def _flatten(messages: list[dict[str, str]] | None) -> str:

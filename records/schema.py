@@ -57,6 +57,9 @@ class RequestRecord:
     e2e_ms: float = NAN
     tpot_ms: float = NAN
     schedule_lag_ms: float = 0.0
+    # closed loop: from this user's previous answer (its last byte) to this send; NaN for a
+    # user's first request and for open-loop ones
+    idle_before_ms: float = NAN
     itl_ms: list[float] = field(default_factory=list)
     prompt_tokens: int = -1  # from the server's usage; -1 when not reported
     completion_tokens: int = -1

@@ -391,3 +391,68 @@ def test_load_spread_over_replicas_is_summarised_per_replica(tmp_path):
     assert one["median_ttft_ms"] < 60 < 120 < two["median_ttft_ms"]
     total = one["request_throughput"] + two["request_throughput"]
     assert total == pytest.approx(s["request_throughput"])
+
+
+def _closed_loop(users: int, seconds: float, busy_s: float, idle_s: float) -> list:
+    """Each user sends back to back: ``busy_s`` per answer, then ``idle_s`` before the next."""
+    from vprof.records.schema import RequestRecord
+
+    records = []
+    for user in range(users):
+        t, previous_end = T0 + 0.01 * user, math.nan
+        while t < T0 + seconds:
+            end = t + busy_s
+            r = RequestRecord(
+                request_id=f"{user}-{len(records)}",
+                sent_at=t,
+                first_token_at=t + 0.05,
+                last_token_at=end,
+                finished_at=end,
+                completion_tokens=8,
+                idle_before_ms=(t - previous_end) * 1e3,
+            )
+            records.append(r.finalize())  # fmt: skip
+            previous_end, t = end, end + idle_s
+    return records
+
+
+def test_closed_loop_mean_in_flight_is_held_against_the_users_asked_for(tmp_path):
+    import pandas as pd
+
+    busy = pd.DataFrame([r.to_dict() for r in _closed_loop(4, 30, 1.0, 0.0)])
+    s = summarize(busy, users=4)
+    assert s["mean_in_flight"] == pytest.approx(4.0, abs=0.01)
+    assert s["in_flight_share"] == pytest.approx(1.0, abs=0.01) and s["users_asked"] == 4
+    assert s["mean_idle_before_ms"] == pytest.approx(0.0, abs=1e-6)
+    assert not s["client_limited"]
+
+    idle = pd.DataFrame([r.to_dict() for r in _closed_loop(4, 30, 1.0, 0.5)])
+    s = summarize(idle, users=4)
+    assert s["mean_in_flight"] == pytest.approx(4 / 1.5, rel=0.03)
+    assert s["mean_idle_before_ms"] == pytest.approx(500.0)
+    assert s["client_limited"]
+    assert any("requests in flight on average, of the 4 users" in r for r in s["client_limited_by"])
+
+    # A run folder's steady shape names the users; a file without idle_before_ms still reads.
+    run = write_run(tmp_path / "r", _closed_loop(4, 30, 1.0, 0.5))
+    meta = json.loads((run / "run.json").read_text())
+    meta["traffic"] = {"name": "steady", "kind": "steady", "users": 4}
+    (run / "run.json").write_text(json.dumps(meta))
+    assert summarize_run(run)["users_asked"] == 4 and summarize_run(run)["client_limited"]
+    old = idle.drop(columns=["idle_before_ms"])
+    s = summarize(old, users=4)
+    assert math.isnan(s["mean_idle_before_ms"]) and s["client_limited"]
+
+
+def test_a_records_file_written_before_idle_before_ms_still_summarises(tmp_path):
+    import pyarrow as pa
+
+    run = write_run(tmp_path / "old", _closed_loop(2, 10, 1.0, 0.0))
+    path = run / "records.arrow"
+    with pa.OSFile(str(path)) as source:  # read into memory: the file is rewritten below
+        table = pa.ipc.open_stream(source).read_all().drop_columns(["idle_before_ms"])
+    with pa.ipc.new_stream(str(path), table.schema) as writer:
+        writer.write_table(table)
+    s = summarize_run(run)
+    assert s["completed"] == table.num_rows and math.isnan(s["mean_idle_before_ms"])
+    assert s["mean_in_flight"] == pytest.approx(2.0, abs=0.01)

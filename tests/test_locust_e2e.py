@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from locust_run import run_headless
 
+from vprof.analysis import summarize_run
 from vprof.records import read_records
 from vprof.server.metrics import scrape
 
@@ -150,3 +151,30 @@ def test_multi_turn_chat_grows_history_and_reports_template_overhead(vllm_server
         f"adds {overhead.min()}-{overhead.max()} prompt tokens per request"
     )
     assert (overhead >= 0).all()
+
+
+def test_closed_loop_users_keep_that_many_requests_in_flight(vllm_server, tmp_path: Path):
+    # Issue 15: N closed-loop users must mean N requests at the server, not fewer.
+    users = 8
+    workload = workload_file(tmp_path, "inflight", "prompt_tokens: 256\noutput_tokens: 64\n"
+                             "fixed_output: true\n")  # fmt: skip
+    shape = tmp_path / "steady.yaml"
+    shape.write_text(f"kind: steady\nusers: {users}\nspawn_rate: {users}\nduration_s: 24\n"
+                     "warmup_s: 4\n")  # fmt: skip
+    run_dir = tmp_path / "run"
+    run_locust(vllm_server, run_dir, "--workload", str(workload), "--traffic", str(shape))
+    df = read_records(run_dir)
+    assert (df.status == "ok").all(), df.error[df.status != "ok"].tolist()
+    warmup_until = json.loads((run_dir / "locust.json").read_text())["warmup_until"]
+    kept = df[df.sent_at >= warmup_until]
+    t0, t1 = kept.sent_at.min(), kept.sent_at.max()
+    overlap = (df.finished_at.clip(upper=t1) - df.sent_at.clip(lower=t0)).clip(lower=0)
+    mean_in_flight = float(overlap.sum()) / (t1 - t0)
+    print(f"{len(kept)} requests after the warm-up, mean in flight {mean_in_flight:.3f} of "
+          f"{users}, idle before a send p50/max "
+          f"{kept.idle_before_ms.median():.2f}/{kept.idle_before_ms.max():.2f} ms")  # fmt: skip
+    assert len(kept) >= 3 * users
+    assert mean_in_flight >= 0.97 * users
+    summary = summarize_run(run_dir)
+    assert summary["mean_in_flight"] == pytest.approx(mean_in_flight, rel=1e-9)
+    assert summary["users_asked"] == users and not summary["client_limited"]

@@ -69,3 +69,55 @@ def test_in_flight_streams_finish_by_default_at_the_end_of_a_test(emulator, tmp_
     df = read_records(run_dir)
     assert len(df) == 2 and (df.status == "ok").all(), df[["status", "error"]]
     assert (df.completion_tokens == 16).all()
+
+
+def _counter(url: str, name: str) -> float:
+    import requests
+
+    for line in requests.get(url + "/metrics", timeout=10).text.splitlines():
+        if line.startswith(name + "{") or line.startswith(name + " "):
+            return float(line.rsplit(" ", 1)[1])
+    raise AssertionError(f"{name} not in /metrics")
+
+
+@pytest.mark.parametrize("emulator", [{"port": 18154, "ttft_ms": 5, "itl_ms": 2}],
+                         indirect=True)  # fmt: skip
+def test_each_user_keeps_one_connection_and_records_its_idle_time(emulator, tmp_path: Path):
+    run_dir = tmp_path / "run"
+    run_locust(emulator.url, run_dir, "--workload", "tiny-smoke", "-u", "2", "-r", "2",
+               "-t", "3s")  # fmt: skip
+    df = read_records(run_dir)
+    assert len(df) > 20 and (df.status == "ok").all(), df[["status", "error"]]
+    opened = _counter(emulator.url, "vprof_emulator_connections_opened_total")
+    assert opened <= 2 + 2  # one per user, the model lookup and this scrape
+    # closed loop: every request but each user's first says how long its user was idle
+    assert int(df.idle_before_ms.isna().sum()) == 2
+    assert (df.idle_before_ms.dropna() >= 0).all()
+
+
+def test_an_unreachable_server_gives_error_records_and_a_closed_loop_backs_off(tmp_path: Path):
+    from vprof.server.process import free_port
+
+    run_dir = tmp_path / "run"
+    url = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    run_locust(url, run_dir, "--workload", "tiny-smoke", "--model", "m", "-u", "2", "-r", "2",
+               "-t", "2s", "--exit-code-on-error", "0")  # fmt: skip
+    df = read_records(run_dir)
+    assert len(df) >= 2 and (df.status == "error").all() and (df.http_status == 0).all()
+    assert df.error.str.startswith(f"ConnectError: cannot connect to {url}").all()
+    assert df.sent_at.notna().all()
+    # each user waits 0.5 s after a failed connect: at most 2 users × (2 s / 0.5 s + 1)
+    assert len(df) <= 2 * 5 + 2
+
+
+def test_a_server_that_cannot_be_asked_for_its_model_gives_error_records(tmp_path: Path):
+    from vprof.server.process import free_port
+
+    run_dir = tmp_path / "run"
+    url = f"http://127.0.0.1:{free_port()}"
+    out = run_locust(url, run_dir, "--workload", "tiny-smoke", "-u", "1", "-t", "2s",
+                     "--exit-code-on-error", "0")  # fmt: skip
+    df = read_records(run_dir)
+    assert 1 <= len(df) <= 6 and (df.status == "error").all()
+    assert df.error.str.startswith("not sent: could not ask").all()
+    assert "Traceback" not in out

@@ -1,0 +1,281 @@
+"""Closed loop on real vLLM: do N users keep N requests in flight, as a plain Locust user does?
+
+Starts one vLLM server (the ``chunked-256`` profile, adapted to this host: the CPU build and
+vprof's tiny model) or uses ``--url``, and runs, one after the other on that server, repeats
+alternating the order:
+
+- ``vprof``: vprof's users as ``vprof bench --url`` runs them (``runs.loadgen.LoadSpec``), a
+  steady shape of N closed-loop users, 256-token prompts, exactly 64 output tokens;
+- ``fasthttp``: a plain Locust ``FastHttpUser`` (``ceiling_fasthttp.py``) with N users and the
+  same lengths (random token ids as the prompt, so no two prompts share a cached prefix), which
+  reads each stream to its end and does nothing else.
+
+For each run, over a window after the warm-up: requests/s finished, TTFT p50/p99, the mean
+number of requests in flight (from each request's send and finish) and the share of the window
+with fewer than N in flight; then vprof's throughput over the plain client's, per repeat
+and as the median (target: within 5 %).
+
+    flock /tmp/vprof-heavy.lock .venv/bin/python benchmarks/closed_loop.py            # ~6 min
+    .venv/bin/python benchmarks/closed_loop.py --url http://127.0.0.1:8000 --repeat 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+from measure import TreeCpu, percentile, stop_group
+
+HERE = Path(__file__).resolve().parent
+CLIENTS = ("vprof", "fasthttp")
+
+
+@dataclass(frozen=True)
+class RunResult:
+    client: str
+    repeat: int
+    requests: int
+    request_rate: float
+    ttft_p50_ms: float
+    ttft_p99_ms: float
+    mean_in_flight: float
+    short_share: float  # of the window with fewer than N requests in flight
+    mean_idle_ms: float  # from a user's previous answer to its next send, sends in the window
+    client_cpu_pct: float
+
+
+def window_figures(requests: list[dict], start: float, end: float, users: int) -> dict:
+    """Throughput, TTFT, requests in flight and idle time before a send over [start, end],
+    from per-request times."""
+    sent = np.array([r["sent_at"] for r in requests])
+    done = np.array([r["finished_at"] for r in requests])
+    first = np.array([r["first_at"] for r in requests])
+    finished = (done >= start) & (done <= end)
+    chosen = (sent >= start) & (sent <= end)
+    overlap = np.clip(np.minimum(done, end) - np.maximum(sent, start), 0, None)
+    # time with fewer than N in flight: sweep the sends and finishes inside the window
+    events = sorted([(s, 1) for s in sent] + [(d, -1) for d in done])
+    level, last, short = 0, start, 0.0
+    for t, step in events:
+        if t > start:
+            span = min(t, end) - max(last, start)
+            if span > 0 and level < users:
+                short += span
+            last = t
+        level += step
+        if t >= end:
+            break
+    if last < end and level < users:
+        short += end - max(last, start)
+    ttft = (first[chosen] - sent[chosen]) * 1e3
+    idle = np.array([r["idle_ms"] for r in requests], dtype=float)[chosen]
+    idle = idle[np.isfinite(idle)]  # a user's first request has no idle time before it
+    return {
+        "requests": int(finished.sum()),
+        "request_rate": float(finished.sum()) / (end - start),
+        "ttft_p50_ms": percentile(ttft, 50),
+        "ttft_p99_ms": percentile(ttft, 99),
+        "mean_in_flight": float(overlap.sum()) / (end - start),
+        "short_share": short / (end - start),
+        "mean_idle_ms": float(idle.mean()) if idle.size else math.nan,
+    }
+
+
+def _run(argv: list[str], env: dict, timeout_s: float) -> TreeCpu:
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            env=env, start_new_session=True)  # fmt: skip
+    cpu = TreeCpu(proc.pid)
+    deadline = time.monotonic() + timeout_s
+    try:
+        while proc.poll() is None:
+            cpu.sample()
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{' '.join(argv[:4])} did not finish in {timeout_s:.0f} s")
+            time.sleep(0.2)
+    finally:
+        stop_group(proc, grace_s=5)
+    if proc.returncode != 0:
+        err = proc.stderr.read() if proc.stderr else ""
+        raise RuntimeError(f"{' '.join(argv[:4])} failed ({proc.returncode}): {err[-3000:]}")
+    return cpu
+
+
+def run_vprof(args, url: str, work: Path, repeat: int) -> tuple[list[dict], TreeCpu]:
+    from vprof.records import RunDir, read_records
+    from vprof.runs.loadgen import LoadSpec
+    from vprof.traffic import shape_from_dict, shape_to_json
+
+    run_dir = work / f"vprof-{repeat}"
+    run_dir.mkdir()
+    shape = shape_from_dict(
+        {"kind": "steady", "users": args.users, "spawn_rate": args.users,
+         "warmup_s": args.warmup_s, "duration_s": args.warmup_s + args.seconds + args.tail_s,
+         "description": "closed-loop users beside a plain FastHttpUser"},
+        name=f"closed-loop-{args.users}",
+    )  # fmt: skip
+    spec = LoadSpec(url=url, run_dir=RunDir(run_dir), workload=str(work / "workload.yaml"),
+                    traffic=shape_to_json(shape), seed=repeat, salt=f"closed-loop-{repeat}",
+                    model=args.model)  # fmt: skip
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    cpu = _run(spec.argv(), env, _run_s(args) + 180)
+    frame = read_records(run_dir)
+    frame = frame[frame.status == "ok"]
+    requests = [
+        {"sent_at": r.sent_at, "finished_at": r.finished_at, "first_at": r.first_token_at,
+         "idle_ms": r.idle_before_ms}
+        for r in frame.itertuples()
+    ]  # fmt: skip
+    return requests, cpu
+
+
+def run_fasthttp(args, url: str, work: Path, repeat: int) -> tuple[list[dict], TreeCpu]:
+    out = work / f"fasthttp-{repeat}"
+    argv = [sys.executable, "-m", "locust", "-f", str(HERE / "ceiling_fasthttp.py"),
+            "--headless", "-H", url, "-u", str(args.users), "-r", str(args.users),
+            "-t", f"{math.ceil(_run_s(args))}s", "--stop-timeout", "30",
+            "--only-summary", "--loglevel", "WARNING"]  # fmt: skip
+    settings = {"OUT": out, "SEED": repeat, "PROMPT_IDS": args.prompt_tokens,
+                "OUTPUT_TOKENS": args.output_tokens, "MODEL": args.model}  # fmt: skip
+    env = {**os.environ, **{f"CEILING_{k}": str(v) for k, v in settings.items()}}
+    cpu = _run(argv, env, _run_s(args) + 180)
+    requests = [
+        json.loads(line) for path in work.glob(out.name + ".*.jsonl")
+        for line in path.read_text().splitlines()
+    ]  # fmt: skip
+    for r in requests:
+        r["first_at"] = r["stamps"][0]
+        r["idle_ms"] = math.nan if r["idle_ms"] is None else r["idle_ms"]  # a user's first
+    return requests, cpu
+
+
+def _run_s(args) -> float:
+    return args.warmup_s + args.seconds + args.tail_s
+
+
+def measure(args, client: str, url: str, work: Path, repeat: int) -> RunResult:
+    runner = run_vprof if client == "vprof" else run_fasthttp
+    requests, cpu = runner(args, url, work, repeat)
+    if not requests:
+        raise RuntimeError(f"{client} recorded no request")
+    start = min(r["sent_at"] for r in requests) + args.warmup_s
+    end = start + args.seconds
+    figures = window_figures(requests, start, end, args.users)
+    cpu_s = cpu.seconds(start, end)
+    return RunResult(client=client, repeat=repeat, **figures,
+                     client_cpu_pct=100 * cpu_s / args.seconds)  # fmt: skip
+
+
+def served_model(url: str) -> str:
+    """The first model the server lists at ``/v1/models`` (what both clients ask for)."""
+    import urllib.request
+
+    with urllib.request.urlopen(url + "/v1/models", timeout=30) as response:
+        return str(json.load(response)["data"][0]["id"])
+
+
+def _vllm(args, log: Path):
+    """The chunked-256 profile on this host (vLLM's CPU build runs vprof's tiny model)."""
+    from vprof.registry import resolve_profile
+    from vprof.server import plan_server, start_server
+    from vprof.server.process import free_port
+
+    profile = resolve_profile(args.profile, port=free_port())
+    plan = plan_server(profile, model_overridden=False)
+    return start_server(plan, log_path=log, timeout_s=900, say=print)
+
+
+HEADER = (
+    f"{'client':9} {'rep':>3} {'reqs':>5} {'req/s':>6} {'TTFT p50/p99 ms':>16} "
+    f"{'in flight':>9} {'<N share':>8} {'idle ms':>7} {'CPU':>5}"
+)
+
+
+def row(r: RunResult) -> str:
+    return (
+        f"{r.client:9} {r.repeat:>3} {r.requests:>5} {r.request_rate:>6.2f} "
+        f"{r.ttft_p50_ms:>7.1f}/{r.ttft_p99_ms:>8.1f} {r.mean_in_flight:>9.3f} "
+        f"{100 * r.short_share:>7.1f}% {r.mean_idle_ms:>7.2f} {r.client_cpu_pct:>4.0f}%"
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--url", default="", help="a running tiny-model server (default: start)")
+    parser.add_argument("--profile", default="chunked-256")
+    parser.add_argument("--model", default="", help="the served model (default: ask the server)")
+    parser.add_argument("--users", type=int, default=8)
+    parser.add_argument("--prompt-tokens", type=int, default=256)
+    parser.add_argument("--output-tokens", type=int, default=64)
+    parser.add_argument("--warmup-s", type=float, default=5.0)
+    parser.add_argument("--seconds", type=float, default=40.0, help="measured per run")
+    parser.add_argument("--tail-s", type=float, default=3.0, help="run on after the window")
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--out", type=Path, default=None, help="also write results as JSON")
+    args = parser.parse_args(argv)
+    if args.users < 1 or args.repeat < 1 or args.seconds <= 0 or args.warmup_s < 0:
+        parser.error("--users and --repeat at least 1, --seconds > 0, --warmup-s >= 0")
+
+    work = Path(tempfile.mkdtemp(prefix="vprof-closed-loop-"))
+    (work / "workload.yaml").write_text(
+        "description: the closed-loop benchmark's requests\nendpoint: completions\nseed: 0\n"
+        f"prompt_tokens: {args.prompt_tokens}\noutput_tokens: {args.output_tokens}\n"
+        "fixed_output: true\n"
+    )
+    server = None
+    url = args.url.rstrip("/")
+    started = time.monotonic()
+    results: list[RunResult] = []
+    try:
+        if not url:
+            server = _vllm(args, work / "vllm.log")
+            url = server.url
+        args.model = args.model or served_model(url)
+        print(f"server {url}; {args.users} closed-loop users, {args.prompt_tokens}-token "
+              f"prompts, {args.output_tokens} output tokens; {args.warmup_s:g} s warm-up, "
+              f"{args.seconds:g} s measured per run; {os.cpu_count()} cores")  # fmt: skip
+        print(HEADER, flush=True)
+        for repeat in range(args.repeat):
+            for client in CLIENTS if repeat % 2 == 0 else CLIENTS[::-1]:
+                results.append(measure(args, client, url, work, repeat))
+                print(row(results[-1]), flush=True)
+    finally:
+        if server is not None:
+            server.process.stop()
+    ratios = []
+    for repeat in range(args.repeat):
+        mine, base = (next(r for r in results if r.client == c and r.repeat == repeat)
+                      for c in CLIENTS)  # fmt: skip
+        ratios.append(mine.request_rate / base.request_rate)
+    print("\nvprof's req/s over the plain FastHttpUser's, per repeat: "
+          + ", ".join(f"{x:.3f}" for x in ratios)
+          + f"; median {statistics.median(ratios):.3f} (target ≥ 0.95)")  # fmt: skip
+    for client in CLIENTS:
+        mine = [r for r in results if r.client == client]
+        print(f"{client}: mean in flight {statistics.median(r.mean_in_flight for r in mine):.3f} "
+              f"of {args.users} (median over repeats)")  # fmt: skip
+    print(f"({time.monotonic() - started:.0f} s)")
+    if args.out:
+        payload = {"config": {k: str(v) for k, v in vars(args).items()},
+                   "runs": [asdict(r) for r in results], "ratios": ratios}  # fmt: skip
+        args.out.write_text(json.dumps(payload, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    import signal
+
+    def _stop(signum, frame):  # noqa: ARG001 - SIGTERM unwinds like Ctrl-C: nothing orphaned
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, _stop)
+    sys.exit(main())
