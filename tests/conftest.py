@@ -117,8 +117,10 @@ class Bench:
 
 @pytest.fixture(scope="session")
 def ab_bench(tmp_path_factory: pytest.TempPathFactory) -> Bench:
-    """`vprof bench prefix-cached no-prefix-cache --repeat 2` on the CPU build: a real
-    difference (long shared prefixes, prefix caching on against off), two repeats each."""
+    """`vprof bench prefix-cached no-prefix-cache --repeat 3` on the CPU build: a real
+    difference (long shared prefixes, prefix caching on against off), three repeats each
+    (with two a side, Welch's interval has one or two degrees of freedom and run-to-run noise
+    on two shared cores can swallow even a 1.8x median TTFT)."""
     import subprocess
 
     root = tmp_path_factory.mktemp("ab-bench")
@@ -133,7 +135,7 @@ def ab_bench(tmp_path_factory: pytest.TempPathFactory) -> Bench:
     out = root / "ab"
     port = free_port(lo=18900, hi=18999)
     argv = [sys.executable, "-m", "vprof.cli.main", "bench", "prefix-cached", "no-prefix-cache",
-            "--profiles-dir", str(profiles), "--repeat", "2", "--order", "blocked",
+            "--profiles-dir", str(profiles), "--repeat", "3", "--order", "blocked",
             "--workload", "rag-shared-prefix", "--traffic", str(shape),
             "--set", "enforce-eager=true", "--set", "max-model-len=2048", "--port", str(port),
             "--out", str(out)]  # fmt: skip

@@ -1,6 +1,6 @@
 """Verdicts you can act on, on real vLLM (CPU build) with real Locust: the same configuration
 repeated is called no different (A/A), a real difference between two profiles is found with
-two repeats each (A/B), and every summary still equals a recomputation from its records."""
+three repeats each (A/B), and every summary still equals a recomputation from its records."""
 
 from __future__ import annotations
 
@@ -60,17 +60,17 @@ def test_the_same_configuration_four_times_is_called_no_different(tmp_path, vllm
     assert rows["request_throughput"]["ci_low_pct"] is not None  # throughput has an interval
 
 
-def test_prefix_caching_on_against_off_is_found_with_two_repeats(ab_bench):
+def test_prefix_caching_on_against_off_is_found_with_three_repeats(ab_bench):
     out = ab_bench.out
     assert ab_bench.stderr.count("healthy after") == 2  # blocked: one server per profile
     assert f"report: {out / 'report.html'}" in ab_bench.stderr
     runs = runs_of(out)
-    assert len(runs) == 4
+    assert len(runs) == 6
     cached = [str(r) for r in runs if r.name.startswith("prefix-cached--")]
     rows = compare_json(*cached, *(str(r) for r in runs if str(r) not in cached))
     ttft = rows["median_ttft_ms"]
     assert ttft["baseline"] == "prefix-cached" and ttft["run"] == "no-prefix-cache"
-    assert ttft["runs"] == "2 vs 2" and ttft["significant"], ttft["verdict"]
+    assert ttft["runs"] == "3 vs 3" and ttft["significant"], ttft["verdict"]
     assert ttft["verdict"].startswith("no-prefix-cache raises median TTFT by ")
     for run in runs:  # every summary is its own records, recomputed independently
         meta = json.loads((run / "run.json").read_text())
