@@ -336,7 +336,7 @@ class BenchTrials:
         self, candidates: Sequence[Candidate], rate_rps: float, repeats: int
     ) -> dict[Candidate, list[Measurement]]:
         """Each candidate ``repeats`` times at ``rate_rps``, interleaved, as one bench."""
-        from vprof.runs.bench import run_bench
+        from vprof.runs.bench import NOT_STARTED, SKIPPED, run_bench
 
         profiles = [self.profile_of(c) for c in candidates]
         spec = replace(self.prepared.spec, traffic=(self.shape(rate_rps),), repeat=repeats,
@@ -344,14 +344,19 @@ class BenchTrials:
         started = time.monotonic()
         outcomes = run_bench(profiles, spec, self.say)
         wall = (time.monotonic() - started) / max(1, len(outcomes))
-        out: dict[Candidate, list[Measurement]] = {}
-        for candidate, profile in zip(candidates, profiles, strict=True):
-            out[candidate] = [
-                self.measurement(o, rate_rps, wall, profile)
-                for o in outcomes
-                if o.profile == profile.name
-            ]
-        return out
+        by_name = {p.name: p for p in profiles}
+        measured = []
+        serving = None  # a bench keeps one server up across consecutive runs of a profile
+        for o in outcomes:
+            m = self.measurement(o, rate_rps, wall, by_name[o.profile])
+            if o.state not in (SKIPPED, NOT_STARTED):
+                m.started_server = o.profile != serving
+                serving = o.profile
+            measured.append((o.profile, m))
+        return {
+            c: [m for name, m in measured if name == p.name]
+            for c, p in zip(candidates, profiles, strict=True)
+        }
 
     def verdict(
         self, base: Sequence[Measurement], other: Sequence[Measurement], metric: str
@@ -387,10 +392,13 @@ class _BenchTrial:
             return Measurement(rate_rps, "not-started", reason=known, oom=mentions_oom(known))
         if self.session is None:
             self.session = ServerSession(self.profile, self.trials.prepared.spec, self.trials.say)
-        started = time.monotonic()
+        started, starts = time.monotonic(), self.session.starts
         outcome = self.session.run(self.trials.shape(rate_rps))
         self.server_started = self.session.starts > 0
-        return self.trials.measurement(outcome, rate_rps, time.monotonic() - started, self.profile)
+        measured = self.trials.measurement(outcome, rate_rps, time.monotonic() - started,
+                                           self.profile)  # fmt: skip
+        measured.started_server = self.session.starts > starts
+        return measured
 
     def close(self) -> None:
         if self.session is not None:
@@ -516,6 +524,7 @@ def trial_rows(result: TuneResult, tuner: Tuner) -> list[dict[str, Any]]:
             row["vs_best_pct"] = -row["vs_best_pct"]  # scores are negated latencies
         row.update(
             best=t is result.best,
+            preempted=t.preempted,
             server=t.server_started,
             wall_s=round(t.wall_s, 1),
             confirmed=t.confirmed,
@@ -581,8 +590,8 @@ def answer_text(result: TuneResult, tuner: Tuner, prepared: Prepared) -> str:
     return (
         f"Best: {best.label} — {what}{versus}. {measured} of {prepared.space.grid_size()} "
         f"candidates measured, {result.servers_started} server start"
-        f"{'s' if result.servers_started != 1 else ''}, {result.wall_s / 60:.1f} min; the "
-        f"search stopped because {result.stopped_by}.{confirmed}"
+        f"{'s' if result.servers_started != 1 else ''}, {result.wall_s / 60:.1f} min; "
+        f"stopped: {result.stopped_by}.{confirmed}"
     )
 
 

@@ -36,7 +36,7 @@ NOISE = 0.10
 RESOLUTION = 0.10  # a rate search ends when its met/missed bracket is this narrow
 GROWTH = 2.0  # the climb's factor per level
 MAX_PASSES = 3  # coordinate descent passes over the stages
-MAX_CONTENDERS = 2  # near ties measured again beside the best
+MAX_CONTENDERS = 1  # near ties measured again beside the best (each costs server starts)
 
 # Trial states (the trial table's ``state`` column)
 MEASURED = "measured"
@@ -102,6 +102,7 @@ class Measurement:
     oom: bool = False  # the server ran out of memory (at start-up or during the run)
     wall_s: float = 0.0
     met: bool = False
+    started_server: bool = False  # this run began with a server start
 
     @property
     def server_ran(self) -> bool:
@@ -241,7 +242,7 @@ class Tuner:
 
     def run(self) -> TuneResult:
         """Search until the budget ends or a pass finds nothing better; then settle near ties."""
-        stopped_by = "the search converged (a pass over every stage found nothing better)"
+        stopped_by = "converged (a pass over every stage found nothing better)"
         try:
             self.evaluate(self.start, "start")
             for _ in range(MAX_PASSES):
@@ -559,7 +560,9 @@ class Tuner:
         if self.objective.kind == "min-latency":
             rate = float(self.objective.target_rps or 0.0)
         else:
-            rate = round_rate(best.sustainable_rps or 0.0)
+            # the best's highest level that met the SLO: its run there is the first repeat,
+            # and the claim then rests on N runs at a rate it has already met once
+            rate = max((m.rate_rps for m in best.measurements if m.met), default=0.0)
         if not rate > 0:
             return {}
         if s.budget_time_s is not None and self.trial_walls:
@@ -574,7 +577,7 @@ class Tuner:
         servers = 0
         for result in group:
             extra = runs.get(result.candidate, [])
-            servers += any(m.server_ran and m.state != "skipped" for m in extra)
+            servers += sum(m.started_server for m in extra)
             # a run the search already made at this rate is the check's first repeat
             known = {m.run: m for m in result.measurements if m.run}
             result.measurements.extend(m for m in extra if not m.run or m.run not in known)

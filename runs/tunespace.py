@@ -331,7 +331,9 @@ def build_space(
 
     defaults: dict[str, tuple[Any, ...]] = {
         CHUNKED: (True, False),
-        BATCHED: _ladder([256, 512, 1024, 2048, 4096, 8192, *(k * model_len for k in (1, 2, 3))]),
+        BATCHED: _ladder(
+            [128, 256, 512, 1024, 2048, 4096, 8192, *(k * model_len for k in (1, 2, 3))]
+        ),
         SEQS: (32, 64, 128, 256, 512),
         PREFIX: (True, False),
         EAGER: (False, True),

@@ -80,10 +80,14 @@ class FakeRunner:
                            run=f"{label}#{n}")  # fmt: skip
 
     def confirm(self, candidates: Sequence[Candidate], rate: float, repeats: int):
+        """Interleaved as a bench runs them: a server start per run unless alone."""
         self.confirmed.append((tuple(candidates), rate, repeats))
-        return {
-            c: [self.level(c, rate, 1000 + r) for r in range(repeats)] for c in candidates
-        }  # fmt: skip
+        out = {}
+        for c in candidates:
+            out[c] = [self.level(c, rate, 1000 + r) for r in range(repeats)]
+            for r, m in enumerate(out[c]):
+                m.started_server = len(candidates) > 1 or r == 0
+        return out
 
     def verdict(self, base, other, metric: str) -> str:
         return f"{metric}: no significant difference ({len(base)} vs {len(other)} runs)"
@@ -295,7 +299,7 @@ def test_near_ties_are_measured_again_with_repeats_and_the_answer_rests_on_them(
     assert result.best is not None and rate == round_rate(rate)
     assert result.best.confirmed == f"3 of 3 runs at {rate:g} req/s met the SLO"
     assert result.confirmation["verdicts"][0]["verdict"].startswith("p95_ttft_ms")
-    assert result.servers_started == len(runner.opened) + 2
+    assert result.servers_started == len(runner.opened) + 2 * 3  # A B A B A B: a start each
 
 
 def test_a_clear_winner_is_still_repeated_at_its_rate_for_the_answer():

@@ -66,7 +66,7 @@ def test_the_default_space_follows_the_guide_and_the_workload():
     assert space.fixed[MODEL_LEN] == default_model_len(1932) == 2048
     dims = {d.key: d.values for d in space.dims}
     assert dims[CHUNKED] == (True, False)  # the profile's own value first
-    assert dims[BATCHED] == (256, 512, 1024, 2048, 4096, 6144, 8192)  # × max-model-len too
+    assert dims[BATCHED] == (128, 256, 512, 1024, 2048, 4096, 6144, 8192)  # × max-model-len too
     assert set(dims) == {CHUNKED, BATCHED, SEQS, EAGER, GPU_MEMORY}
     assert PREFIX not in space.fixed and any("shares no prefixes" in n for n in space.notes)
     assert [name for name, _ in space.stages()] == ["prefill", "concurrency", "memory"]
