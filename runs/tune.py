@@ -175,7 +175,10 @@ def prepare(request: TuneRequest, say: Say = lambda _: None) -> Prepared:
     in_flight = check_number(request.max_in_flight, minimum=1, maximum=1_000_000, integer=True,
                              error=RunError, key="--max-in-flight")  # fmt: skip
     level_shape = replace(shape, duration_s=level_s, warmup_s=warmup_s, max_in_flight=in_flight)
-    _rate_shape(level_shape, settings.max_rps)  # the highest rate's schedule must fit in a run
+    try:  # the highest rate's schedule must fit in one run
+        rate_shape(level_shape, settings.max_rps)
+    except WorkloadError as exc:
+        raise RunError(exc.message, key="--max-rps", hint="lower it or --level-s") from None
     workload = get_workload(request.workload)
     (base,) = resolve_profiles(
         [request.profile], request.profiles_dirs, model=request.model, port=request.port,
@@ -269,7 +272,8 @@ def _check_base(base: Profile, space: Space) -> None:
             raise error
 
 
-def _rate_shape(shape: TrafficShape, rate_rps: float) -> TrafficShape:
+def rate_shape(shape: TrafficShape, rate_rps: float) -> TrafficShape:
+    """A trial's level: ``shape`` at ``rate_rps``, named as a load ladder names its levels."""
     from vprof.runs.sweep import load_ladder
 
     (level,) = load_ladder(shape, [rate_rps])
@@ -306,7 +310,7 @@ class BenchTrials:
         return variant(p.base, p.space, candidate)
 
     def shape(self, rate_rps: float) -> TrafficShape:
-        return _rate_shape(self.prepared.level_shape, rate_rps)
+        return rate_shape(self.prepared.level_shape, rate_rps)
 
     def open(self, candidate: Candidate) -> _BenchTrial:
         return _BenchTrial(self, self.profile_of(candidate))
