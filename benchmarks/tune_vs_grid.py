@@ -47,26 +47,27 @@ HERE = Path(__file__).resolve().parent
 RECORD = HERE / "data" / "tune_grid_cpu.json"
 LOCK = "/tmp/vprof-heavy.lock"
 
-# What was recorded: a prefill-heavy workload on a server whose CPU threads keep to core 0
-# (the load generator has the other core, so the server is what saturates).
+# What was recorded: a prefill-bound workload (long prompts, short answers) on a server whose
+# CPU threads keep to core 0, so the server saturates (near 3 req/s) while the load generator,
+# on the other core, has little to do.
 PROFILE_YAML = """description: chunked-512 with vLLM's CPU threads on core 0
 extends: chunked-512
 env:
   VLLM_CPU_OMP_THREADS_BIND: '0'
 """
-WORKLOAD_YAML = """description: 1024 tokens in, exactly 64 out
+WORKLOAD_YAML = """description: 6000 tokens in, exactly 8 out
 endpoint: completions
-prompt_tokens: 1024
-output_tokens: 64
+prompt_tokens: 6000
+output_tokens: 8
 fixed_output: true
 """
 SPACE = (
     "enable-chunked-prefill=true,false",
-    "max-num-batched-tokens=64,128,256,512,1024,2048,4096",
+    "max-num-batched-tokens=128,256,512,1024,2048,4096,8192",
     "max-num-seqs=1,2,4,8",
 )
-SLO = "ttft_p95=500ms"
-LADDER = (1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0, 12.0, 16.0, 20.0)
+SLO = "ttft_p95=1500ms"
+LADDER = (0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0, 5.0, 6.0)
 # The numbers of a level a replay needs: every latency the SLO could name, and the flags.
 KEPT = ("request_throughput", "client_limited", "num_preemptions", "error_rate", "state")
 LATENCY = tuple(
@@ -466,8 +467,8 @@ def main() -> None:
         default=Path("vprof-tune-grid"),
         help="where --record keeps its run folders (resumable)",
     )
-    parser.add_argument("--level-s", type=float, default=6.0)
-    parser.add_argument("--warmup-s", type=float, default=1.0)
+    parser.add_argument("--level-s", type=float, default=8.0)
+    parser.add_argument("--warmup-s", type=float, default=2.0)
     parser.add_argument("--port", type=int, default=18777)
     parser.add_argument("--repeat", type=int, default=2, help="tune's --repeat in the replay")
     parser.add_argument(
