@@ -43,6 +43,7 @@ class Columns:
     open_loop: Any  # numpy bool array
     itl_blocks: tuple[tuple[Any, Any], ...]
     errors: Any = None  # numpy array of str: each record's error ("" when none)
+    replicas: Any = None  # numpy array of str: the server each record went to ("" when one)
 
     def gaps(self, mask: Any) -> tuple[Any, Any]:
         """(pooled gaps, per-request gap counts) of the requests selected by ``mask``."""
@@ -112,6 +113,7 @@ def _from_frame(df: Any) -> Columns:
         open_loop,
         blocks,
         strings("error", ""),
+        strings("replica", ""),
     )
 
 
@@ -189,4 +191,5 @@ def _from_table(table: Any) -> Columns:
         open_loop,
         tuple(_list_block(chunk) for chunk in chunks if len(chunk)),
         strings("error", ""),
+        strings("replica", ""),
     )

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from vprof.analysis.bootstrap import STAT, all_bootstraps
+from vprof.analysis.keys import CLIENT_FIX
 from vprof.analysis.keys import SummaryKey as K
 from vprof.analysis.run import Run, display_names, load_run, summarize_loaded
 from vprof.common.errors import RunError
@@ -405,7 +406,7 @@ def _judge(row: dict[str, Any], base: Group, other: Group) -> dict[str, Any]:
     elif suspect:
         verdict = (
             f"{label}: not judged — the load generator was the bottleneck in "
-            f"{', '.join(suspect)} (use --processes or fewer users)"
+            f"{', '.join(suspect)} ({CLIENT_FIX})"
         )
     elif not row["stable"]:
         if spread:

@@ -26,6 +26,9 @@ class SummaryKey(StrEnum):
     OFFERED_LOAD = "offered_load"
     OFFERED_LOAD_UNIT = "offered_load_unit"
     OPEN_LOOP = "open_loop"
+    REPLICAS = "replicas"  # servers a run spread its load over (absent: one)
+    PER_REPLICA = "per_replica"
+    GPUS_PER_REPLICA = "gpus_per_replica"
     # requests
     REQUESTS = "requests"
     EXCLUDED_WARMUP = "excluded_warmup"
@@ -67,9 +70,12 @@ class SummaryKey(StrEnum):
     REQUEST_GOODPUT = "request_goodput"
     # the server, from /metrics
     PREFIX_CACHE_HIT_RATE = "prefix_cache_hit_rate"
+    TRACE_IMPLIED_HIT_RATE = "trace_implied_hit_rate"
     NUM_PREEMPTIONS = "num_preemptions"
     MAX_KV_CACHE_USAGE_PERC = "max_kv_cache_usage_perc"
     MAX_NUM_REQUESTS_WAITING = "max_num_requests_waiting"
+    METRICS_SCRAPE_MAX_MS = "metrics_scrape_max_ms"
+    METRICS_WARNING = "metrics_warning"
     # the load generator
     LOADGEN_MAX_CPU_PERCENT = "loadgen_max_cpu_percent"
     LOADGEN_LOOP_LAG_P99_MS = "loadgen_loop_lag_p99_ms"
@@ -91,7 +97,7 @@ def _stats(metric: str, *stats: str) -> tuple[str, ...]:
 K = SummaryKey
 # The rows a summary table shows, in order (JSON output has every key).
 SUMMARY_TABLE_KEYS: tuple[str, ...] = (
-    K.PROFILE, K.TRAFFIC, K.STATE, K.OPEN_LOOP, K.REQUESTS, K.COMPLETED, K.FAILED,
+    K.PROFILE, K.TRAFFIC, K.STATE, K.OPEN_LOOP, K.REPLICAS, K.REQUESTS, K.COMPLETED, K.FAILED,
     K.FAILURES_BY_CAUSE, K.CANCELLED, K.NOT_SENT, K.HELD_BACK, K.HELD_BACK_S, K.ERROR_RATE,
     K.UNANSWERED_RATE, K.DURATION,
     K.REQUEST_THROUGHPUT, K.OUTPUT_THROUGHPUT, K.TOTAL_TOKEN_THROUGHPUT, K.REQUEST_GOODPUT,
@@ -102,13 +108,22 @@ SUMMARY_TABLE_KEYS: tuple[str, ...] = (
     *_stats("ttft_from_schedule", "p95", "p99"),
     *_stats("schedule_lag", "p99"),
     K.MAX_OUTPUT_TOKENS_PER_S, K.MAX_CONCURRENT_REQUESTS, K.PREFIX_CACHE_HIT_RATE,
+    K.TRACE_IMPLIED_HIT_RATE,
     K.CACHED_TOKEN_SHARE, K.PROMPT_TOKEN_MISMATCH_RATE, K.MEAN_PROMPT_TOKEN_EXCESS,
     K.NUM_PREEMPTIONS, K.MAX_KV_CACHE_USAGE_PERC,
-    K.MAX_NUM_REQUESTS_WAITING, K.LOADGEN_MAX_CPU_PERCENT, K.LOADGEN_LOOP_LAG_P99_MS,
+    K.MAX_NUM_REQUESTS_WAITING, K.METRICS_SCRAPE_MAX_MS, K.METRICS_WARNING,
+    K.LOADGEN_MAX_CPU_PERCENT, K.LOADGEN_LOOP_LAG_P99_MS,
     K.LOADGEN_VERDICT, K.CLIENT_LIMITED, K.CLIENT_LIMITED_BY, K.SLO, K.SLO_BASIS, K.SLO_MET,
 )  # fmt: skip
 # Rows of the table shown only when some run has something to say there (not zero or empty).
 SHOWN_WHEN_NONZERO = frozenset(
     {K.FAILURES_BY_CAUSE, K.CANCELLED, K.NOT_SENT, K.HELD_BACK, K.HELD_BACK_S, K.UNANSWERED_RATE,
-     K.CLIENT_LIMITED_BY}
+     K.CLIENT_LIMITED_BY, K.METRICS_WARNING}
 )  # fmt: skip
+
+
+# What to do about a client-limited run (its loadgen_verdict says which applies).
+CLIENT_FIX = (
+    "use --processes or fewer users, or, when other processes held its cores, "
+    "give the load generator cores of its own"
+)

@@ -10,12 +10,14 @@ met the SLO the answer is unknown, and the plan says so instead of guessing.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from vprof.analysis.keys import CLIENT_FIX
 from vprof.analysis.keys import SummaryKey as K
 from vprof.analysis.slo import Slo, SloError, parse_slo
 from vprof.analysis.stats import pct_key
@@ -34,6 +36,8 @@ class Level:
     client_limited: bool = False
     offered: tuple[float, str] | None = None  # (load, unit) the traffic shape asked for
     repeats: int = 1  # runs merged into this level
+    servers: int = 1  # replicas the run spread its load over
+    gpus_per_replica: int | None = None
 
 
 @dataclass(frozen=True)
@@ -49,6 +53,14 @@ class ProfilePlan:
     levels: tuple[Level, ...]
     notes: tuple[str, ...] = ()
     message: str = ""
+    gpus_per_replica: int | None = None
+    scaling_efficiency: float | None = None  # measured with several replicas, when given
+
+    @property
+    def gpus(self) -> int | None:
+        if self.replicas is None or self.gpus_per_replica is None:
+            return None
+        return self.replicas * self.gpus_per_replica
 
 
 @dataclass(frozen=True)
@@ -72,6 +84,9 @@ class Plan:
             {
                 "profile": p.profile,
                 "replicas": p.replicas,
+                "gpus_per_replica": p.gpus_per_replica,
+                "gpus": p.gpus,
+                "scaling_efficiency": p.scaling_efficiency,
                 "sustainable_rps": p.sustainable_rps,
                 "max_measured_rps": p.max_measured_rps,
                 "binding": p.binding,
@@ -186,6 +201,8 @@ def _level(summary: dict[str, Any], slo: Slo) -> Level:
         checks=tuple(checks),
         state=state,
         client_limited=client_limited,
+        servers=int(summary.get(K.REPLICAS) or 1),
+        gpus_per_replica=summary.get(K.GPUS_PER_REPLICA),
         offered=(
             (float(summary[K.OFFERED_LOAD]), str(summary.get(K.OFFERED_LOAD_UNIT, "")))
             if summary.get(K.OFFERED_LOAD) is not None
@@ -221,6 +238,52 @@ def _check_text(check: dict[str, Any]) -> str:
 
 def _plan_profile(
     name: str, levels: list[Level], target: float, headroom: float, slo_text: str
+) -> ProfilePlan:
+    """One profile's plan: from its single-replica levels, checked against its multi-replica
+    levels when there are some."""
+    single = [lv for lv in levels if lv.servers == 1]
+    several = [lv for lv in levels if lv.servers > 1]
+    gpus = next((lv.gpus_per_replica for lv in levels if lv.gpus_per_replica), None)
+    plan = _plan_single(name, single or levels, target, headroom, slo_text)
+    efficiency = _scaling_efficiency(single, several) if single and several else None
+    if efficiency is not None and efficiency < 1 and plan.sustainable_rps is not None:
+        # replicas lose some of their rate together: plan on what was measured
+        plan = _plan_single(name, single, target, headroom, slo_text, efficiency=efficiency)
+    if efficiency is not None:
+        k = several[0].servers
+        note = (
+            f"measured with {k} replicas: {efficiency:.0%} of {k}× one replica's rate at the "
+            "same load per replica" + ("; the plan counts on it" if efficiency < 1 else "")
+        )
+        plan = dataclasses.replace(plan, notes=(*plan.notes, note))
+    return dataclasses.replace(plan, gpus_per_replica=gpus, scaling_efficiency=efficiency)
+
+
+def _scaling_efficiency(single: list[Level], several: list[Level]) -> float | None:
+    """A multi-replica level's rate against its replicas × one replica's rate at the same load
+    per replica (the single level whose offered load is closest); None when not comparable."""
+    ratios = []
+    for multi in several:
+        if multi.offered is None or math.isnan(multi.rps):
+            continue
+        per_replica = multi.offered[0] / multi.servers
+        alike = [lv for lv in single if lv.offered and lv.offered[1] == multi.offered[1]
+                 and not math.isnan(lv.rps) and lv.rps > 0]  # fmt: skip
+        if not alike:
+            continue
+        closest = min(alike, key=lambda lv: abs(lv.offered[0] - per_replica))  # type: ignore[index]
+        ratios.append(multi.rps / (multi.servers * closest.rps))
+    return min(ratios) if ratios else None
+
+
+def _plan_single(
+    name: str,
+    levels: list[Level],
+    target: float,
+    headroom: float,
+    slo_text: str,
+    *,
+    efficiency: float = 1.0,
 ) -> ProfilePlan:
     # Order by the load that was asked for when every level says it in the same unit: past
     # saturation the achieved rate can fall while the offered load still rises.
@@ -263,21 +326,23 @@ def _plan_profile(
         if lv.client_limited:
             notes.append(
                 f"the load generator was the bottleneck in {lv.run}: that level is not counted "
-                "as met (re-run it with --processes or fewer users)"
+                f"as met (re-run it: {CLIENT_FIX})"
             )
     if sustainable <= 0 or math.isnan(sustainable):
         return ProfilePlan(name, None, None, binding, "no positive sustainable rate measured",
                            max_rps, tuple(levels), tuple(notes),
                            f"{name}: no positive sustainable rate measured")  # fmt: skip
-    replicas = math.ceil(target / sustainable * (1.0 + headroom) - 1e-9)
-    if target > max_rps:
+    replicas = math.ceil(target / (sustainable * efficiency) * (1.0 + headroom) - 1e-9)
+    if target > max_rps and efficiency == 1.0:
         notes.append(
             f"one replica was measured up to {max_rps:.2f} req/s; {target:g} req/s assumes "
             "replicas scale linearly behind a load balancer"
         )
     message = (
         f"to serve {target:g} req/s of this traffic within {slo_text} you need {replicas} "
-        f"replica{'s' if replicas != 1 else ''} of {name} ({sustainable:.2f} req/s each, "
+        f"replica{'s' if replicas != 1 else ''} of {name} ({sustainable:.2f} req/s each"
+        + (f" alone, {efficiency:.0%} of that together" if efficiency < 1 else "")
+        + ", "
         f"{binding} binds, {headroom:.0%} headroom)"
     )
     return ProfilePlan(name, replicas, sustainable, binding, basis, max_rps, tuple(levels),

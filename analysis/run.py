@@ -16,13 +16,7 @@ from typing import Any
 from vprof.analysis.slo import Slo
 from vprof.analysis.stats import DEFAULT_PERCENTILES
 from vprof.common.errors import RunError
-from vprof.records.rundir import (
-    RunDir,
-    is_run_dir,
-    read_json,
-    read_jsonl,
-    write_json_atomic,
-)
+from vprof.records.rundir import RunDir, is_run_dir, read_json, write_json_atomic
 
 
 @dataclass(frozen=True)
@@ -36,6 +30,7 @@ class Run:
     records: Any = None  # pyarrow.Table
     metrics: tuple[dict[str, Any], ...] = ()
     loadgen: tuple[dict[str, Any], ...] = ()
+    records_note: str = ""  # how much of a damaged records file was readable ("": all of it)
 
     @property
     def name(self) -> str:
@@ -84,9 +79,10 @@ def display_names(summaries: Sequence[dict[str, Any]]) -> list[str]:
 
 
 def load_run(path: str | Path) -> Run:
-    """Read a run folder. Raises :class:`RunError` when it is not one."""
+    """Read a run folder. Raises :class:`RunError` when it is not one, or when one of its files
+    is not what vprof writes (naming the file, line and key)."""
     from vprof.records.schema import arrow_schema
-    from vprof.records.store import read_table
+    from vprof.records.store import read_records_file
 
     path = Path(path)
     if not path.is_dir() or not is_run_dir(path):
@@ -96,17 +92,21 @@ def load_run(path: str | Path) -> Run:
             hint="point at a folder written by `vprof bench`",
         )
     folder = RunDir(path)
-    records = (
-        read_table(folder.records) if folder.records.is_file() else arrow_schema().empty_table()
-    )
+    locust = folder.locust_info()
+    if folder.records.exists():
+        read = read_records_file(folder.records)
+        records, note = read.table, read.describe(locust.get("records"))
+    else:
+        records, note = arrow_schema().empty_table(), ""
     return Run(
         path=path,
         meta=folder.meta(strict=True),
-        locust=read_json(folder.locust_json),
+        locust=locust,
         status=folder.status(strict=True),
         records=records,
-        metrics=read_jsonl(folder.metrics_jsonl),
-        loadgen=read_jsonl(folder.loadgen_jsonl),
+        metrics=folder.metric_samples(),
+        loadgen=folder.loadgen_samples(),
+        records_note=note,
     )
 
 
@@ -132,6 +132,13 @@ def summarize_loaded(
         "warmup_until": run.warmup_until,
         **_offered(run.meta.get("traffic")),
     }
+    head["gpus_per_replica"] = _gpus(profile)
+    trace = run.meta.get("trace")
+    if isinstance(trace, dict) and trace.get("implied_token_hit_rate") is not None:
+        # what the trace's shared blocks imply, beside the server's prefix_cache_hit_rate
+        head["trace_implied_hit_rate"] = trace["implied_token_hit_rate"]
+    if run.records_note:
+        head["records_note"] = run.records_note
     body = summarize(
         run.records,
         warmup_until=run.warmup_until,
@@ -145,6 +152,20 @@ def summarize_loaded(
     if open_loop is not None:
         body["open_loop"] = bool(open_loop) or body["open_loop"]
     return head | body
+
+
+def _gpus(profile: dict[str, Any]) -> int | None:
+    """GPUs one server of the run's profile used (tensor × pipeline × data parallel)."""
+    from vprof.common.errors import ProfileError
+    from vprof.registry.profile import gpus_per_server
+
+    args = profile.get("engine_args")
+    if not isinstance(args, dict):
+        return None
+    try:
+        return gpus_per_server(args)[0]
+    except ProfileError:
+        return None
 
 
 def _in_flight_cap(traffic: Any) -> int | None:
@@ -187,18 +208,54 @@ def summarize_run(
 
 
 def write_summary(
-    path: str | Path, *, slo: Slo | str | None = None, interval_s: float = 5.0
+    path: str | Path,
+    *,
+    slo: Slo | str | None = None,
+    interval_s: float = 5.0,
+    force: bool = False,
 ) -> dict[str, Any]:
-    """Summarise a run folder and write ``summary.json`` and ``timeline.csv`` into it."""
+    """Summarise a run folder and write ``summary.json`` and ``timeline.csv`` into it.
+
+    A summary already there that counted more requests than this read (a records file damaged
+    since) is kept: :class:`RunError`, unless ``force``.
+    """
     from vprof.analysis.summary import timeline
 
     run = load_run(path)
     summary = summarize_loaded(run, slo=slo)
-    frame = timeline(run.records, interval_s)
     folder = RunDir(run.path)
+    if not force:
+        _keep_better_summary(folder, summary)
+    frame = timeline(run.records, interval_s)
     write_json_atomic(folder.summary_json, json_safe(summary))
-    frame.to_csv(folder.timeline_csv, index=False)
+    tmp = folder.timeline_csv.with_name(folder.timeline_csv.name + ".tmp")
+    frame.to_csv(tmp, index=False)
+    tmp.replace(folder.timeline_csv)
     return summary
+
+
+def _read_requests(summary: dict[str, Any]) -> int | None:
+    """How many records a summary was made from (kept plus warm-up), if it says."""
+    counts = [summary.get("requests"), summary.get("excluded_warmup")]
+    if not all(isinstance(c, int) and not isinstance(c, bool) for c in counts):
+        return None
+    return sum(counts)  # type: ignore[arg-type]
+
+
+def _keep_better_summary(folder: RunDir, summary: dict[str, Any]) -> None:
+    """Refuse to replace a summary made from more records than this one."""
+    before = _read_requests(read_json(folder.summary_json, strict=False))
+    now = _read_requests(summary)
+    if before is None or now is None or now >= before:
+        return
+    note = summary.get("records_note")
+    raise RunError(
+        f"kept as it is: it counted {before:,} requests, this read of the records only "
+        f"{now:,}" + (f": {note}" if note else ""),
+        path=str(folder.summary_json),
+        hint="the records file was damaged since; restore it, or pass --force to replace "
+        "the summary anyway",
+    )
 
 
 def json_safe(value: Any) -> Any:

@@ -24,6 +24,9 @@ SATURATED_CPU_PERCENT = 90.0
 # Event-loop lag (ms, p99 over a sample) above which a Locust process's timestamps are late by
 # more than the measurement can tolerate.
 LAG_P99_LIMIT_MS = 10.0
+# A lagging loop below this share of a core, which waited for one longer than it ran, was held
+# back by other processes rather than by its own work.
+STARVED_CPU_PERCENT = 50.0
 SAMPLE_S = 2.0  # how much time one health sample covers (the Locust side's sampling interval)
 
 
@@ -71,6 +74,37 @@ def server_stats(
     ):
         seen = [v for s in window if (v := _value(s.get("values", {}), name)) is not None]
         out[key] = reduce(seen) if seen else None
+    out.update(_scrape_stats(ordered, lo, hi))
+    return out
+
+
+# A scrape that takes longer stalls vLLM's API server long enough to show in latencies.
+SLOW_SCRAPE_MS = 100.0
+
+
+def _scrape_stats(samples: Sequence[Mapping[str, Any]], lo: float, hi: float) -> dict[str, Any]:
+    """How long /metrics scrapes took during the run, and a warning when they could matter."""
+    took = [
+        float(s["scrape_s"]) * 1000.0
+        for s in samples
+        if isinstance(s.get("scrape_s"), (int, float)) and lo <= float(s["t"]) <= hi
+    ]
+    if not took:
+        return {}
+    span_s = hi - lo if math.isfinite(hi - lo) and hi > lo else math.nan
+    share = sum(took) / 1000.0 / span_s if span_s == span_s and span_s > 0 else None
+    worst = max(took)
+    out: dict[str, Any] = {
+        "metrics_scrape_max_ms": worst,
+        "metrics_scrape_median_ms": sorted(took)[len(took) // 2],
+        "metrics_scrape_share": share,
+    }
+    if worst > SLOW_SCRAPE_MS:
+        out["metrics_warning"] = (
+            f"a /metrics scrape took {worst:.0f} ms (limit {SLOW_SCRAPE_MS:g} ms): vLLM's API "
+            "server stalls while it renders one, so latencies near then include it; raise "
+            "--metrics-interval or use --no-metrics"
+        )
     return out
 
 
@@ -139,7 +173,19 @@ def loadgen_stats(
     fix = (
         "its latencies include its own delay; use --processes N (one per spare core) or fewer users"
     )
-    if has_lag and busy:
+    starved = has_lag and bool(busy) and all(per_worker[w]["starved"] for w in busy)
+    if starved:
+        worst = max(per_worker[w]["typical_lag_p99_ms"] or 0.0 for w in busy)
+        waited = max(per_worker[w]["mean_wait_percent"] or 0.0 for w in busy)
+        own = max(per_worker[w]["mean_cpu_percent"] for w in busy)
+        verdict = (
+            f"load generator held back by this machine: event-loop lag p99 {worst:.1f} ms > "
+            f"{LAG_P99_LIMIT_MS:g} ms in {', '.join(busy)} for over a quarter of the run while "
+            f"it used {own:.0f} % of a core and waited {waited:.0f} % of the time for one: other "
+            "processes (a server on the same cores?) held them; its latencies include that "
+            "delay; give it cores of its own (another machine, or a server that leaves one free)"
+        )
+    elif has_lag and busy:
         worst = max(per_worker[w]["typical_lag_p99_ms"] or 0.0 for w in busy)
         verdict = (
             f"load generator overloaded: event-loop lag p99 {worst:.1f} ms > "
@@ -170,6 +216,7 @@ def loadgen_stats(
         "loadgen_machine_cpu_percent": _mean(machine) if machine else None,
         "loadgen_steal_percent": _mean(steal) if steal else None,
         "loadgen_saturated": bool(busy),
+        "loadgen_starved": starved,
         "loadgen_verdict": verdict,
     }
 
@@ -180,10 +227,19 @@ def _worker_health(rows: list[Mapping[str, Any]]) -> dict[str, Any]:
     p99s = [float(r["loop_lag_p99_ms"]) for r in rows if r.get("loop_probes")]
     maxes = [float(r["loop_lag_max_ms"]) for r in rows if r.get("loop_probes")]
     over = sum(v > LAG_P99_LIMIT_MS for v in p99s)
+    waits = [float(r["wait_percent"]) for r in rows if r.get("wait_percent") is not None]
+    mean_cpu = _mean(cpu) if cpu else 0.0
+    mean_wait = _mean(waits) if waits else None
     # Late in more than a quarter of the samples, and in more than one: a single late sample
     # (a short run's first seconds, a collector flush) is not a client that keeps falling behind.
     return {
-        "mean_cpu_percent": _mean(cpu) if cpu else 0.0,
+        "mean_cpu_percent": mean_cpu,
+        "mean_wait_percent": mean_wait,
+        # Late while asking for little: it waited for a core longer than it ran, at under half
+        # of one. Its own work did not make it late; other processes on the machine did.
+        "starved": mean_wait is not None
+        and mean_wait > mean_cpu
+        and mean_cpu < STARVED_CPU_PERCENT,
         "max_cpu_percent": max(cpu) if cpu else 0.0,
         "cpu_bound": sum(v > SATURATED_CPU_PERCENT for v in cpu) > len(cpu) / 4 if cpu else False,
         "loop_lag_p99_ms": max(p99s) if p99s else None,

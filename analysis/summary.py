@@ -110,7 +110,32 @@ def summarize(
         out.update(loadgen_stats(loadgen, first_send, _nanmax(ends[keep])))
     out["client_limited_by"] = _client_limits(out)
     out["client_limited"] = bool(out["client_limited_by"])
+    out.update(_per_replica(cols, keep, ok, out["duration"]))
     return out
+
+
+def _per_replica(cols: Columns, keep: Any, ok: Any, duration: float) -> dict[str, Any]:
+    """With load spread over several servers: each one's requests, rate and TTFT."""
+    import numpy as np
+
+    if cols.replicas is None:
+        return {}
+    names = sorted({str(r) for r in cols.replicas[keep] if r})
+    if len(names) < 2:
+        return {}
+    f = cols.floats
+    out: dict[str, dict[str, Any]] = {}
+    for name in names:
+        mine = cols.replicas == name
+        done = ok & mine
+        ttft = f["ttft_ms"][done & np.isfinite(f["ttft_ms"])]
+        out[name] = {
+            "requests": int((keep & mine).sum()),
+            "completed": int(done.sum()),
+            "request_throughput": int(done.sum()) / duration if duration > 0 else math.nan,
+            **{k: v for k, v in describe(ttft, "ttft", (95, 99)).items() if "std" not in k},
+        }
+    return {"replicas": len(names), "per_replica": out}
 
 
 # Open loop: a send this much later than its schedule waited for a free user (the in-flight cap,
@@ -160,7 +185,9 @@ def _held_back(cols: Columns, keep: Any, cap: int | None) -> dict[str, Any]:
 def _client_limits(out: Mapping[str, Any]) -> list[str]:
     """Why the load generator, not the server, may have set the pace (empty: it did not)."""
     reasons = []
-    if out.get("loadgen_saturated"):
+    if out.get("loadgen_starved"):
+        reasons.append("other processes on this machine held its cores")
+    elif out.get("loadgen_saturated"):
         reasons.append("its event loop fell behind")
     if out.get("in_flight_cap_reached"):
         reasons.append(

@@ -137,6 +137,19 @@ def run_options(func):
             is_flag=True,
             help="Restart the server between repeats (a fresh server is part of what varies).",
         ),
+        click.option(
+            "--metrics-interval",
+            "metrics_interval_s",
+            type=FiniteFloat(above=0, maximum=3600),
+            default=None,
+            help="Seconds between /metrics scrapes during a run (it backs off when a "
+            "scrape is slow, so scraping stays under 2 % of the time).",
+        ),
+        click.option(
+            "--no-metrics",
+            is_flag=True,
+            help="Do not scrape /metrics at all (no server-side numbers in the summary).",
+        ),
     ]
     for option in reversed(options):
         func = option(func)
@@ -161,33 +174,54 @@ def _spec(opts: dict[str, Any], **extra: Any):
         repeat=opts["repeat"],
         order=opts["order"],
         fresh_server=opts["fresh_server"],
+        metrics=not opts["no_metrics"],
+        **(
+            {"metrics_interval_s": opts["metrics_interval_s"]} if opts["metrics_interval_s"] else {}
+        ),
         **extra,
     )
 
 
-def _profiles(names: tuple[str, ...], opts: dict[str, Any]):
+def _profiles(names: tuple[str, ...], opts: dict[str, Any], url: str | None):
     from vprof.runs.bench import resolve_profiles
 
     return resolve_profiles(
-        names, opts["profiles_dirs"], url=opts["url"], say=_say, model=opts["model"],
+        names, opts["profiles_dirs"], url=url, say=_say, model=opts["model"],
         port=opts["port"], set_args=opts["set_args"],
     )  # fmt: skip
 
 
-def _report(outcomes, fmt: str, slo: str | None) -> None:
-    """Print what ran, the summaries and the comparison as one output; exit 1 if a run failed."""
+def _report(outcomes, fmt: str, opts: dict[str, Any]) -> None:
+    """Print what ran, the summaries and the comparison as one output, write the HTML report
+    next to the runs; exit 1 if a run failed."""
     from vprof.cli.report import comparison_parts, summary_parts
 
     click.echo("", err=True)
     parts: list[Part] = [("runs", _outcome_rows(outcomes), None)]
     runs = [o.run.path for o in outcomes if o.finished]
     if runs:
-        parts += summary_parts(runs, fmt=fmt, slo=slo)
+        parts += summary_parts(runs, fmt=fmt, slo=opts["slo"])
     if len(runs) > 1:
         parts += comparison_parts(runs, fmt=fmt, only_if_several=True)
     emit_parts(parts, fmt)
+    if runs:
+        _html_report(runs, opts)
     if not all(o.finished for o in outcomes):
         raise SystemExit(1)
+
+
+def _html_report(paths: list[Path], opts: dict[str, Any], **options: Any) -> None:
+    """``<out>/report.html`` of what was just measured; a report that fails loses no run."""
+    from vprof.common.errors import VprofError
+    from vprof.report import write_report
+
+    target = opts["out_dir"] / "report.html"
+    try:
+        write_report(paths, target, slo=opts["slo"], **options)
+    except VprofError as exc:
+        click.echo(f"note: no report written: {exc}", err=True)
+        return
+    click.echo(f"report: {target}", err=True)
 
 
 def _outcome_rows(outcomes) -> list[dict[str, Any]]:
@@ -218,10 +252,11 @@ def bench(profile_names: tuple[str, ...], fmt: str, **opts: Any) -> None:
     """
     from vprof.runs import run_bench
 
-    profiles = _profiles(profile_names, opts)
+    spec = _spec(opts)  # the run's own checks (--url, --slo, --tokenizer) come first
+    profiles = _profiles(profile_names, opts, spec.url)
     with _interruptible(opts["out_dir"]):
-        outcomes = run_bench(profiles, _spec(opts), _say)
-    _report(outcomes, fmt, opts["slo"])
+        outcomes = run_bench(profiles, spec, _say)
+    _report(outcomes, fmt, opts)
 
 
 @click.group(short_help="The guide's ladders: batched tokens, chunked prefill, load.")
@@ -240,7 +275,9 @@ def _rows_part(rows: list[dict[str, Any]], fmt: str) -> Part:
     """A sweep's rows; terminal tables leave out the (long) run folder names."""
     columns = None
     if fmt in HUMAN:
-        columns = [c for c in dict.fromkeys(k for row in rows for k in row) if c != "run"]
+        columns = [
+            c for c in dict.fromkeys(k for row in rows for k in row) if c not in ("run", "runs")
+        ]
     return ("rungs", rows, columns)
 
 
@@ -248,16 +285,20 @@ def _ladder(
     kind: str, profile_name: str, rungs_of, opts: dict[str, Any], fmt: str, *, stop_early: bool,
     prefer: str,
 ) -> None:  # fmt: skip
-    from vprof.runs.sweep import recommend, run_ladder, write_sweep
+    from vprof.runs.sweep import check_ladder, recommend, run_ladder, write_sweep
 
-    (profile,) = _profiles((profile_name,), opts)
+    spec = _spec(opts)
+    check_ladder(spec)
+    (profile,) = _profiles((profile_name,), opts, spec.url)
     rungs = rungs_of(profile)
     with _interruptible(opts["out_dir"]):
-        rows = run_ladder(profile, rungs, _spec(opts), _say, stop_early=stop_early)
+        rows = run_ladder(profile, rungs, spec, _say, stop_early=stop_early)
     recommendation = recommend(rows, prefer=prefer)
-    write_sweep(opts["out_dir"], kind, profile.name, rows, recommendation)
+    written = write_sweep(opts["out_dir"], kind, profile.name, rows, recommendation)
     click.echo("", err=True)
     emit_parts([_rows_part(rows, fmt), ("recommendation", recommendation, None)], fmt)
+    if written is not None:  # some rung ran
+        _html_report([opts["out_dir"]], opts)
 
 
 @sweep.command("batched-tokens")
@@ -385,9 +426,10 @@ def load(profile_name: str, levels: str, target_rps: float | None, fmt: str, **o
     from vprof.runs.sweep import parse_levels, run_load_ladder, write_sweep
 
     values = parse_levels(levels)
-    (profile,) = _profiles((profile_name,), opts)
+    spec = _spec(opts)
+    (profile,) = _profiles((profile_name,), opts, spec.url)
     with _interruptible(opts["out_dir"]):
-        rows, outcomes = run_load_ladder(profile, opts["traffic"][0], values, _spec(opts), _say)
+        rows, outcomes = run_load_ladder(profile, opts["traffic"][0], values, spec, _say)
     write_sweep(opts["out_dir"], "load", profile.name, rows, "")
     click.echo("", err=True)
     parts = [_rows_part(rows, fmt)]
@@ -398,3 +440,6 @@ def load(profile_name: str, levels: str, target_rps: float | None, fmt: str, **o
         target = target_rps or max(values)
         parts += plan_parts(done, target_rps=target, slo=opts["slo"], fmt=fmt)
     emit_parts(parts, fmt)
+    if done:
+        plan_for = {"target_rps": target_rps or max(values)} if opts["slo"] else {}
+        _html_report([opts["out_dir"]], opts, **plan_for)

@@ -22,6 +22,7 @@ def summary_parts(
     fmt: str = "table",
     slo: str | None = None,
     save: bool = False,
+    force: bool = False,
     timeline_interval_s: float | None = None,
 ) -> list[Part]:
     """The summaries of ``runs`` (run or bench folders) as output parts; also used by bench.
@@ -40,13 +41,20 @@ def summary_parts(
     paths = expand_runs(runs)
     interval_s = timeline_interval_s or 5.0
     if save:
-        summaries = [write_summary(p, slo=parsed, interval_s=interval_s) for p in paths]
+        summaries = [
+            write_summary(p, slo=parsed, interval_s=interval_s, force=force) for p in paths
+        ]
     else:
         summaries = [summarize_run(p, slo=parsed) for p in paths]
     names = display_names(summaries)
     for name, summary in zip(names, summaries, strict=True):
+        if summary.get("records_note"):
+            click.echo(f"warning: {name}: {summary['records_note']}", err=True)
         if summary.get("client_limited"):
-            click.echo(f"warning: {name}: {summary.get('loadgen_verdict')}", err=True)
+            why = "; ".join(summary.get("client_limited_by") or [])
+            click.echo(f"warning: {name}: the load generator set the pace ({why})", err=True)
+        if summary.get("metrics_warning"):
+            click.echo(f"warning: {name}: {summary['metrics_warning']}", err=True)
     if fmt in HUMAN or fmt == "csv":
         rows = [
             {"metric": key, **{name: s.get(key) for name, s in zip(names, summaries, strict=True)}}
@@ -139,9 +147,14 @@ def _split_on_vs(args: Sequence[str]) -> list[list[str]]:
     help="Timeline bin, s.",
 )
 @click.option("--save", is_flag=True, help="Write summary.json and timeline.csv into each run.")
+@click.option(
+    "--force",
+    is_flag=True,
+    help="With --save: replace a summary even when it counted more requests than this read.",
+)
 def summarize(
     runs: tuple[str, ...], fmt: str, slo: str | None, show_timeline: bool, interval_s: float,
-    save: bool,
+    save: bool, force: bool,
 ) -> None:  # fmt: skip
     """Percentile tables for one or more runs (a RUN may be a bench folder of runs).
 
@@ -151,9 +164,10 @@ def summarize(
       vprof summarize runs/bench-1 --format markdown --timeline
     """
     timeline_s = interval_s if show_timeline else None
-    emit_parts(
-        summary_parts(runs, fmt=fmt, slo=slo, save=save, timeline_interval_s=timeline_s), fmt
+    parts = summary_parts(
+        runs, fmt=fmt, slo=slo, save=save, force=force, timeline_interval_s=timeline_s
     )
+    emit_parts(parts, fmt)
 
 
 @click.command(short_help="Runs side by side with confidence intervals.")

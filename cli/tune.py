@@ -10,6 +10,7 @@ import click
 from vprof.cli.bench import _interruptible, _say
 from vprof.cli.options import FiniteFloat, OutDir, profile_override_options, profiles_dir_option
 from vprof.cli.output import HUMAN, Part, emit_parts, format_option
+from vprof.records.rundir import tune_manifest
 
 # What the terminal table shows of each trial (JSON has every field).
 _COLUMNS = (
@@ -170,8 +171,8 @@ def tune(profile_name: str, fmt: str, **opts: Any) -> None:
     workload's longest request), in the guide's order. Each candidate's capacity is an
     open-loop rate search on its own server that climbs ×2 and bisects, and stops early
     once the candidate is clearly worse than the best; candidates the validator refuses
-    never start. Writes the best as a profile (extends PROFILE), a table of every trial,
-    tune.json and report.html into --out; re-running the same command resumes.
+    never start. Writes the best as a profile (extends PROFILE), a table of every trial, its
+    trials and evidence as JSON and a report into --out; re-running the same command resumes.
 
     \b
     Example:
@@ -223,7 +224,7 @@ def tune(profile_name: str, fmt: str, **opts: Any) -> None:
     parts: list[Part] = [("trials", outcome.rows, list(_COLUMNS) if fmt in HUMAN else None)]
     parts.append(("answer", outcome.answer, None))
     if fmt in HUMAN:
-        files = [f"Trials, evidence and the answer: {outcome.folder / 'tune.json'}"]
+        files = [f"Trials, evidence and the answer: {tune_manifest(outcome.folder)}"]
         if outcome.profile_path is not None:
             files.append(
                 f"The best as a profile: {outcome.profile_path} — start it with "
@@ -238,7 +239,7 @@ def tune(profile_name: str, fmt: str, **opts: Any) -> None:
                 "files",
                 [
                     {
-                        "tune": str(outcome.folder / "tune.json"),
+                        "tune": str(tune_manifest(outcome.folder)),
                         "profile": str(outcome.profile_path or ""),
                         "report": str(outcome.report_path or ""),
                         "notes": outcome.notes,

@@ -7,7 +7,13 @@ it directly is *event-loop lag*: a greenlet asks to wake every ``PROBE_INTERVAL_
 records how late it woke. Every ``SAMPLE_INTERVAL_S`` a sample is made of the lag seen since
 the last one (quantiles and a histogram, so a run's percentiles can be pooled exactly to the
 bucket), the CPU of the process's main thread (the gevent loop: never above 100 % of one
-core), and the machine's CPU per core, with steal where the kernel reports it.
+core), the share of time that thread was ready to run but waited for a core (Linux's
+schedstat), and the machine's CPU per core, with steal where the kernel reports it.
+
+Lag alone does not say *whose* fault it is: a loop that wakes late because it has too much
+to do is a client at its limit; a loop that wakes late because another process held the cores
+(a vLLM server on the same two cores) is a client whose clock is disturbed but which asks for
+little. CPU plus wait — the thread's *demand* for a core — tells them apart.
 """
 
 import locust  # noqa: F401  (first: gevent patching)
@@ -77,6 +83,7 @@ class CpuMeter:
         self._proc = psutil.Process()
         self._last_wall = time.monotonic()
         self._last_main = self._main_thread_s()
+        self._last_wait = _main_thread_wait_s()
         psutil.cpu_percent(percpu=True)  # the first reading starts the interval
         psutil.cpu_times_percent()
 
@@ -95,15 +102,31 @@ class CpuMeter:
         now, main = time.monotonic(), self._main_thread_s()
         wall = max(now - self._last_wall, 1e-9)
         share = min(100.0, max(0.0, (main - self._last_main) / wall * 100.0))
-        self._last_wall, self._last_main = now, main
+        wait = _main_thread_wait_s()
+        waited = (
+            None
+            if wait is None or self._last_wait is None
+            else min(100.0, max(0.0, (wait - self._last_wait) / wall * 100.0))
+        )
+        self._last_wall, self._last_main, self._last_wait = now, main, wait
         per_core = [float(v) for v in self._psutil.cpu_percent(percpu=True)]
         times = self._psutil.cpu_times_percent()
         return {
             "cpu_percent": share,
+            "wait_percent": waited,
             "machine_cpu_percent": sum(per_core) / len(per_core) if per_core else None,
             "per_core_cpu_percent": per_core,
             "steal_percent": float(getattr(times, "steal", 0.0) or 0.0),
         }
+
+
+def _main_thread_wait_s() -> float | None:
+    """Seconds the main thread has spent runnable but waiting for a core (Linux only)."""
+    try:
+        with open(f"/proc/self/task/{os.getpid()}/schedstat") as f:
+            return int(f.read().split()[1]) / 1e9
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def run_sampler(name: Callable[[], str], emit: Callable[[dict[str, Any]], None]) -> None:

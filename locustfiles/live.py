@@ -9,6 +9,9 @@ Percentiles interpolate linearly between order statistics, as ``numpy.percentile
 default (and hence ``vllm bench serve``), so a live figure differs from the offline summary of
 the same records by at most ``RELATIVE_ERROR``.
 
+:class:`LiveStats` keeps the tables' rows (cumulative and over the last seconds);
+:class:`Timeline` keeps the same figures per interval of time, for charts.
+
 The live view is for watching a test; published numbers come from the run's records.
 """
 
@@ -160,14 +163,14 @@ class _Slot:
             self.output_tokens += tokens
         for field, name in METRICS:
             value = record.get(field)
-            if value is None:
+            hist = self.hists.get(name)  # none once a timeline interval is sealed
+            if value is None or hist is None:
                 continue
             if field == "itl_ms":
-                hist = self.hists[name]
                 for gap in value:
                     hist.add(float(gap))
             else:
-                self.hists[name].add(float(value))
+                hist.add(float(value))
 
     def merge(self, other: _Slot) -> None:
         for name, hist in other.hists.items():
@@ -347,3 +350,167 @@ class LiveStats:
             for p, value in zip(PERCENTILES, current.percentiles(PERCENTILES), strict=True):
                 row[f"current_{percentile_key(p)}_{metric}_ms"] = value
         return row
+
+
+class _Interval:
+    """One interval of a :class:`Timeline`: its records' counters, histograms, in-flight time."""
+
+    __slots__ = ("slot", "in_flight_s", "frozen")
+
+    def __init__(self) -> None:
+        self.slot = _Slot()
+        self.in_flight_s = 0.0  # request-seconds in flight inside this interval
+        self.frozen: dict[str, float | None] | None = None  # percentiles, once sealed
+
+    def percentiles(self) -> dict[str, float | None]:
+        if self.frozen is not None:
+            return self.frozen
+        out: dict[str, float | None] = {}
+        for _, metric in METRICS:
+            values = self.slot.hists[metric].percentiles(PERCENTILES)
+            for p, value in zip(PERCENTILES, values, strict=True):
+                out[f"{percentile_key(p)}_{metric}_ms"] = value
+        return out
+
+    def seal(self) -> None:
+        self.frozen = self.percentiles()
+        self.slot.hists = {}  # the bulk of the memory; counters keep adding up
+
+
+class Timeline:
+    """LLM figures over time, for charts: one point per ``interval_s`` of wall-clock time.
+
+    A point covers the records that *finished* in its interval, as Locust's charts and the
+    run's offline timeline count throughput: TTFT, TPOT, ITL and E2E percentiles, completed
+    requests and output tokens per second; and ``in_flight``, the mean number of requests in
+    flight over the interval, from every record's send and finish times (a request is known
+    only once it has finished, so the newest points rise as long requests end). Rates are per
+    second of the interval that lies inside the test (first send to last finish), so the
+    first and last points are not diluted by the time before and after it.
+
+    Records reach the master in batches (workers report every 3 s), so a point is provisional
+    (``final`` false) and recomputed until records ``seal_after_s`` newer than its end have
+    arrived; then its percentiles are fixed and its histograms dropped, which bounds memory on
+    long runs. Its counts, tokens and in-flight time still add up after that: they are sums.
+    At most ``max_points`` intervals are kept (the oldest go first).
+    """
+
+    def __init__(
+        self,
+        interval_s: float = 5.0,
+        lag_s: float = 2.0,
+        seal_after_s: float = 30.0,
+        max_points: int = 8640,  # 12 h at 5 s
+    ) -> None:
+        if not (interval_s > 0 and math.isfinite(interval_s)):
+            raise ValueError(f"interval_s must be a positive number of seconds, not {interval_s}")
+        self.interval_s = float(interval_s)
+        self.lag_s = lag_s
+        self.seal_after_s = seal_after_s
+        self.max_points = max_points
+        self.generation = 0  # counts resets: a chart holding an earlier one's points drops them
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget everything (with Locust's stats reset and a new test start)."""
+        self.generation += 1
+        self._intervals: dict[int, _Interval] = {}
+        self._open: set[int] = set()  # intervals not sealed yet
+        self._first_sent_at: float | None = None
+        self._newest_finished_at: float | None = None
+        self._oldest_kept = -(2**62)  # index of the oldest interval still kept
+
+    def _interval(self, index: int) -> _Interval | None:
+        if index < self._oldest_kept:
+            return None
+        interval = self._intervals.get(index)
+        if interval is None:
+            interval = self._intervals[index] = _Interval()
+            self._open.add(index)
+        return interval
+
+    def add(self, records: Iterable[Mapping[str, Any]]) -> None:
+        """Count a batch of record dicts (``RequestRecord.to_dict()`` shape)."""
+        width = self.interval_s
+        for record in records:
+            finished_at = _finite(record.get("finished_at"))
+            if finished_at is None:
+                continue  # never sent (an open-loop arrival cut at the end): no time to place
+            sent_at = _finite(record.get("sent_at"))
+            interval = self._interval(math.floor(finished_at / width))
+            if interval is not None:
+                interval.slot.add(record)
+            if sent_at is not None and finished_at > sent_at:
+                first, last = math.floor(sent_at / width), math.floor(finished_at / width)
+                for index in range(max(first, self._oldest_kept), last + 1):
+                    start = index * width
+                    overlap = min(finished_at, start + width) - max(sent_at, start)
+                    spanned = self._interval(index)
+                    if spanned is not None and overlap > 0:
+                        spanned.in_flight_s += overlap
+            if self._newest_finished_at is None or finished_at > self._newest_finished_at:
+                self._newest_finished_at = finished_at
+            if sent_at is not None and (
+                self._first_sent_at is None or sent_at < self._first_sent_at
+            ):
+                self._first_sent_at = sent_at
+        self._seal_and_prune()
+
+    def _seal_and_prune(self) -> None:
+        if self._newest_finished_at is None:
+            return
+        seal_before = self._newest_finished_at - self.seal_after_s  # interval ends up to here
+        for index in [i for i in self._open if (i + 1) * self.interval_s <= seal_before]:
+            self._intervals[index].seal()
+            self._open.discard(index)
+        if len(self._intervals) > self.max_points:
+            keep = sorted(self._intervals)[-self.max_points :]
+            self._oldest_kept = keep[0]
+            self._intervals = {index: self._intervals[index] for index in keep}
+            self._open.intersection_update(self._intervals)
+
+    def points(self, now: float | None = None, since: float | None = None) -> list[dict[str, Any]]:
+        """The points whose interval ended ``lag_s`` before ``now``, oldest first.
+
+        ``since`` (epoch seconds) leaves out intervals that start before it, so a chart can
+        fetch what is new (and what may still change) instead of the whole run. Intervals
+        without records between the first and the last are points with zero throughput.
+        """
+        if not self._intervals:
+            return []
+        now = time.time() if now is None else now
+        width = self.interval_s
+        last = math.floor((now - self.lag_s) / width) - 1  # the newest interval that ended
+        first = min(self._intervals)
+        if since is not None and math.isfinite(since):
+            first = max(first, math.ceil(since / width))
+        last = min(last, max(self._intervals))
+        empty = _Interval()
+        return [
+            self._point(index, self._intervals.get(index, empty))
+            for index in range(first, last + 1)
+        ]
+
+    def _point(self, index: int, interval: _Interval) -> dict[str, Any]:
+        start, end = index * self.interval_s, (index + 1) * self.interval_s
+        # The test's first and last intervals are only partly inside it: rates are per second
+        # of the test, so a test that starts or ends mid-interval shows no false dip there.
+        if self._first_sent_at is not None:
+            start = max(start, self._first_sent_at)
+        if self._newest_finished_at is not None:
+            end = min(end, self._newest_finished_at)
+        width = end - start if end > start else self.interval_s
+        slot = interval.slot
+        point: dict[str, Any] = {
+            "t": index * self.interval_s,
+            "final": interval.frozen is not None,
+            "requests": slot.requests,
+            "completed": slot.completed,
+            "failed": slot.failed,
+            "request_throughput": slot.completed / width,
+            "failures_per_s": slot.failed / width,
+            "output_throughput": slot.output_tokens / width,
+            "in_flight": interval.in_flight_s / width,
+        }
+        point.update(interval.percentiles())
+        return point

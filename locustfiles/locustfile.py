@@ -53,12 +53,9 @@ def _on_init(environment: Any, **_: Any) -> None:
     _graceful_exit(environment)
     if not isinstance(environment.runner, WorkerRunner):
         _check_options(environment)
-    if environment.web_ui is not None and not isinstance(environment.runner, WorkerRunner):
-        try:
-            from vprof.locustfiles import webui
-        except ImportError:  # the web UI tab is optional
-            return
-        webui.install(environment)
+        from vprof.locustfiles import webui
+
+        webui.install(environment)  # the LLM tabs and charts; the LLM part of --html and --csv
 
 
 def _graceful_exit(environment: Any) -> None:

@@ -7,8 +7,8 @@ Abstract bases configured by class attributes, in Locust's style::
 
 Each request produces exactly one :class:`~vprof.records.RequestRecord` — success, HTTP error,
 bad stream, timeout, or cut off at the end of a test (``cancelled``, from a ``finally``) — and,
-in Locust's own statistics, one entry carrying the whole stream's duration plus ``TTFT`` and
-``TPOT`` entries with the same name (never one event per token). Streams are read with
+in Locust's own statistics, one entry carrying the whole stream's duration (never one event
+per token). Streams are read with
 ``requests`` (``iter_lines`` yields each SSE line as its HTTP chunk arrives) on a session of
 the user's own, so Locust's time-to-headers
 response time never leaks into the numbers.
@@ -18,6 +18,7 @@ import locust  # noqa: F401  (first: gevent patching)
 from locust import HttpUser, constant, task
 from locust.exception import StopUser
 
+import logging
 import math
 from typing import Any, ClassVar
 
@@ -38,7 +39,13 @@ ENDPOINT_PATHS = {
     "generate": "/generate",
 }
 CONNECT_TIMEOUT_S = 10.0
-UNREACHABLE_BACKOFF_S = 0.5
+# A closed-loop user whose requests keep failing (HTTP errors, connection failures) waits
+# BACKOFF_FIRST_S after the first, twice as long after each further one, at most BACKOFF_MAX_S:
+# a server that rejects everything is not hammered, and one that recovers is back in seconds.
+BACKOFF_FIRST_S = 0.05
+BACKOFF_MAX_S = 5.0
+
+log = logging.getLogger(__name__)
 
 
 class _RequestTimeout(Exception):
@@ -71,7 +78,7 @@ class LLMUser(HttpUser):
         self._session = requests.Session()
         self._conversation: Any = None
         self._last_text: str | None = None
-        self._unreachable = False
+        self._failures = 0  # consecutive HTTP errors or connection failures (closed loop)
         self._settings: dict[str, Any] | None = None
 
     def _send_settings(self, url: str) -> dict[str, Any]:
@@ -166,9 +173,27 @@ class LLMUser(HttpUser):
                 return
         else:
             index = run.next_index()
-        self.send(index, scheduled_at, open_loop=run.open_loop, salt=config.salt)
-        if not run.open_loop and self._unreachable:
-            gevent.sleep(UNREACHABLE_BACKOFF_S)  # a closed loop must not spin on a dead server
+        record = self.send(index, scheduled_at, open_loop=run.open_loop, salt=config.salt)
+        if not run.open_loop:  # open-loop arrivals keep their schedule; lag records the delay
+            self._back_off(record)
+
+    def _back_off(self, record: RequestRecord) -> None:
+        """Wait before the next request after consecutive rejections (bounded exponential),
+        and say so in the log once per streak; a stopping test cuts the wait short."""
+        if record.status != Status.ERROR.value or record.http_status == 200:
+            if self._failures > 1:
+                name = type(self).__name__
+                log.warning("%s: the server answers again after %d failures", name, self._failures)
+            self._failures = 0
+            return
+        self._failures += 1
+        delay_s = min(BACKOFF_MAX_S, BACKOFF_FIRST_S * 2 ** min(self._failures - 1, 20))
+        if self._failures == 2:
+            log.warning(
+                "%s: requests keep failing (%s); backing off, up to %g s between requests",
+                type(self).__name__, record.error[:120], BACKOFF_MAX_S,
+            )  # fmt: skip
+        self._sleep_until(process_clock().now() + delay_s)
 
     def _warm_up(self) -> None:
         # Tokenizer, prefixes and the model name are built before the first arrival is due,
@@ -192,8 +217,11 @@ class LLMUser(HttpUser):
                 return True
             gevent.sleep(min(left, 0.25))
 
-    def send(self, index: int, scheduled_at: float, *, open_loop: bool, salt: str = "") -> None:
-        """Send request ``index``, time its stream, and emit its record and Locust stats."""
+    def send(
+        self, index: int, scheduled_at: float, *, open_loop: bool, salt: str = ""
+    ) -> RequestRecord:
+        """Send request ``index``, time its stream, emit its record and Locust stats, and
+        return the record."""
         clock = process_clock()
         endpoint = self._endpoint()
         record = RequestRecord(
@@ -209,7 +237,6 @@ class LLMUser(HttpUser):
             opt(self.environment, "request_timeout_s", DEFAULT_REQUEST_TIMEOUT_S)
         )
         response = None
-        self._unreachable = False
         try:
             plan = self._next_plan(index)
             if plan.conversation_id >= 0:
@@ -249,7 +276,6 @@ class LLMUser(HttpUser):
             record.status, record.error = Status.TIMEOUT.value, f"{type(exc).__name__}: {exc}"
         except requests.ConnectionError as exc:
             record.status, record.error = Status.ERROR.value, f"{type(exc).__name__}: {exc}"
-            self._unreachable = record.http_status == 0
         except (requests.RequestException, StreamError, OSError, ValueError) as exc:
             record.status, record.error = Status.ERROR.value, f"{type(exc).__name__}: {exc}"
         except Exception as exc:  # a bug: still one record, and Locust shows the traceback
@@ -273,6 +299,7 @@ class LLMUser(HttpUser):
             collect.emit(self.environment, record.to_dict())
             if record.status != Status.CANCELLED.value:
                 self._report(record, ENDPOINT_PATHS[endpoint])
+        return record
 
     def _fill(self, record: RequestRecord, result: StreamResult, endpoint: str) -> None:
         if result.first_token_s is not None:
@@ -295,46 +322,29 @@ class LLMUser(HttpUser):
             record.status, record.error = Status.ERROR.value, "stream ended without [DONE]"
 
     def _report(self, record: RequestRecord, name: str) -> None:
-        """Locust stats: the whole stream as one request, plus TTFT and TPOT entries."""
-        fire = self.environment.events.request.fire
+        """Locust stats: one entry per request, carrying the whole stream's duration.
+
+        Only one event per request, so Locust's RPS, Statistics tab, charts, CSV and HTML
+        report count requests, not requests plus metrics. TTFT, TPOT and ITL are shown by
+        vprof's LLM tabs and the LLM section it adds to Locust's report, from the records.
+        """
         failed = record.status != Status.OK.value
         duration_ms = (
             (record.finished_at - record.sent_at) * 1000.0
             if not math.isnan(record.sent_at)
             else 0.0
         )
-        fire(
+        self.environment.events.request.fire(
             request_type="POST",
             name=name,
             response_time=duration_ms,
-            response_length=max(record.completion_tokens, 0),
+            response_length=max(record.completion_tokens, 0),  # output tokens, not bytes
             response=None,
             context={"request_id": record.request_id},
             start_time=record.sent_at,
             url=name,
             exception=RuntimeError(record.error) if failed else None,
         )
-        if failed:
-            return
-        fire(
-            request_type="TTFT",
-            name=name,
-            response_time=record.ttft_ms,
-            response_length=0,
-            response=None,
-            context={},
-            exception=None,
-        )
-        if not math.isnan(record.tpot_ms):
-            fire(
-                request_type="TPOT",
-                name=name,
-                response_time=record.tpot_ms,
-                response_length=0,
-                response=None,
-                context={},
-                exception=None,
-            )
 
 
 def _release(response: requests.Response, *, keep: bool) -> None:

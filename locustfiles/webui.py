@@ -1,4 +1,4 @@
-"""The LLM tabs in Locust's web UI: live TTFT, TPOT, ITL and E2E percentiles and tokens/s.
+"""The LLM tabs in Locust's web UI: live TTFT, TPOT, ITL and E2E percentiles, tokens/s, charts.
 
 Uses Locust's documented extension points, no React of our own: ``extended_tabs`` and
 ``extended_tables`` in the template arguments describe the tables, and an ``after_request``
@@ -7,25 +7,41 @@ two seconds. The rows come from a :class:`~vprof.locustfiles.live.LiveStats` fed
 collector (``vprof.locustfiles.collect.subscribe``), so they are computed from vprof's
 full-precision records, not from Locust's rounded response-time buckets.
 
+The LLM tab also shows charts over time (TTFT, TPOT and ITL percentiles, output tokens/s,
+requests in flight) from a :class:`~vprof.locustfiles.live.Timeline` fed the same way. Locust
+offers no hook for a tab's content, so the main page gains two scripts (``static/llm-charts.js``
+and the vendored Apache ECharts) that draw under the LLM tab's table while it is open, polling
+``/stats/llm/timeline``. Locust's Download Report gains the LLM section of
+:mod:`vprof.locustfiles.llmreport`.
+
 Routes (under ``--web-base-path`` and ``--web-login`` like Locust's own):
 
 - ``/stats/llm``: the rows as JSON;
-- ``/stats/llm/csv``: the rows as CSV (also linked from the Download Data tab).
+- ``/stats/llm/csv``: the rows as CSV (also linked from the Download Data tab);
+- ``/stats/llm/timeline?since=EPOCH_S``: the charts' points, from ``since`` on;
+- ``/vprof/static/NAME``: the charts' script, stylesheet and ECharts.
 """
 
 from __future__ import annotations
 
-import csv
-import io
 import json
+import math
 from typing import Any
 
-from vprof.locustfiles.live import PERCENTILES, LiveStats, percentile_key
+from vprof.locustfiles import llmreport
+from vprof.locustfiles.live import PERCENTILES, LiveStats, Timeline, percentile_key
 
 TAB_KEY = "llm"
 RECENT_TAB_KEY = "llm-recent"
 MAX_ROWS = 500  # Locust truncates its own tables here so the UI stays responsive
-_ATTR = "vprof_live_stats"  # where install() keeps its LiveStats on the Environment
+_ATTR = "vprof_live_stats"  # where install() keeps (LiveStats, Timeline) on the Environment
+# The live charts under the LLM tab; relative, so they follow --web-base-path like Locust's
+# own assets. The charts script draws nothing until the LLM tab is open.
+_CHART_TAGS = (
+    f'<link rel="stylesheet" href="./vprof/static/{llmreport.CHARTS_CSS}">\n'
+    f'<script src="./vprof/static/{llmreport.ECHARTS_JS}" defer></script>\n'
+    f'<script src="./vprof/static/{llmreport.CHARTS_JS}" defer></script>\n'
+)
 
 # (row key, column title, decimals); None keeps a column's value as it is.
 _COUNT_COLUMNS: tuple[tuple[str, str, int | None], ...] = (
@@ -102,16 +118,6 @@ def extended_stats(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def rows_csv(rows: list[dict[str, Any]]) -> str:
-    """All row fields as CSV, Aggregated last; empty cells where a value is missing."""
-    buffer = io.StringIO()
-    if rows:
-        writer = csv.DictWriter(buffer, fieldnames=list(rows[0]), lineterminator="\n")
-        writer.writeheader()
-        writer.writerows(rows)
-    return buffer.getvalue()
-
-
 def _locust_base_path(app: Any) -> str:
     for rule in app.url_map.iter_rules():
         if rule.endpoint == "locust.request_stats":
@@ -119,64 +125,98 @@ def _locust_base_path(app: Any) -> str:
     return ""
 
 
-def install(environment: Any) -> LiveStats | None:
-    """Add the LLM tabs to ``environment``'s web UI and feed them from the record collector.
+def _tracked(environment: Any) -> tuple[LiveStats, Timeline] | None:
+    return getattr(environment, _ATTR, None)
 
-    Call it from an ``init`` listener. Does nothing (returns None) where there is no web UI
-    or on a worker, whose records go to the master; calling it twice returns the same
+
+def _track(environment: Any, live: LiveStats, timeline: Timeline) -> None:
+    """Keep ``live`` and ``timeline`` on ``environment`` and reset them with Locust's stats."""
+    if _tracked(environment) is not None:
+        return
+    setattr(environment, _ATTR, (live, timeline))
+
+    def reset(**_kw: Any) -> None:
+        live.reset()
+        timeline.reset()
+
+    events = environment.events
+    events.reset_stats.add_listener(reset)
+    events.test_start.add_listener(reset)
+
+    def on_spawning_complete(**_kw: Any) -> None:
+        if environment.reset_stats:  # mirror Locust's --reset-stats
+            reset()
+
+    events.spawning_complete.add_listener(on_spawning_complete)
+
+
+def install(environment: Any) -> LiveStats | None:
+    """The LLM statistics of a master or local runner, fed from the record collector.
+
+    Call it from an ``init`` listener. Shows them in the web UI (tabs, charts, routes, and
+    the LLM section of Download Report) when there is one, and adds them to ``--html`` and
+    beside ``--csv`` at the end (:mod:`vprof.locustfiles.llmreport`). Does nothing (returns
+    None) on a worker, whose records go to the master, and where neither a web UI nor
+    ``--html``/``--csv`` would show them; calling it twice returns the same
     LiveStats. Live figures reset with Locust's stats (the Reset button, ``--reset-stats``
     after spawning, and a new test start).
     """
-    web_ui = getattr(environment, "web_ui", None)
-    if web_ui is None:
-        return None
     from locust.runners import WorkerRunner
 
     if isinstance(environment.runner, WorkerRunner):
         return None
-    existing = getattr(environment, _ATTR, None)
+    existing = _tracked(environment)
     if existing is not None:
-        return existing
+        return existing[0]
+    has_web_ui = getattr(environment, "web_ui", None) is not None
+    if not has_web_ui and not llmreport.wanted(environment):
+        return None  # headless without --html or --csv: nobody would look (vprof bench)
 
     from vprof.locustfiles.collect import subscribe
 
-    live = attach(environment, LiveStats())
+    live, timeline = LiveStats(), Timeline()
+    _track(environment, live, timeline)
     subscribe(environment, live.add)
+    subscribe(environment, timeline.add)
+    if has_web_ui:
+        attach(environment, live, timeline)
+    llmreport.install(environment, live, timeline)
     return live
 
 
-def attach(environment: Any, live: LiveStats) -> LiveStats:
-    """Show ``live`` in ``environment.web_ui`` (tabs, rows, routes, resets); feed it yourself.
+def attach(environment: Any, live: LiveStats, timeline: Timeline | None = None) -> LiveStats:
+    """Show ``live`` (and ``timeline``'s charts) in ``environment.web_ui``; feed them yourself.
 
+    Adds the tabs, the rows in ``/stats/requests``, the routes, the charts' scripts on the
+    main page and the LLM section of ``/stats/report``, and resets both with Locust's stats.
     :func:`install` is this plus the subscription to the record collector.
     """
-    from flask import Response, jsonify, request
+    from flask import Response, abort, jsonify, request, send_file
 
+    timeline = timeline if timeline is not None else Timeline()
+    _track(environment, live, timeline)
     web_ui = environment.web_ui
-    setattr(environment, _ATTR, live)
-
-    events = environment.events
-    events.reset_stats.add_listener(live.reset)
-    events.test_start.add_listener(lambda **_kw: live.reset())
-
-    def on_spawning_complete(**_kw: Any) -> None:
-        if environment.reset_stats:  # mirror Locust's --reset-stats
-            live.reset()
-
-    events.spawning_complete.add_listener(on_spawning_complete)
-
     # Locust merges its own keys over these on every render, so they survive.
     web_ui.template_args.update(template_args())
     app = web_ui.app
 
     @app.after_request
-    def add_llm_rows(response: Response) -> Response:
+    def add_llm_parts(response: Response) -> Response:
         # Match the view, not the path, so --web-base-path needs no special case.
-        if request.endpoint != "locust.request_stats" or response.status_code != 200:
+        if response.status_code != 200 or response.direct_passthrough:
             return response
-        report = json.loads(response.get_data())
-        report["extended_stats"] = extended_stats(live.rows())
-        response.set_data(json.dumps(report))
+        if request.endpoint == "locust.request_stats":
+            report = json.loads(response.get_data())
+            report["extended_stats"] = extended_stats(live.rows())
+            response.set_data(json.dumps(report))
+        elif request.endpoint == "locust.index" and response.mimetype == "text/html":
+            page = response.get_data(as_text=True)
+            at = page.rfind("</body>")
+            if at >= 0:
+                response.set_data(page[:at] + _CHART_TAGS + page[at:])
+        elif request.endpoint == "locust.stats_report" and response.mimetype == "text/html":
+            page = response.get_data(as_text=True)
+            response.set_data(llmreport.add_section(page, llmreport.section(live, timeline)))
         return response
 
     # Serve beside Locust's own routes, which sit under --web-base-path when one is given.
@@ -190,11 +230,34 @@ def attach(environment: Any, live: LiveStats) -> LiveStats:
     @app.route(f"{base_path}/stats/llm/csv")
     @web_ui.auth_required_if_enabled
     def llm_stats_csv() -> Response:
-        response = Response(rows_csv(live.rows()), mimetype="text/csv")
+        response = Response(llmreport.rows_csv(live.rows()), mimetype="text/csv")
         response.headers["Content-Disposition"] = "attachment; filename=vprof_llm_stats.csv"
         return response
+
+    @app.route(f"{base_path}/stats/llm/timeline")
+    @web_ui.auth_required_if_enabled
+    def llm_timeline() -> Response:
+        since = request.args.get("since")
+        try:
+            since_s = float(since) if since else None
+        except ValueError:
+            since_s = None
+        if since_s is not None and not math.isfinite(since_s):
+            since_s = None
+        if since is not None and since_s is None:
+            return Response(f"since must be a finite number of seconds, not {since!r}\n", 400)
+        return jsonify(llmreport.timeline_payload(timeline, since=since_s))
+
+    @app.route(f"{base_path}/vprof/static/<name>")
+    @web_ui.auth_required_if_enabled
+    def llm_static(name: str) -> Response:
+        try:
+            path = llmreport.static_path(name)
+        except FileNotFoundError:
+            abort(404)
+        return send_file(path, max_age=3600)
 
     return live
 
 
-__all__ = ["TABLES", "attach", "extended_stats", "install", "rows_csv", "template_args"]
+__all__ = ["TABLES", "attach", "extended_stats", "install", "template_args"]

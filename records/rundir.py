@@ -17,8 +17,8 @@ plans, reports) ask a :class:`RunDir` for a file instead::
     <run>/timeline.csv   per-interval activity
 
 A *bench* folder holds run folders (and each launched server's log); a sweep also writes
-``sweep.json`` there. A run that was started again keeps its earlier, unfinished attempt
-beside it as ``<run>.attempt-N``: nothing is deleted.
+``sweep.json`` there, and a tune ``tune.json``. A run that was started again keeps its
+earlier, unfinished attempt beside it as ``<run>.attempt-N``: nothing is deleted.
 """
 
 from __future__ import annotations
@@ -26,16 +26,18 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
 from vprof.common.errors import RunError
+from vprof.common.numbers import check_number
 
 RETIRED_MARK = ".attempt-"
 SWEEP_FILE = "sweep.json"
+TUNE_FILE = "tune.json"
 
 
 class RunState(StrEnum):
@@ -50,6 +52,200 @@ class RunState(StrEnum):
 MISSING = "missing"  # no readable status.json: the run never started or its folder is damaged
 
 
+# -- what readers rely on in each file -------------------------------------------------------
+# A check returns nothing or raises FieldError. Keys absent from a file are allowed (older
+# files, runs that died early); a key that is present must hold what vprof writes there, so
+# no reader meets text where it does arithmetic, or infinity where it expects a time.
+Check = Callable[[Any, str], None]
+
+
+class FieldError(Exception):
+    """A key of a run file holds what vprof never writes there (``key`` is dotted)."""
+
+    def __init__(self, message: str, key: str) -> None:
+        super().__init__(message)
+        self.message, self.key = message, key
+
+
+def check_fields(data: Mapping[str, Any], fields: Mapping[str, Check], prefix: str = "") -> None:
+    """Apply each field's check to ``data[key]`` when the key is present."""
+    for key, check in fields.items():
+        if key in data:
+            check(data[key], prefix + key)
+
+
+def _number(
+    minimum: float | None = None,
+    maximum: float | None = None,
+    *,
+    integer: bool = False,
+    null: bool = False,
+) -> Check:
+    """A finite number in ``[minimum, maximum]`` (a whole one when ``integer``; ``null`` ok)."""
+
+    def check(value: Any, key: str) -> None:
+        if value is None and null:
+            return
+        try:
+            check_number(value, minimum=minimum, maximum=maximum, integer=integer, error=RunError)
+        except RunError as exc:
+            raise FieldError(exc.message, key) from None
+
+    return check
+
+
+def _text(*, null: bool = False) -> Check:
+    """A string (or ``null`` when allowed)."""
+
+    def check(value: Any, key: str) -> None:
+        if not (isinstance(value, str) or (value is None and null)):
+            raise FieldError(f"expected text, found {_kind(value)}", key)
+
+    return check
+
+
+def _flag(value: Any, key: str) -> None:
+    """``true`` or ``false``."""
+    if not isinstance(value, bool):
+        raise FieldError(f"expected true or false, found {_kind(value)}", key)
+
+
+def _items(check: Check, *, limit: int = 100_000) -> Check:
+    """A list whose items all pass ``check``."""
+
+    def check_list(value: Any, key: str) -> None:
+        if not isinstance(value, list):
+            raise FieldError(f"expected a list, found {_kind(value)}", key)
+        if len(value) > limit:
+            raise FieldError(f"a list of {len(value):,} items (at most {limit:,})", key)
+        for i, item in enumerate(value):
+            check(item, f"{key}[{i}]")
+
+    return check_list
+
+
+def _values(check: Check) -> Check:
+    """An object whose values all pass ``check`` (any keys)."""
+
+    def check_map(value: Any, key: str) -> None:
+        if not isinstance(value, dict):
+            raise FieldError(f"expected an object, found {_kind(value)}", key)
+        for name, item in value.items():
+            check(item, f"{key}.{name}")
+
+    return check_map
+
+
+def _obj(fields: Mapping[str, Check], *, or_text: bool = False, null: bool = False) -> Check:
+    """An object whose known keys pass their checks (or a name, when ``or_text``)."""
+
+    def check(value: Any, key: str) -> None:
+        if (value is None and null) or (isinstance(value, str) and or_text):
+            return
+        if not isinstance(value, dict):
+            raise FieldError(f"expected an object, found {_kind(value)}", key)
+        check_fields(value, fields, key + ".")
+
+    return check
+
+
+_KINDS: dict[type, str] = {dict: "an object", list: "a list", str: "text", int: "the number",
+                           float: "the number"}  # fmt: skip
+
+
+def _kind(value: Any) -> str:
+    """What a JSON value is, for a message: ``text 'abc'``, ``the number 5``, ``a list``."""
+    if value is None or isinstance(value, bool):
+        return json.dumps(value)
+    kind = _KINDS.get(type(value), type(value).__name__)
+    shown = repr(value) if isinstance(value, (str, int, float)) else ""
+    return f"{kind} {shown}" if shown and len(shown) < 40 else kind
+
+
+def _line_of(text: str, dotted: str) -> int | None:
+    """The line where ``dotted`` (``traffic.rate_rps``) is written, found part by part."""
+    at = 0
+    for part in dotted.replace("[", ".[").split("."):
+        if not part or part.startswith("["):
+            continue
+        found = text.find(json.dumps(part), at)
+        if found < 0:
+            return None
+        at = found
+    return text.count("\n", 0, at) + 1
+
+
+SAMPLED_AT = _number(0, 1e11)  # wall-clock seconds since the epoch
+EPOCH_S = _number(0, 1e11, null=True)  # the same, null for a moment not reached
+COUNT = _number(0, 1e15, integer=True)
+PERCENT = _number(0, 1e6, null=True)  # CPU percentages: above 100 % for many cores
+_TRAFFIC = {
+    "name": _text(null=True),
+    "kind": _text(null=True),
+    "rate_rps": _number(0, 1e9, null=True),
+    "users": _number(0, 1e9, null=True),
+    "duration_s": _number(0, 1e9, null=True),
+    "warmup_s": _number(0, 1e9, null=True),
+}
+RUN_FIELDS: dict[str, Check] = {
+    "name": _text(),
+    "profile": _obj(
+        {
+            "name": _text(),
+            "identity": _text(null=True),
+            "argv": _items(_text()),
+            "env": _values(_text()),
+        },
+        null=True,
+    ),
+    "workload": _obj({"name": _text(null=True)}, or_text=True, null=True),
+    "traffic": _obj(_TRAFFIC, or_text=True, null=True),
+    "trace": _obj({"implied_token_hit_rate": _number(0, 1, null=True)}, null=True),
+    "url": _text(null=True),
+    "seed": _number(integer=True, null=True),
+    "repeat": _number(1, 1e6, integer=True, null=True),
+    "repeats": _number(1, 1e6, integer=True, null=True),
+    "open_loop": _flag,
+    "vllm_version": _text(null=True),
+    "created_at": EPOCH_S,
+}
+STATUS_FIELDS: dict[str, Check] = {
+    "state": _text(),
+    "reason": _text(null=True),
+    "started_at": EPOCH_S,
+    "finished_at": EPOCH_S,
+}
+LOCUST_FIELDS: dict[str, Check] = {
+    "started_at": EPOCH_S,
+    "warmup_until": EPOCH_S,
+    "stopped_at": EPOCH_S,
+    "open_loop": _flag,
+    "records": COUNT,
+}
+# One line of metrics.jsonl: a time and the server's metric values (NaN samples are dropped
+# when scraped, so every value is finite).
+METRICS_LINE: dict[str, Check] = {
+    "t": SAMPLED_AT,
+    "scrape_s": _number(0, 1e6),  # how long the scrape took
+    "values": _values(_number()),
+}
+# One line of loadgen.jsonl (a Locust process's health sample).
+LOADGEN_LINE: dict[str, Check] = {
+    "t": SAMPLED_AT,
+    "worker": _text(),
+    "cpu_percent": PERCENT,
+    "wait_percent": PERCENT,
+    "machine_cpu_percent": PERCENT,
+    "steal_percent": PERCENT,
+    "per_core_cpu_percent": _items(_number(0, 1e6), limit=100_000),
+    "loop_probes": COUNT,
+    "loop_lag_p50_ms": _number(0, 1e9, null=True),
+    "loop_lag_p99_ms": _number(0, 1e9),
+    "loop_lag_max_ms": _number(0, 1e9),
+    "loop_lag_histogram": _items(COUNT, limit=1000),
+}
+
+
 def write_json_atomic(path: Path, data: Any) -> None:
     """Write JSON so a reader never sees half a file (a temporary file, then a rename)."""
     tmp = path.with_name(path.name + ".tmp")
@@ -57,11 +253,14 @@ def write_json_atomic(path: Path, data: Any) -> None:
     os.replace(tmp, path)
 
 
-def read_json(path: Path, *, strict: bool = True) -> dict[str, Any]:
+def read_json(
+    path: Path, *, strict: bool = True, fields: Mapping[str, Check] | None = None
+) -> dict[str, Any]:
     """A JSON object from ``path``; ``{}`` when the file is absent.
 
-    A file that is not a JSON object raises :class:`RunError` naming it (``strict``), or
-    reads as ``{}`` (not strict: used where a damaged file only means "not finished").
+    A file that is not a JSON object, or whose ``fields`` hold what vprof never writes there,
+    raises :class:`RunError` naming it, the line and the key (``strict``), or reads as ``{}``
+    (not strict: used where a damaged file only means "not finished").
     """
     try:
         text = path.read_text(encoding="utf-8")
@@ -83,6 +282,15 @@ def read_json(path: Path, *, strict: bool = True) -> dict[str, Any]:
         if strict:
             raise RunError(f"expected a JSON object, found {type(data).__name__}", path=str(path))
         return {}
+    if fields:
+        try:
+            check_fields(data, fields)
+        except FieldError as exc:
+            if not strict:
+                return {}
+            raise RunError(
+                exc.message, path=str(path), line=_line_of(text, exc.key), key=exc.key
+            ) from None
     return data
 
 
@@ -94,8 +302,10 @@ def append_jsonl(path: Path, rows: Iterable[Mapping[str, Any]]) -> None:
             out.write(lines)
 
 
-def read_jsonl(path: Path) -> tuple[dict[str, Any], ...]:
-    """Every JSON object line of ``path`` (``()`` when absent).
+def read_jsonl(
+    path: Path, *, fields: Mapping[str, Check] | None = None
+) -> tuple[dict[str, Any], ...]:
+    """Every JSON object line of ``path`` (``()`` when absent), each checked against ``fields``.
 
     A torn *last* line (a sampler killed mid-write) is dropped; a bad line anywhere else
     means the file is not what vprof wrote, and raises :class:`RunError` with its line.
@@ -119,6 +329,11 @@ def read_jsonl(path: Path) -> tuple[dict[str, Any], ...]:
             raise RunError("not a JSON line", path=str(path), line=number) from None
         if not isinstance(row, dict):
             raise RunError("expected a JSON object per line", path=str(path), line=number)
+        if fields:
+            try:
+                check_fields(row, fields)
+            except FieldError as exc:
+                raise RunError(exc.message, path=str(path), line=number, key=exc.key) from None
         rows.append(row)
     return tuple(rows)
 
@@ -190,11 +405,11 @@ class RunDir:
 
     def meta(self, *, strict: bool = False) -> dict[str, Any]:
         """``run.json`` (``{}`` when absent; damaged: ``{}``, or an error when ``strict``)."""
-        return read_json(self.run_json, strict=strict)
+        return read_json(self.run_json, strict=strict, fields=RUN_FIELDS)
 
     def status(self, *, strict: bool = False) -> dict[str, Any]:
         """``status.json`` (``{}`` when absent; damaged: ``{}``, or an error when ``strict``)."""
-        return read_json(self.status_json, strict=strict)
+        return read_json(self.status_json, strict=strict, fields=STATUS_FIELDS)
 
     @property
     def state(self) -> str:
@@ -214,7 +429,16 @@ class RunDir:
         write_json_atomic(self.status_json, status)
 
     def locust_info(self) -> dict[str, Any]:
-        return read_json(self.locust_json)
+        """``locust.json``, checked (a damaged file raises :class:`RunError`)."""
+        return read_json(self.locust_json, fields=LOCUST_FIELDS)
+
+    def metric_samples(self) -> tuple[dict[str, Any], ...]:
+        """The lines of ``metrics.jsonl``, checked."""
+        return read_jsonl(self.metrics_jsonl, fields=METRICS_LINE)
+
+    def loadgen_samples(self) -> tuple[dict[str, Any], ...]:
+        """The lines of ``loadgen.jsonl``, checked."""
+        return read_jsonl(self.loadgen_jsonl, fields=LOADGEN_LINE)
 
     def write_locust_info(self, info: Mapping[str, Any]) -> None:
         write_json_atomic(self.locust_json, dict(info))
@@ -270,3 +494,8 @@ def expand_runs(paths: Iterable[str | os.PathLike[str]]) -> list[Path]:
 def sweep_manifest(folder: Path) -> Path:
     """Where a sweep writes its ladder, its rows and its recommendation."""
     return Path(folder) / SWEEP_FILE
+
+
+def tune_manifest(folder: Path) -> Path:
+    """Where a tune writes its space, its trials and its best (what a resumed tune reads)."""
+    return Path(folder) / TUNE_FILE

@@ -43,6 +43,7 @@ class RequestRecord:
     user_class: str = ""
     endpoint: str = ""  # "completions" | "chat" | "generate"
     worker: str = ""  # which Locust process produced it
+    replica: str = ""  # the server (base URL) it went to, when a bench spreads load over several
     open_loop: bool = False
     prefix_group: int = -1  # -1: no shared prefix
     conversation_id: int = -1  # -1: single-turn
@@ -91,6 +92,15 @@ class RequestRecord:
 
 FIELDS: tuple[str, ...] = tuple(f.name for f in fields(RequestRecord))
 
+# A records file without these columns is not vprof's (no summary can be made without them);
+# any other column an older file lacks reads as its default above.
+REQUIRED_FIELDS: tuple[str, ...] = ("request_id", "status", "sent_at", "ttft_ms", "e2e_ms")
+
+
+def field_default(name: str) -> Any:
+    """The value a record holds in ``name`` when nothing set it."""
+    return getattr(RequestRecord(request_id=""), name)
+
 
 def arrow_schema():  # -> pyarrow.Schema, imported lazily
     import pyarrow as pa
@@ -115,3 +125,167 @@ def arrow_schema():  # -> pyarrow.Schema, imported lazily
         if f.name not in types:
             types[f.name] = pa.float64() if f.type == "float" else pa.string()
     return pa.schema([(name, types[name]) for name in FIELDS])
+
+
+def _fits(found: Any, wanted: Any) -> bool:
+    """True when a column of type ``found`` casts losslessly enough to vprof's ``wanted``."""
+    import pyarrow as pa
+
+    t = pa.types
+    if t.is_null(found) or found == wanted:
+        return True
+    if t.is_floating(wanted):
+        return t.is_integer(found) or t.is_floating(found)
+    if t.is_integer(wanted):
+        return t.is_integer(found)
+    if t.is_string(wanted):
+        return t.is_string(found) or t.is_large_string(found)
+    if t.is_list(wanted):
+        return (t.is_list(found) or t.is_large_list(found)) and _fits(
+            found.value_type, wanted.value_type
+        )
+    return False
+
+
+def check_schema(schema: Any, path: str) -> None:
+    """Refuse an Arrow schema that is not vprof's records (raises :class:`RunError`): it must
+    have the required columns, and every column vprof knows must hold its kind of value."""
+    from vprof.common.errors import RunError
+
+    wanted = arrow_schema()
+    names = set(schema.names)
+    missing = [name for name in REQUIRED_FIELDS if name not in names]
+    if missing:
+        has = ", ".join(schema.names[:8]) + (", …" if len(schema.names) > 8 else "")
+        raise RunError(
+            f"not vprof's records: no {', '.join(missing)} column"
+            f"{'s' if len(missing) > 1 else ''} (it has: {has or 'no columns'})",
+            path=path,
+            hint="records.arrow is written by vprof's load generator",
+        )
+    for name in FIELDS:
+        if name in names:
+            found = schema.field(name).type
+            if not _fits(found, wanted.field(name).type):
+                raise RunError(
+                    f"the column holds {found} values; vprof's records hold "
+                    f"{wanted.field(name).type}",
+                    path=path,
+                    key=name,
+                    hint="records.arrow is written by vprof's load generator",
+                )
+
+
+def conform(table: Any, path: str) -> Any:
+    """``table`` with exactly vprof's columns in order: missing optional ones filled with
+    their default, others cast to vprof's types (a no-op, zero-copy, for vprof's own files)."""
+    import pyarrow as pa
+
+    from vprof.common.errors import RunError
+
+    wanted = arrow_schema()
+    if table.schema.equals(wanted):
+        return table
+    columns = []
+    for f in wanted:
+        if f.name in table.column_names:
+            columns.append(table.column(f.name))
+        else:
+            columns.append(pa.repeat(pa.scalar(field_default(f.name), f.type), table.num_rows))
+    try:
+        return pa.Table.from_arrays(columns, names=list(FIELDS)).cast(wanted)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+        raise RunError(f"its columns do not convert to vprof's records: {exc}", path=path) from None
+
+
+# What a record's numbers can be (NaN aside: "not reached"). A value outside is not something
+# vprof wrote, and would make a summary allocate or divide by nonsense.
+MAX_EPOCH_S = 1e11  # wall-clock seconds: the year 5138
+MAX_RUN_SPAN_S = 30 * 86_400.0  # from the first time in a run to the last
+MAX_DURATION_MS = MAX_RUN_SPAN_S * 1000.0
+_INT_RANGES = {
+    "prefix_group": (-1, 10**12),
+    "conversation_id": (-1, 10**12),
+    "turn": (0, 10**9),
+    "http_status": (0, 999),
+    **{
+        name: (-1, 10**9)  # token counts; -1: not reported
+        for name in (
+            "prompt_tokens",
+            "completion_tokens",
+            "cached_tokens",
+            "expected_prompt_tokens",
+            "expected_output_tokens",
+        )
+    },
+}
+
+
+def check_values(table: Any, path: str) -> None:
+    """Refuse records whose numbers vprof could not have written (raises :class:`RunError`
+    naming the row, the request and the column): times outside the epoch or spread over more
+    than 30 days, negative or infinite durations and gaps, token counts out of range, rows
+    without an id or a status."""
+    import numpy as np
+    import pyarrow.compute as pc
+
+    from vprof.common.errors import RunError
+
+    def refuse(name: str, bad: Any, what: str) -> None:
+        row = int(np.argmax(bad))
+        request = table.column("request_id")[row].as_py()
+        raise RunError(
+            f"row {row + 1}"
+            + (f" (request {request!r})" if request is not None else "")
+            + f" holds {what}",
+            path=path,
+            key=name,
+            hint="records.arrow is written by vprof's load generator",
+        )
+
+    for name in ("request_id", "status"):
+        if table.column(name).null_count:
+            refuse(name, table.column(name).is_null().to_numpy(zero_copy_only=False), "no value")
+    first, last = math.inf, -math.inf
+    for f in fields(RequestRecord):
+        if f.type == "float":
+            values = table.column(f.name).to_numpy()
+            # fmin/fmax skip NaN (not reached) and copy nothing: one pass each, no mask
+            # unless something is out of range.
+            lo, hi = (np.fmin.reduce(values), np.fmax.reduce(values)) if values.size else (0, 0)
+            if math.isnan(lo):
+                continue
+            if f.name.endswith("_at"):
+                first, last = min(first, float(lo)), max(last, float(hi))
+                if lo < 0 or hi > MAX_EPOCH_S:
+                    bad = (values < 0) | (values > MAX_EPOCH_S)
+                    refuse(
+                        f.name, bad, f"{float(values[bad][0]):g}, not a time (seconds since 1970)"
+                    )
+            elif lo < 0 or hi > MAX_DURATION_MS:
+                bad = (values < 0) | (values > MAX_DURATION_MS)
+                refuse(f.name, bad, f"{float(values[bad][0]):g}, not a duration in ms")
+        elif f.name in _INT_RANGES:
+            low, high = _INT_RANGES[f.name]
+            values = table.column(f.name).to_numpy()
+            if values.size and (values.min() < low or values.max() > high):
+                bad = (values < low) | (values > high)
+                refuse(f.name, bad, f"{int(values[bad][0]):,}, outside {low}…{high:,}")
+    if last - first > MAX_RUN_SPAN_S:
+        raise RunError(
+            f"its times span {(last - first) / 86_400:,.0f} days (a run lasts at most 30)",
+            path=path,
+            hint="records.arrow is written by vprof's load generator",
+        )
+    row = 0
+    for chunk in table.column("itl_ms").chunks:
+        gaps = chunk.flatten().to_numpy(zero_copy_only=False)
+        # min() is NaN when a gap is NaN: a gap is always measured.
+        if gaps.size and not (gaps.min() >= 0 and gaps.max() <= MAX_DURATION_MS):
+            bad = ~((gaps >= 0) & (gaps <= MAX_DURATION_MS))
+            lengths = pc.list_value_length(chunk).fill_null(0).to_numpy(zero_copy_only=False)
+            rows = np.repeat(np.arange(lengths.size), lengths)
+            mask = np.zeros(table.num_rows, dtype=bool)
+            mask[row + rows[int(np.argmax(bad))]] = True
+            refuse("itl_ms", mask, f"a gap of {float(gaps[bad][0]):g} ms")
+        row += len(chunk)

@@ -1,16 +1,26 @@
 """Append-only columnar storage for records: an Arrow IPC stream written in batches.
 
 Each batch is complete on disk once written, so a run that dies keeps every batch it
-flushed; the reader stops cleanly at a torn tail. Memory stays bounded by the batch size.
+flushed; the reader stops cleanly at a torn tail and says so. Memory stays bounded by the
+batch size. What is read is checked against vprof's schema: other files are refused.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from vprof.records.schema import FIELDS, RequestRecord, arrow_schema
+from vprof.common.errors import RunError
+from vprof.records.schema import (
+    FIELDS,
+    RequestRecord,
+    arrow_schema,
+    check_schema,
+    check_values,
+    conform,
+)
 
 
 class RecordWriter:
@@ -64,23 +74,108 @@ class RecordWriter:
         self.close()
 
 
-def read_table(path: Path):  # -> pyarrow.Table
-    """Every complete batch of a records file, memory-mapped (no copy), tolerating a torn tail."""
+# Arrow's *file* format is the stream format after this magic (and a footer after it).
+_FILE_MAGIC = b"ARROW1"
+_CONTINUATION = b"\xff\xff\xff\xff"  # every message of a stream starts with it
+
+
+@dataclass(frozen=True)
+class RecordsFile:
+    """What a records file held: its complete batches, and whether a torn tail followed."""
+
+    table: Any  # pyarrow.Table with vprof's schema
+    batches: int  # complete batches read
+    torn_bytes: int = 0  # bytes after the last complete batch that are not a whole batch
+
+    @property
+    def torn(self) -> bool:
+        """The file ends mid-batch (its writer was killed while writing)."""
+        return self.torn_bytes > 0
+
+    def describe(self, expected: int | None = None) -> str:
+        """``""`` for a whole file; else how much of it was readable, for people."""
+        n = self.table.num_rows
+        short = expected is not None and expected > n
+        if not self.torn and not short:
+            return ""
+        text = f"{n:,} of {expected:,} records readable" if short else f"{n:,} records readable"
+        text += f" ({self.batches:,} complete batch{'es' if self.batches != 1 else ''})"
+        if self.torn:
+            text += (
+                f"; the file ends mid-batch, {self.torn_bytes:,} bytes after the last complete one"
+            )
+        elif short:
+            text += "; the load generator counted more: the file was cut short"
+        return text
+
+
+def read_records_file(path: Path) -> RecordsFile:
+    """Every complete batch of a records file, memory-mapped (no copy), schema checked.
+
+    A torn tail (a writer killed mid-batch) is kept out and reported in the result; a file
+    that is not vprof's records (other bytes, another schema, a folder) raises
+    :class:`RunError` naming it. An empty file is a run that wrote nothing yet.
+    """
     import pyarrow as pa
 
-    batches = []
-    schema = arrow_schema()
+    path = Path(path)
+    where = str(path)
+    if path.is_dir():
+        raise RunError("a folder, not a records file", path=where)
     try:
-        reader = pa.ipc.open_stream(pa.memory_map(str(path), "r"))
-        schema = reader.schema
-        while True:
-            try:
-                batches.append(reader.read_next_batch())
-            except StopIteration:
-                break
-    except (pa.ArrowInvalid, OSError):
-        pass  # torn tail or empty file: keep what was complete
-    return pa.Table.from_batches(batches, schema=schema)
+        source = pa.memory_map(str(path), "r")
+    except FileNotFoundError:
+        raise RunError("no records file", path=where) from None
+    except (OSError, pa.ArrowException) as exc:
+        raise RunError(f"cannot read it: {exc}", path=where) from None
+    size = source.size()
+    if size == 0:
+        return RecordsFile(conform(arrow_schema().empty_table(), where), 0)
+    head = source.read(8)
+    start = 8 if head.startswith(_FILE_MAGIC) else 0
+    source.seek(start)
+    try:
+        reader = pa.ipc.open_stream(source)
+    except (OSError, pa.ArrowException):
+        if head.startswith(_CONTINUATION) or start:  # a stream cut inside its schema
+            return RecordsFile(conform(arrow_schema().empty_table(), where), 0, size - start)
+        raise RunError(
+            "not a records file (not an Arrow IPC stream)",
+            path=where,
+            hint="records.arrow is written by vprof's load generator; restore it or re-run",
+        ) from None
+    check_schema(reader.schema, where)
+    batches, end = [], source.tell()
+    while True:
+        try:
+            batches.append(reader.read_next_batch())
+        except StopIteration:
+            break
+        except (OSError, pa.ArrowException):
+            break  # torn tail: keep what was complete
+        end = source.tell()
+    torn = 0 if end >= size or _only_end_marker(source, end, size) else size - end
+    table = conform(pa.Table.from_batches(batches, schema=reader.schema), where)
+    check_values(table, where)
+    return RecordsFile(table, len(batches), torn)
+
+
+def _only_end_marker(source: Any, end: int, size: int) -> bool:
+    """True when what follows the last batch is the stream's end marker (and a file footer)."""
+    source.seek(end)
+    return source.read(8) in (_CONTINUATION + b"\0\0\0\0", b"\0\0\0\0") and (
+        size - end <= 8 or _has_footer(source, size)
+    )
+
+
+def _has_footer(source: Any, size: int) -> bool:
+    source.seek(size - 6)
+    return source.read(6) == _FILE_MAGIC
+
+
+def read_table(path: Path):  # -> pyarrow.Table
+    """Every complete batch of a records file (see :func:`read_records_file`)."""
+    return read_records_file(path).table
 
 
 def read_records(path: Path):  # -> pandas.DataFrame

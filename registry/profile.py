@@ -34,6 +34,33 @@ def text_problem(text: str) -> str | None:
     return None
 
 
+PARALLEL_ARGS = ("tensor-parallel-size", "pipeline-parallel-size", "data-parallel-size")
+
+
+def gpus_per_server(engine_args: Mapping[str, Any]) -> tuple[int, str]:
+    """GPUs one server of these engine arguments uses (tensor × pipeline × data parallel: a
+    `vllm serve` with data parallelism runs every rank in one server), and how that is known.
+
+    Flags may be spelled as vLLM's aliases (``tp``); a size that is not a whole number from 1
+    raises :class:`ProfileError` naming the flag.
+    """
+    from vprof.common.errors import ProfileError
+    from vprof.registry.vllm_args import flag_table
+
+    aliases = flag_table().aliases
+    canonical = {aliases.get(flag_key(k), flag_key(k)): v for k, v in engine_args.items()}
+    gpus, parts = 1, []
+    for key in PARALLEL_ARGS:
+        value = canonical.get(key)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 4096:
+            raise ProfileError(f"{value!r} is not a parallel size (a whole number from 1)", key=key)
+        gpus *= value
+        parts.append(f"{key} {value}")
+    return gpus, (" × ".join(parts) if parts else "no parallelism set: 1 GPU")
+
+
 def flag_key(name: str) -> str:
     """A vLLM flag name as profiles spell it: no leading dashes, dashes not underscores."""
     return str(name).lstrip("-").replace("_", "-")

@@ -19,7 +19,13 @@ from typing import Any
 import yaml
 
 from vprof.common.errors import ProfileError
-from vprof.registry.profile import ENV_NAME_HINT, Profile, env_name_problem, text_problem
+from vprof.registry.profile import (
+    ENV_NAME_HINT,
+    Profile,
+    env_name_problem,
+    gpus_per_server,
+    text_problem,
+)
 from vprof.registry.vllm_args import flag_table
 
 DOCKER_IMAGE = "vllm/vllm-openai:latest"
@@ -195,15 +201,6 @@ def _comment(text: str) -> str:
     return " ".join("".join(c if c.isprintable() else " " for c in text).split())
 
 
-def _gpus_per_replica(profile: Profile) -> int:
-    size = 1
-    for key in ("tensor-parallel-size", "pipeline-parallel-size"):
-        value = profile.engine_args.get(key)
-        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-            size *= value
-    return size
-
-
 def render_k8s(profile: Profile, *, replicas: int = 1, image: str = DOCKER_IMAGE) -> str:
     """A Deployment (GPU limits, /health probes, the argv as command/args) and a Service."""
     name = k8s_name(profile.name)
@@ -211,7 +208,7 @@ def render_k8s(profile: Profile, *, replicas: int = 1, image: str = DOCKER_IMAGE
     argv = [k8s_escape(token) for token in _launcher(profile, "python3")]
     argv += [k8s_escape(token) for token in _flags(profile, skip=_NOT_IN_CONTAINERS)]
     split = 2 if profile.entrypoint == "serve" else 3  # "vllm serve" | "python3 -m module"
-    gpus = _gpus_per_replica(profile)
+    gpus, _ = gpus_per_server(profile.engine_args)
     labels = {"app.kubernetes.io/name": "vllm", "app.kubernetes.io/instance": name}
     env: list[dict[str, Any]] = [{"name": k, "value": k8s_escape(v)} for k, v in _env(profile)]
     env.append(

@@ -21,7 +21,6 @@ LATENCY_METRICS = ("ttft", "tpot", "e2el")
 _LEVEL_KEYS = (K.REQUEST_THROUGHPUT, K.OUTPUT_THROUGHPUT, K.TOTAL_OUTPUT_TOKENS, K.COMPLETED,
                K.ERROR_RATE, K.STATE, K.OFFERED_LOAD, K.OFFERED_LOAD_UNIT, K.SLO_MET,
                K.LOADGEN_SATURATED)  # fmt: skip
-PARALLEL_ARGS = ("tensor-parallel-size", "pipeline-parallel-size", "data-parallel-size")
 
 
 def _stats(summary: dict[str, Any], metric: str) -> dict[str, Any]:
@@ -129,28 +128,17 @@ def gpus_per_replica(meta: dict[str, Any], where: str) -> tuple[int, str]:
 
     ``meta`` is a run's ``run.json``; ``where`` its path, for errors.
     """
-    from vprof.registry.vllm_args import flag_table
+    from vprof.common.errors import ProfileError
+    from vprof.registry.profile import gpus_per_server
 
     profile = meta.get("profile") if isinstance(meta.get("profile"), dict) else {}
     args = profile.get("engine_args") if isinstance(profile, dict) else None
     if not isinstance(args, dict):
         return 1, "engine arguments unknown: 1 GPU assumed"
-    aliases = flag_table().aliases
-    canonical = {aliases.get(str(k).lstrip("-"), str(k).lstrip("-")): v for k, v in args.items()}
-    gpus, parts = 1, []
-    for key in PARALLEL_ARGS:
-        value = canonical.get(key)
-        if value is None:
-            continue
-        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 4096:
-            raise ReportError(
-                f"{value!r} is not a parallel size (a whole number from 1)",
-                path=where,
-                key=f"profile.engine_args.{key}",
-            )
-        gpus *= value
-        parts.append(f"{key} {value}")
-    return gpus, (" × ".join(parts) if parts else "no parallelism set: 1 GPU")
+    try:
+        return gpus_per_server(args)
+    except ProfileError as exc:
+        raise ReportError(exc.message, path=where, key=f"profile.engine_args.{exc.key}") from None
 
 
 def cost(

@@ -20,14 +20,14 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from vprof.analysis.keys import SummaryKey
-from vprof.common.errors import ProfileError, WorkloadError
+from vprof.analysis.keys import CLIENT_FIX, SummaryKey
+from vprof.common.errors import ProfileError, RunError, WorkloadError
 from vprof.records.rundir import RunState, read_json, sweep_manifest, write_json_atomic
-from vprof.runs.bench import NOT_STARTED, SKIPPED
+from vprof.runs.spec import NOT_STARTED, SKIPPED
 
 if TYPE_CHECKING:
     from vprof.registry import Profile
-    from vprof.runs.bench import BenchSpec, RunOutcome
+    from vprof.runs.spec import BenchSpec, RunOutcome
     from vprof.traffic import TrafficShape
 
 Progress = Callable[[str], None]
@@ -214,7 +214,10 @@ def _mean_row(rung: Rung, rows: list[dict[str, Any]]) -> dict[str, Any]:
     if not rows:
         return {"rung": rung.label, **rung.overrides, "state": NOT_RUN}
     worst = next((r for r in rows if r["state"] != RunState.COMPLETED), rows[0])
-    out: dict[str, Any] = {**worst, "repeats": len(rows), "run": [r.get("run") for r in rows]}
+    # "run" names the first repeat's folder (as a single run's row does); "runs" lists them all
+    runs = [r["run"] for r in rows if r.get("run")]
+    out: dict[str, Any] = {**worst, "repeats": len(rows), "run": runs[0] if runs else None,
+                           "runs": runs}  # fmt: skip
     for key in ROW_KEYS:
         if key == SummaryKey.CLIENT_LIMITED:
             out[key] = any(r.get(key) for r in rows)
@@ -278,7 +281,7 @@ def recommend(rows: Sequence[Mapping[str, Any]], *, prefer: str = "throughput") 
     suspect = [str(r["rung"]) for r in rows if r.get(SummaryKey.CLIENT_LIMITED)]
     caveat = (
         f" Left out because the load generator was the bottleneck: {', '.join(suspect)} "
-        "(re-run them with --processes or fewer users)."
+        f"(re-run them: {CLIENT_FIX})."
         if suspect
         else ""
     )
@@ -314,9 +317,12 @@ def recommend(rows: Sequence[Mapping[str, Any]], *, prefer: str = "throughput") 
 
 def write_sweep(
     folder: Path, kind: str, profile: str, rows: Sequence[Mapping[str, Any]], recommendation: str
-) -> Path:
+) -> Path | None:
     """Record a sweep's ladder, its rows (each naming its run folder) and its recommendation in
-    the bench folder, for reports."""
+    the bench folder, for reports. A ladder none of whose rungs ran writes nothing (and leaves
+    an earlier sweep's manifest as it was): ``None``."""
+    if not any(row.get("state") not in (NOT_STARTED, NOT_RUN) for row in rows):
+        return None
     path = sweep_manifest(folder)
     write_json_atomic(
         path,
@@ -325,12 +331,27 @@ def write_sweep(
     return path
 
 
+def check_ladder(spec: BenchSpec) -> None:
+    """Refuse a settings ladder against ``--url``: each rung needs its own server settings,
+    and vprof cannot restart a server it did not start (every rung would measure the same)."""
+    if spec.url:
+        raise RunError(
+            f"a sweep of server settings restarts the server for each rung, but vprof did not "
+            f"start the server at {spec.url} and cannot change its settings: every rung would "
+            "measure the same unchanged server",
+            key="--url",
+            hint="leave out --url to let vprof launch each rung; `vprof sweep load` works "
+            "with --url (its rungs change the load, not the server)",
+        )
+
+
 def run_ladder(
     base: Profile, rungs: Sequence[Rung], spec: BenchSpec, say: Progress, *, stop_early: bool
 ) -> list[dict[str, Any]]:
     """Run rung after rung; with ``stop_early`` stop at the first that breaks the guide's rule."""
     from vprof.runs.bench import run_bench
 
+    check_ladder(spec)
     if not stop_early:  # one bench: repeats interleave across the rungs
         outcomes = run_bench([variant(base, rung) for rung in rungs], spec, say)
         return [rung_row(rung, [o for o in outcomes if o.profile == rung.label]) for rung in rungs]

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from vprof.common.errors import LaunchError, ProfileError, RunError, WorkloadError
 from vprof.common.numbers import check_number, parse_number
-from vprof.records.rundir import read_json, write_json_atomic
+from vprof.records.rundir import TUNE_FILE, read_json, tune_manifest, write_json_atomic
 from vprof.runs.tunesearch import (
     OBJECTIVES,
     Measurement,
@@ -42,11 +42,11 @@ from vprof.runs.tunespace import Candidate, Space, build_space, parse_space, ref
 if TYPE_CHECKING:
     from vprof.analysis.slo import Slo
     from vprof.registry import Profile
-    from vprof.runs.bench import BenchSpec, RunOutcome, ServerSession
+    from vprof.runs.bench import ServerSession
+    from vprof.runs.spec import BenchSpec, RunOutcome
     from vprof.traffic import TrafficShape
 
 Say = Callable[[str], None]
-TUNE_FILE = "tune.json"
 REPORT_FILE = "report.html"
 DEFAULT_BUDGET_TRIALS = 12
 MAX_BUDGET_TRIALS = 1000
@@ -145,7 +145,8 @@ def prepare(request: TuneRequest, say: Say = lambda _: None) -> Prepared:
     """Check everything before any server starts; raise the error that names what is wrong."""
     from vprof.analysis.slo import SloError, parse_slo
     from vprof.registry import get_profile
-    from vprof.runs.bench import BenchSpec, resolve_profiles
+    from vprof.runs.bench import resolve_profiles
+    from vprof.runs.spec import BenchSpec
     from vprof.runs.tunespace import starting_candidate
     from vprof.server.host import detect_engine
     from vprof.traffic import get_shape
@@ -318,7 +319,7 @@ class BenchTrials:
     def measurement(
         self, outcome: RunOutcome, rate_rps: float, wall_s: float, profile: Profile
     ) -> Measurement:
-        from vprof.runs.bench import NOT_STARTED
+        from vprof.runs.spec import NOT_STARTED
         from vprof.runs.sweep import mentions_oom
 
         if outcome.state == NOT_STARTED:
@@ -340,7 +341,8 @@ class BenchTrials:
         self, candidates: Sequence[Candidate], rate_rps: float, repeats: int
     ) -> dict[Candidate, list[Measurement]]:
         """Each candidate ``repeats`` times at ``rate_rps``, interleaved, as one bench."""
-        from vprof.runs.bench import NOT_STARTED, SKIPPED, run_bench
+        from vprof.runs.bench import run_bench
+        from vprof.runs.spec import NOT_STARTED, SKIPPED
 
         profiles = [self.profile_of(c) for c in candidates]
         spec = replace(self.prepared.spec, traffic=(self.shape(rate_rps),), repeat=repeats,
@@ -436,7 +438,7 @@ def run_prepared(prepared: Prepared, say: Say = print) -> TuneOutcome:
     request = p.request
     folder = request.out_dir
     folder.mkdir(parents=True, exist_ok=True)
-    earlier = read_json(folder / TUNE_FILE, strict=False)
+    earlier = read_json(tune_manifest(folder), strict=False)
     if earlier.get("profile") not in (None, p.base.name):
         say(f"warning: {folder} holds a tune of {earlier['profile']}; its runs stay beside these")
     failures: dict[str, str] = dict(earlier.get("start_failures") or {})
@@ -727,7 +729,7 @@ def _write_state(
         )
     else:
         data["trials_so_far"] = len(tuner.order)
-    write_json_atomic(folder / TUNE_FILE, data)
+    write_json_atomic(tune_manifest(folder), data)
 
 
 def write_sweep_manifest(folder: Path, profile: str, rows: Sequence[Mapping[str, Any]],

@@ -1,6 +1,9 @@
-"""Shared fixtures: the embedded tiny model and ONE real vLLM CPU server per test session.
+"""Shared fixtures: the embedded tiny model, ONE real vLLM CPU server per test session, and
+one real two-profile bench with repeats (it launches its own two servers) that several tests
+read.
 
-Fixture names are a contract other test files rely on: ``tiny_model`` and ``vllm_server``.
+Fixture names are a contract other test files rely on: ``tiny_model``, ``vllm_server`` and
+``ab_bench``.
 Set ``VPROF_TEST_VLLM_URL`` to reuse a tiny-model server that is already running (served as
 ``tiny``) instead of starting one; set ``VPROF_TEST_PORTS=LO-HI`` to choose its port from a range.
 """
@@ -90,10 +93,50 @@ def vllm_server(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> I
         log_path=log_path,
         host="127.0.0.1",
         port=port,
-        env={"VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1")},
+        # Unbound worker threads, as vprof starts the CPU build (see server.host._CPU_BIND).
+        env={
+            "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1"),
+            "VLLM_CPU_OMP_THREADS_BIND": os.environ.get("VLLM_CPU_OMP_THREADS_BIND", "nobind"),
+        },
     )
     with server:
         server.wait_healthy(timeout_s=_HEALTH_TIMEOUT_S)
         yield VllmServer(
             url=server.url, model=TINY_MODEL_NAME, model_dir=tiny_model, log_path=log_path
         )
+
+
+@dataclass(frozen=True)
+class Bench:
+    """A finished `vprof bench` and what it printed."""
+
+    out: Path
+    stdout: str
+    stderr: str
+
+
+@pytest.fixture(scope="session")
+def ab_bench(tmp_path_factory: pytest.TempPathFactory) -> Bench:
+    """`vprof bench prefix-cached no-prefix-cache --repeat 2` on the CPU build: a real
+    difference (long shared prefixes, prefix caching on against off), two repeats each."""
+    import subprocess
+
+    root = tmp_path_factory.mktemp("ab-bench")
+    profiles = root / "profiles"
+    profiles.mkdir()
+    (profiles / "no-prefix-cache.yaml").write_text(
+        "description: prefix caching off\nextends: prefix-cached\n"
+        "engine_args:\n  enable-prefix-caching: false\n"
+    )
+    shape = root / "steady-4.yaml"
+    shape.write_text("kind: steady\nusers: 4\nwarmup_s: 3\nduration_s: 10\n")
+    out = root / "ab"
+    port = free_port(lo=18900, hi=18999)
+    argv = [sys.executable, "-m", "vprof.cli.main", "bench", "prefix-cached", "no-prefix-cache",
+            "--profiles-dir", str(profiles), "--repeat", "2", "--order", "blocked",
+            "--workload", "rag-shared-prefix", "--traffic", str(shape),
+            "--set", "enforce-eager=true", "--set", "max-model-len=2048", "--port", str(port),
+            "--out", str(out)]  # fmt: skip
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=1500)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return Bench(out, proc.stdout, proc.stderr)

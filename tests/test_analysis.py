@@ -375,3 +375,19 @@ def test_prompt_token_mismatch_against_the_plan_is_reported():
     assert summary["prompt_token_mismatch_rate"] == pytest.approx((excess != 0).mean())
     assert summary["mean_prompt_token_excess"] == pytest.approx(excess.mean())
     assert summary["prompt_token_mismatch_rate"] == pytest.approx(0.25, abs=0.01)
+
+
+def test_load_spread_over_replicas_is_summarised_per_replica(tmp_path):
+    fast = synth_records(200, seed=1, ttft_ms=40)
+    slow = synth_records(200, seed=2, ttft_ms=160)
+    for rec in fast:
+        rec.replica = "http://10.0.0.1:8000"
+    for rec in slow:
+        rec.replica = "http://10.0.0.2:8000"
+    s = summarize(read_records(write_run(tmp_path / "two", fast + slow)))
+    assert s["replicas"] == 2
+    one, two = (s["per_replica"][k] for k in ("http://10.0.0.1:8000", "http://10.0.0.2:8000"))
+    assert one["completed"] == 200 and two["completed"] == 200
+    assert one["median_ttft_ms"] < 60 < 120 < two["median_ttft_ms"]
+    total = one["request_throughput"] + two["request_throughput"]
+    assert total == pytest.approx(s["request_throughput"])

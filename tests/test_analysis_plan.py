@@ -131,3 +131,27 @@ def test_plan_reads_run_folders(tmp_path):
 def test_plan_rejects_what_it_cannot_answer(kwargs, fragment):
     with pytest.raises(SloError, match=fragment):
         plan([_level("a", 1.0, 1.0)], **kwargs)
+
+
+def _offered(run: str, load: float, rps: float, ttft: float, **kw):
+    return _level(run, rps, ttft, offered_load=load, offered_load_unit="req/s", **kw)
+
+
+def test_a_measured_multi_replica_run_checks_linear_scaling_and_the_plan_uses_it():
+    levels = [
+        _offered("a@2", 2, 2.0, 100, gpus_per_replica=2),
+        _offered("a@4", 4, 4.0, 200, gpus_per_replica=2),
+        _offered("a@8", 8, 6.0, 900, gpus_per_replica=2),
+        # two replicas behind the balancer at 4 req/s each: 7.2 of 2 × 4.0 = 90 %
+        _offered("a×2@8", 8, 7.2, 250, replicas=2, gpus_per_replica=2),
+    ]
+    (p,) = plan(levels, target_rps=20, slo="ttft_p95=500ms", headroom=0.0).profiles
+    assert p.scaling_efficiency == pytest.approx(0.9)
+    # sustainable from the single-replica levels: 4 + (500 − 200)/(900 − 200) × 2 = 4.857
+    assert p.sustainable_rps == pytest.approx(4 + 300 / 700 * 2)
+    assert p.replicas == math.ceil(20 / (p.sustainable_rps * 0.9))
+    assert p.gpus_per_replica == 2 and p.gpus == 2 * p.replicas
+    assert "90% of that together" in p.message
+    assert any("measured with 2 replicas: 90%" in note for note in p.notes)
+    (row,) = plan(levels, target_rps=20, slo="ttft_p95=500ms").rows()
+    assert row["gpus"] == row["replicas"] * 2 and row["scaling_efficiency"] == pytest.approx(0.9)

@@ -9,7 +9,7 @@ import random
 import numpy as np
 import pytest
 
-from vprof.locustfiles.live import AGGREGATED, RELATIVE_ERROR, LiveStats, LogHistogram
+from vprof.locustfiles.live import AGGREGATED, RELATIVE_ERROR, LiveStats, LogHistogram, Timeline
 from vprof.records import RequestRecord
 
 T0 = 1_800_000_000.0  # a wall-clock second, far from any bucket edge issue
@@ -257,3 +257,120 @@ def test_live_module_imports_no_heavy_libraries():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+# -- Timeline: the charts' points ---------------------------------------------------------
+
+
+def _spread(n: int, seed: int = 11, span_s: float = 60.0) -> list[dict]:
+    """Records over ``span_s`` seconds, failures with a finish time as the users produce them."""
+    rng = random.Random(seed)
+    out = []
+    for i, rec in enumerate(make_records(n, seed=seed, span_s=span_s)):
+        if rec["status"] != "ok":
+            rec["finished_at"] = rec["sent_at"] + rng.uniform(0.001, 0.5)
+        out.append(rec)
+        rec["request_id"] = str(i)
+    return out
+
+
+def test_timeline_points_match_numpy_over_the_records_finished_in_each_interval():
+    # In finish order, in batches, as the processes ship them.
+    records = sorted(_spread(3000), key=lambda r: r["finished_at"])
+    timeline = Timeline(interval_s=5.0, lag_s=2.0, seal_after_s=30.0)
+    for start in range(0, len(records), 250):
+        timeline.add(records[start : start + 250])
+    points = timeline.points(now=T0 + 1000)
+    first_sent = min(r["sent_at"] for r in records)
+    last_finished = max(r["finished_at"] for r in records)
+    assert points[0]["t"] == math.floor(first_sent / 5) * 5
+    assert points[-1]["t"] == math.floor(last_finished / 5) * 5
+    assert [b["t"] - a["t"] for a, b in zip(points, points[1:], strict=False)] == [5.0] * (
+        len(points) - 1
+    )
+    assert sum(p["requests"] for p in points) == len(records)
+    sealed = [p for p in points if p["final"]]
+    assert sealed and not points[-1]["final"]  # newest points are still provisional
+    for point in points:
+        t = point["t"]
+        inside = [r for r in records if t <= r["finished_at"] < t + 5]
+        ok = [r for r in inside if r["status"] == "ok"]
+        start, end = max(t, first_sent), min(t + 5, last_finished)
+        assert point["completed"] == len(ok)
+        assert point["failed"] == sum(r["status"] in ("error", "timeout") for r in inside)
+        assert point["request_throughput"] == pytest.approx(len(ok) / (end - start))
+        tokens = sum(r["completion_tokens"] for r in ok)
+        assert point["output_throughput"] == pytest.approx(tokens / (end - start))
+        # Mean requests in flight: request-seconds inside the interval over its length.
+        busy = sum(max(0.0, min(r["finished_at"], end) - max(r["sent_at"], start)) for r in records)
+        assert point["in_flight"] == pytest.approx(busy / (end - start))
+        series = {
+            "ttft": [r["ttft_ms"] for r in ok],
+            "itl": [g for r in ok for g in r["itl_ms"]],
+            "tpot": [r["tpot_ms"] for r in ok if not math.isnan(r["tpot_ms"])],
+        }
+        for metric, values in series.items():
+            for key, p in (("median", 50), ("p90", 90), ("p99", 99)):
+                got = point[f"{key}_{metric}_ms"]
+                if not values:
+                    assert got is None
+                else:
+                    assert within(got, float(np.percentile(values, p))), (t, metric, key)
+
+
+def test_timeline_shows_only_intervals_that_ended_lag_s_ago_and_since_trims():
+    timeline = Timeline(interval_s=5.0, lag_s=2.0)
+    timeline.add([_ok(T0 + i * 0.5, 20.0) for i in range(40)])  # T0 .. T0+20
+    assert [p["t"] for p in timeline.points(now=T0 + 11.9)] == [T0]  # [T0+5, +10) ends +12
+    assert [p["t"] for p in timeline.points(now=T0 + 12.0)] == [T0, T0 + 5]
+    assert [p["t"] for p in timeline.points(now=T0 + 500)] == [T0, T0 + 5, T0 + 10, T0 + 15]
+    assert [p["t"] for p in timeline.points(now=T0 + 500, since=T0 + 10)] == [T0 + 10, T0 + 15]
+    assert [p["t"] for p in timeline.points(now=T0 + 500, since=T0 + 7)] == [T0 + 10, T0 + 15]
+
+
+def test_timeline_fills_quiet_intervals_and_counts_long_requests_in_flight_throughout():
+    timeline = Timeline(interval_s=5.0, lag_s=0.0)
+    long = _ok(T0, 100.0, tokens=2)
+    long["finished_at"] = T0 + 19.9  # one request in flight for 20 s
+    timeline.add([_ok(T0 + 0.1, 20.0), long])
+    points = timeline.points(now=T0 + 100)
+    assert [p["t"] for p in points] == [T0, T0 + 5, T0 + 10, T0 + 15]
+    assert [p["completed"] for p in points] == [1, 0, 0, 1]  # the long one ends at T0+19.9
+    assert [p["in_flight"] for p in points[1:]] == [pytest.approx(1.0)] * 3
+    assert points[1]["median_ttft_ms"] is None  # nothing finished there: no percentile
+
+
+def test_sealed_intervals_keep_their_percentiles_and_drop_their_histograms():
+    timeline = Timeline(interval_s=5.0, lag_s=0.0, seal_after_s=10.0)
+    timeline.add([_ok(T0 + 0.5 + i * 0.1, 30.0) for i in range(10)])
+    before = timeline.points(now=T0 + 100)[0]
+    assert not before["final"]
+    timeline.add([_ok(T0 + 16.0, 90.0)])  # newer than T0+5 by more than 10 s: seals [T0, +5)
+    sealed = timeline.points(now=T0 + 100)[0]
+    assert sealed["final"] and timeline._intervals[math.floor(T0 / 5)].slot.hists == {}
+    assert sealed["median_ttft_ms"] == before["median_ttft_ms"]
+    # A straggler for a sealed interval still counts, but cannot move fixed percentiles.
+    timeline.add([_ok(T0 + 1.0, 500.0)])
+    late = timeline.points(now=T0 + 100)[0]
+    assert late["completed"] == 11 and late["median_ttft_ms"] == before["median_ttft_ms"]
+
+
+def test_timeline_keeps_at_most_max_points_and_reset_starts_a_new_generation():
+    timeline = Timeline(interval_s=1.0, lag_s=0.0, seal_after_s=5.0, max_points=50)
+    for second in range(200):
+        timeline.add([_ok(T0 + second + 0.2, 20.0)])
+    points = timeline.points(now=T0 + 1000)
+    assert len(points) == 50 and points[-1]["t"] == T0 + 199
+    assert len(timeline._open) <= 7  # only the last seal_after_s are histograms
+    generation = timeline.generation
+    timeline.reset()
+    assert timeline.points(now=T0 + 1000) == [] and timeline.generation == generation + 1
+
+
+def test_timeline_points_are_strict_json():
+    timeline = Timeline()
+    timeline.add(_spread(200))
+    timeline.add([{"status": "ok"}, {"status": "error", "finished_at": None}])  # nothing to place
+    json.dumps(timeline.points(now=T0 + 1000), allow_nan=False)
+    with pytest.raises(ValueError):
+        Timeline(interval_s=0)

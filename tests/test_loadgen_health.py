@@ -18,7 +18,14 @@ from vprof.server.process import free_port
 
 
 def _sample(
-    t: float, worker: str, p99: float, *, cpu: float = 30.0, n: int = 400, late: float = 0.01
+    t: float,
+    worker: str,
+    p99: float,
+    *,
+    cpu: float = 30.0,
+    n: int = 400,
+    late: float = 0.01,
+    wait: float | None = None,
 ) -> dict:
     histogram = [0] * (len(LOOP_LAG_BUCKETS_MS) + 1)
     histogram[0] = n - int(n * late)
@@ -26,7 +33,7 @@ def _sample(
     return {"t": t, "worker": worker, "cpu_percent": cpu, "loop_lag_p50_ms": 0.1,
             "loop_lag_p99_ms": p99, "loop_lag_max_ms": p99 * 2, "loop_probes": n,
             "loop_lag_histogram": histogram, "machine_cpu_percent": 60.0,
-            "steal_percent": 0.0}  # fmt: skip
+            "steal_percent": 0.0, "wait_percent": wait}  # fmt: skip
 
 
 def test_verdict_rests_on_event_loop_lag_not_cpu():
@@ -41,6 +48,24 @@ def test_verdict_rests_on_event_loop_lag_not_cpu():
     verdict = stats["loadgen_verdict"]
     assert "40.0 ms" in verdict and f"{LAG_P99_LIMIT_MS:g} ms" in verdict
     assert "--processes" in verdict
+
+
+def test_a_late_loop_that_waited_for_a_core_is_named_as_held_back_by_the_machine():
+    # the CPU build beside the client: 5 % of a core used, 50 % of the time waiting for one
+    starved = [_sample(i, "w0", 300.0, cpu=5.0, wait=50.0) for i in range(20)]
+    stats = loadgen_stats(starved)
+    assert stats["loadgen_saturated"] and stats["loadgen_starved"]  # its timing is still late
+    verdict = stats["loadgen_verdict"]
+    assert verdict.startswith("load generator held back by this machine")
+    assert "waited 50 %" in verdict and "--processes" not in verdict
+    # a loop busy with its own work is overloaded, however long it also waited
+    busy = [_sample(i, "w0", 300.0, cpu=90.0, wait=95.0) for i in range(20)]
+    stats = loadgen_stats(busy)
+    assert stats["loadgen_saturated"] and not stats["loadgen_starved"]
+    assert "--processes" in stats["loadgen_verdict"]
+    # and so is one that ran more than it waited
+    ran = [_sample(i, "w0", 300.0, cpu=40.0, wait=10.0) for i in range(20)]
+    assert not loadgen_stats(ran)["loadgen_starved"]
 
 
 def test_one_late_moment_is_not_an_overloaded_client():

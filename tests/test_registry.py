@@ -520,3 +520,14 @@ def test_profiles_dir_variable_takes_several_folders(isolated, monkeypatch):
     profiles = load_profiles()
     assert profiles["x"].model == "b"
     assert profiles["y"].model == "b"
+
+
+def test_gpus_per_server_multiplies_tensor_pipeline_and_data_parallel_sizes():
+    from vprof.registry.profile import gpus_per_server
+
+    assert gpus_per_server({})[0] == 1
+    gpus, why = gpus_per_server({"tensor-parallel-size": 2, "pipeline-parallel-size": 2,
+                                 "data-parallel-size": 2})  # fmt: skip
+    assert gpus == 8 and "data-parallel-size 2" in why
+    with pytest.raises(ProfileError, match="not a parallel size"):
+        gpus_per_server({"tensor-parallel-size": 0})

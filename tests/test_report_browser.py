@@ -10,13 +10,12 @@ from __future__ import annotations
 import base64
 import json
 import os
-import shutil
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from chromium import chromium_missing, headless_chromium
 from test_report_data import write_bench, write_sweep
 
 from vprof.report import write_report
@@ -24,45 +23,14 @@ from vprof.report.html import SECTIONS
 
 pytestmark = pytest.mark.browser
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMEDRIVER = "/usr/bin/chromedriver"
-
-
-def _chromium_missing() -> str | None:
-    for path in (CHROMIUM, CHROMEDRIVER):
-        if not os.path.exists(path):
-            return f"{path} is absent (Debian: apt-get install chromium chromium-driver)"
-    try:
-        import selenium  # noqa: F401
-    except ImportError:
-        return "the selenium package is not installed (pip install -e '.[dev]')"
-    return None
-
 
 @pytest.fixture
 def chromium() -> Iterator[object]:
-    """Headless Chromium (the web-UI test's flags) that keeps console and network logs."""
-    if reason := _chromium_missing():
+    """Headless Chromium that keeps console and network logs."""
+    if reason := chromium_missing():
         pytest.skip(reason)
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    profile_dir = tempfile.mkdtemp(prefix="vprof-chromium-")
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for flag in (
-        "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-        "--disable-component-update", "--no-first-run", f"--user-data-dir={profile_dir}",
-        "--window-size=1400,1000",
-    ):  # fmt: skip
-        options.add_argument(flag)
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL", "performance": "ALL"})
-    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
-    try:
+    with headless_chromium("1400,1000", logs=True) as driver:
         yield driver
-    finally:
-        driver.quit()
-        shutil.rmtree(profile_dir, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import math
 
+import pytest
+
 from vprof.analysis import expand_runs
 from vprof.records import RunDir
 from vprof.runs.sweep import parse_ladder_values, recommend, should_stop
@@ -100,7 +102,7 @@ def test_sweep_load_against_the_emulator_climbs_the_rate_and_plans(tmp_path):
     from vprof.emulator.server import Emulator
 
     shape = tmp_path / "short.yaml"
-    shape.write_text("kind: open-loop\nrate_rps: 1\nduration_s: 3\nmax_in_flight: 8\n")
+    shape.write_text("kind: open-loop\nrate_rps: 1\nwarmup_s: 2\nduration_s: 3\nmax_in_flight: 8\n")
     with Emulator(EmulatorConfig(ttft_ms=20, itl_ms=5, model="tiny")) as emulator:
         proc = subprocess.run(
             [sys.executable, "-m", "vprof.cli.main", "sweep", "load", "emu", "--url",
@@ -112,3 +114,30 @@ def test_sweep_load_against_the_emulator_climbs_the_rate_and_plans(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "short@rate_rps=2" in proc.stdout and "short@rate_rps=6" in proc.stdout
     assert "to serve 30 req/s of this traffic within ttft_p95=1000ms you need" in proc.stdout
+
+
+def test_the_metrics_sampler_backs_off_after_a_slow_scrape_and_can_be_off(tmp_path):
+    from vprof.runs.sampler import MAX_SHARE, MetricsSampler
+
+    sampler = MetricsSampler("http://127.0.0.1:9", tmp_path / "m.jsonl", interval_s=5.0)
+    sampler.last_scrape_s = 0.004
+    assert sampler.next_wait_s() == 5.0
+    sampler.last_scrape_s = 1.15  # as seen on two cores under load
+    assert sampler.next_wait_s() == pytest.approx(1.15 / MAX_SHARE)
+    off = MetricsSampler("http://127.0.0.1:9", tmp_path / "off.jsonl", enabled=False)
+    off.start()
+    off.stop()
+    assert not (tmp_path / "off.jsonl").exists() and off.samples == 0
+
+
+def test_slow_scrapes_are_reported_and_warned_about():
+    from vprof.analysis.samples import server_stats
+
+    samples = [{"t": 10.0 + 5 * i, "scrape_s": 0.004, "values": {}} for i in range(6)]
+    stats = server_stats(samples, 10.0, 40.0)
+    assert stats["metrics_scrape_max_ms"] == pytest.approx(4.0)
+    assert "metrics_warning" not in stats
+    samples[3]["scrape_s"] = 0.9
+    stats = server_stats(samples, 10.0, 40.0)
+    assert stats["metrics_scrape_share"] > 0.03
+    assert "900 ms" in stats["metrics_warning"] and "--no-metrics" in stats["metrics_warning"]

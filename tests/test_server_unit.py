@@ -190,10 +190,12 @@ def test_cpu_host_switches_entrypoint_model_and_kv_cache(tmp_path, monkeypatch) 
     assert adapted.engine_args["served-model-name"] == "tiny"
     assert adapted.engine_args["dtype"] == "float32"  # not bf16's AMX kernel
     assert adapted.env["VLLM_CPU_KVCACHE_SPACE"] == "1"
+    # a worker bound to a core starves a load generator on this machine
+    assert adapted.env["VLLM_CPU_OMP_THREADS_BIND"] == "nobind"
     # the profile's engine settings are what is being measured: untouched
     assert adapted.engine_args["max-num-batched-tokens"] == 256
     assert adapted.engine_args["enable-chunked-prefill"] is True
-    assert len(changes) == 3
+    assert len(changes) == 4
     assert changes[0].startswith("entrypoint: serve → openai-module")
     assert changes[1].startswith("model: meta-llama/Meta-Llama-3-8B-Instruct → vprof's tiny model")
 
@@ -201,7 +203,10 @@ def test_cpu_host_switches_entrypoint_model_and_kv_cache(tmp_path, monkeypatch) 
 def test_cpu_host_keeps_a_model_the_user_gave() -> None:
     profile = _profile(model="/models/mine")
     adapted, changes = adapt_for_host(
-        profile, model_overridden=True, engine=CPU_HOST, environ={"VLLM_CPU_KVCACHE_SPACE": "4"}
+        profile,
+        model_overridden=True,
+        engine=CPU_HOST,
+        environ={"VLLM_CPU_KVCACHE_SPACE": "4", "VLLM_CPU_OMP_THREADS_BIND": "0"},
     )
     assert adapted.model == "/models/mine"
     assert "load-format" not in adapted.engine_args
@@ -211,7 +216,10 @@ def test_cpu_host_keeps_a_model_the_user_gave() -> None:
 
 def test_cpu_host_keeps_a_kv_cache_size_the_profile_sets(tmp_path, monkeypatch) -> None:
     monkeypatch.setenv("VPROF_CACHE_DIR", str(tmp_path))
-    profile = _profile(env={"VLLM_CPU_KVCACHE_SPACE": "2"}, entrypoint="openai-module")
+    profile = _profile(
+        env={"VLLM_CPU_KVCACHE_SPACE": "2", "VLLM_CPU_OMP_THREADS_BIND": "0-1"},
+        entrypoint="openai-module",
+    )
     adapted, changes = adapt_for_host(profile, model_overridden=False, engine=CPU_HOST, environ={})
     assert adapted.env["VLLM_CPU_KVCACHE_SPACE"] == "2"
     assert len(changes) == 1 and changes[0].startswith("model:")

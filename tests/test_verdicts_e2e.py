@@ -13,7 +13,6 @@ import numpy as np
 import pytest
 
 from vprof.records import read_records
-from vprof.server.process import free_port
 
 pytestmark = pytest.mark.e2e
 
@@ -61,24 +60,14 @@ def test_the_same_configuration_four_times_is_called_no_different(tmp_path, vllm
     assert rows["request_throughput"]["ci_low_pct"] is not None  # throughput has an interval
 
 
-def test_prefix_caching_on_against_off_is_found_with_two_repeats(tmp_path):
-    profiles = tmp_path / "profiles"
-    profiles.mkdir()
-    (profiles / "no-prefix-cache.yaml").write_text(
-        "description: prefix caching off\nextends: prefix-cached\n"
-        "engine_args:\n  enable-prefix-caching: false\n"
-    )
-    out = tmp_path / "ab"
-    port = free_port(lo=18900, hi=18999)
-    proc = vprof("bench", "prefix-cached", "no-prefix-cache", "--profiles-dir", str(profiles),
-                 "--repeat", "2", "--order", "blocked", "--workload", "rag-shared-prefix",
-                 "--traffic", steady(tmp_path, 4, 10), "--set", "enforce-eager=true",
-                 "--set", "max-model-len=2048", "--port", str(port), "--out", str(out))  # fmt: skip
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert proc.stderr.count("healthy after") == 2  # blocked: one server per profile
+def test_prefix_caching_on_against_off_is_found_with_two_repeats(ab_bench):
+    out = ab_bench.out
+    assert ab_bench.stderr.count("healthy after") == 2  # blocked: one server per profile
+    assert f"report: {out / 'report.html'}" in ab_bench.stderr
     runs = runs_of(out)
     assert len(runs) == 4
-    rows = compare_json(str(out))
+    cached = [str(r) for r in runs if r.name.startswith("prefix-cached--")]
+    rows = compare_json(*cached, *(str(r) for r in runs if str(r) not in cached))
     ttft = rows["median_ttft_ms"]
     assert ttft["baseline"] == "prefix-cached" and ttft["run"] == "no-prefix-cache"
     assert ttft["runs"] == "2 vs 2" and ttft["significant"], ttft["verdict"]

@@ -5,9 +5,11 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 import os
 import re
 import sys
+import time
 
 import pytest
 
@@ -27,7 +29,7 @@ from locust.env import Environment  # noqa: E402
 from locust.event import Events  # noqa: E402
 
 from vprof.locustfiles import webui  # noqa: E402
-from vprof.locustfiles.live import LiveStats  # noqa: E402
+from vprof.locustfiles.live import LiveStats, Timeline  # noqa: E402
 from vprof.records import RequestRecord  # noqa: E402
 
 T0 = 1_800_000_000.0
@@ -39,8 +41,8 @@ class _IdleUser(User):
         pass
 
 
-def _record(i: int, ttft_ms: float, gap_ms: float, status: str = "ok") -> dict:
-    rec = RequestRecord(request_id=str(i), user_class="ChatUser", sent_at=T0 + i, status=status)
+def _record(i: int, ttft_ms: float, gap_ms: float, status: str = "ok", t0: float = T0) -> dict:
+    rec = RequestRecord(request_id=str(i), user_class="ChatUser", sent_at=t0 + i, status=status)
     if status == "ok":
         rec.first_token_at = rec.sent_at + ttft_ms / 1000
         rec.itl_ms = [gap_ms] * 9
@@ -167,7 +169,120 @@ def test_routes_follow_web_base_path(monkeypatch):
         client = environment.web_ui.app.test_client()
         assert client.get("/locust/stats/llm").get_json()[-1]["requests"] == 1
         assert client.get("/locust/stats/llm/csv").status_code == 200
+        assert client.get("/locust/stats/llm/timeline").get_json()["points"] == []
+        assert client.get("/locust/vprof/static/llm-charts.js").status_code == 200
+        assert "./vprof/static/llm-charts.js" in client.get("/locust/").get_data(as_text=True)
         report = client.get("/locust/stats/requests").get_json()
         assert {t["key"] for t in report["extended_stats"]} == set(webui.TABLES)
+    finally:
+        environment.runner.quit()
+
+
+# -- the LLM charts and the LLM section of Locust's report ----------------------------------
+
+
+@pytest.fixture
+def charts(env):
+    live, timeline = LiveStats(), Timeline(interval_s=5.0, lag_s=2.0)
+    webui.attach(env, live, timeline)
+    return live, timeline
+
+
+def test_timeline_route_serves_points_from_since_and_refuses_a_bad_since(env, charts):
+    _, timeline = charts
+    t0 = math.floor(time.time() / 5) * 5 - 100  # the route asks the clock what has ended
+    timeline.add([_record(i, ttft_ms=40.0, gap_ms=7.0, t0=t0) for i in range(30)])
+    client = env.web_ui.app.test_client()
+    whole = client.get("/stats/llm/timeline").get_json()
+    assert whole["interval_s"] == 5.0 and whole["generation"] == timeline.generation
+    ts = [p["t"] for p in whole["points"]]
+    assert ts == [t0 + 5 * k for k in range(6)]
+    assert whole["points"][0]["median_ttft_ms"] == pytest.approx(40.0, rel=0.01)
+    recent = client.get(f"/stats/llm/timeline?since={t0 + 20}").get_json()
+    assert [p["t"] for p in recent["points"]] == [t for t in ts if t >= t0 + 20]
+    for bad in ("soon", "nan", "inf"):
+        response = client.get(f"/stats/llm/timeline?since={bad}")
+        assert response.status_code == 400 and b"finite number" in response.data
+
+
+def test_main_page_loads_the_chart_scripts_which_are_served_offline(env, charts):
+    client = env.web_ui.app.test_client()
+    page = client.get("/").get_data(as_text=True)
+    assert page.index("window.templateArgs") < page.index("./vprof/static/llm-charts.js")
+    assert "./vprof/static/echarts.min.js" in page and "./vprof/static/llm-charts.css" in page
+    assert "http" not in page[page.index("./vprof/static/llm-charts.css") - 40 :]  # no CDN
+    script = client.get("/vprof/static/llm-charts.js")
+    assert script.status_code == 200 and "javascript" in script.mimetype
+    assert b"/stats/llm/timeline" in script.data
+    echarts = client.get("/vprof/static/echarts.min.js")
+    assert echarts.status_code == 200 and b'version:"6.' in echarts.data
+    for name in ("live.py", "..%2Fwebui.py", "nope.js"):
+        assert client.get(f"/vprof/static/{name}").status_code == 404
+
+
+def test_download_report_carries_the_llm_section_after_locusts_own(env, charts):
+    live, timeline = charts
+    t0 = time.time() - 13  # the last records end a second ago: the report still shows them
+    records = [_record(i * 0.5, ttft_ms=40.0 + i % 5, gap_ms=7.0, t0=t0) for i in range(25)]
+    live.add(records)
+    timeline.add(records)
+    page = env.web_ui.app.test_client().get("/stats/report").get_data(as_text=True)
+    assert page.index('<div id="root">') < page.index('id="vprof-llm"') < page.rindex("</body>")
+    section = page[page.index('id="vprof-llm"') :]
+    assert "<caption>Requests</caption>" in section and "<caption>Latency (ms)</caption>" in section
+    assert "<td>Aggregated</td><td>ITL</td>" in section and "<th>p99</th>" in section
+    data = json.loads(re.search(r'id="vprof-llm-data">(.*?)</script>', section).group(1))
+    assert sum(p["completed"] for p in data["points"]) == 25  # every interval, test over
+    assert "window.templateArgs" in page  # Locust's report is intact
+
+
+def test_reset_clears_the_charts_too(env, charts):
+    _, timeline = charts
+    timeline.add([_record(i, 30.0, 5.0) for i in range(3)])
+    generation = timeline.generation
+    assert env.web_ui.app.test_client().post("/stats/reset").status_code == 200
+    assert timeline.points(now=T0 + 100) == [] and timeline.generation == generation + 1
+
+
+def test_headless_html_and_csv_get_the_llm_statistics_at_quit(tmp_path):
+    from locust.html import get_html_report
+
+    from argparse import Namespace
+
+    from vprof.locustfiles import collect
+
+    html_file, prefix = tmp_path / "report.html", tmp_path / "out"
+    environment = Environment(user_classes=[_IdleUser], events=Events())
+    environment.parsed_options = Namespace(html_file=str(html_file), csv_prefix=str(prefix))
+    environment.create_local_runner()
+    try:
+        live = webui.install(environment)  # headless: no web UI, but --html and --csv
+        assert live is not None and webui.install(environment) is live
+        records = [_record(i, ttft_ms=50.0, gap_ms=6.0) for i in range(12)]
+        collect.collector(environment).add(records)  # as the collector hands records on
+        assert live.requests == 12
+        html_file.write_text(get_html_report(environment), encoding="utf-8")  # Locust's part
+        environment.events.quit.fire(exit_code=0)
+    finally:
+        environment.runner.quit()
+    page = html_file.read_text(encoding="utf-8")
+    assert page.count('id="vprof-llm"') == 1 and "window.templateArgs" in page
+    counts = re.search(r"<tr><td>Aggregated</td>(.*?)</tr>", page).group(1)
+    assert counts.startswith('<td class="n">12</td>')  # requests
+    ttft = re.search(r"<tr><td>Aggregated</td><td>TTFT</td>(.*?)</tr>", page).group(1)
+    assert ttft.startswith('<td class="n">50.00</td>')  # p50
+    rows = list(csv.DictReader(io.StringIO((tmp_path / "out_llm_stats.csv").read_text())))
+    assert rows[-1]["name"] == "Aggregated" and rows[-1]["requests"] == "12"
+    assert float(rows[-1]["median_itl_ms"]) == pytest.approx(6.0, rel=0.01)
+
+
+def test_headless_without_html_or_csv_keeps_no_live_statistics():
+    from argparse import Namespace
+
+    environment = Environment(user_classes=[_IdleUser], events=Events())
+    environment.parsed_options = Namespace(html_file=None, csv_prefix=None)
+    environment.create_local_runner()
+    try:
+        assert webui.install(environment) is None  # vprof bench: no cost in the load generator
     finally:
         environment.runner.quit()

@@ -1,5 +1,9 @@
 """The real Locust web UI in headless Chromium: start a test from the form, watch the LLM tab fill.
 
+With 8 users: the LLM table and its charts fill, Locust's header RPS matches the request rate
+of the run's records (each request is counted once), the Statistics tab has no metric rows,
+and the downloaded report carries the LLM section with its charts.
+
 Runs ``vprof emulate`` and ``locust -f locustfiles/locustfile.py`` as subprocesses (the web UI
 exactly as a user starts it) and drives Debian's chromium through chromedriver. The emulator is
 enough here: this test is about the UI and the record feed, not about the engine.
@@ -8,26 +12,27 @@ enough here: this test is about the UI and the record feed, not about the engine
 from __future__ import annotations
 
 import json
+import math
 import os
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import pytest
+from chromium import chromium_missing, headless_chromium
+
+from vprof.records import read_records
 
 pytestmark = pytest.mark.browser
 
 REPO = Path(__file__).resolve().parents[1]
 LOCUSTFILE = REPO / "locustfiles" / "locustfile.py"
 BIN = Path(sys.executable).parent
-CHROMIUM = "/usr/bin/chromium"
-CHROMEDRIVER = "/usr/bin/chromedriver"
 # This helper's port range is 18400-18499; the unit tests use none.
 EMULATOR_PORT = int(os.environ.get("VPROF_WEBUI_TEST_EMULATOR_PORT", "18420"))
 WEB_PORT = int(os.environ.get("VPROF_WEBUI_TEST_WEB_PORT", "18421"))
@@ -35,17 +40,8 @@ MASTER_PORT = int(os.environ.get("VPROF_WEBUI_TEST_MASTER_PORT", "18422"))
 EMULATED_TTFT_MS = 40.0
 EMULATED_ITL_MS = 8.0
 WORKLOAD = "tiny-smoke"  # 64 tokens in, exactly 16 out
-
-
-def _chromium_missing() -> str | None:
-    for path in (CHROMIUM, CHROMEDRIVER):
-        if not os.path.exists(path):
-            return f"{path} is absent (Debian: apt-get install chromium chromium-driver)"
-    try:
-        import selenium  # noqa: F401
-    except ImportError:
-        return "the selenium package is not installed (pip install -e '.[dev]')"
-    return None
+USERS = 8
+CHARTS = ("ttft", "tpot", "itl", "output_throughput", "requests", "in_flight")
 
 
 def _wait_http(url: str, deadline_s: float, proc: subprocess.Popen, log: Path) -> None:
@@ -96,7 +92,7 @@ def locust_web(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     ``local``: one Locust process. ``processes-2``: ``--processes 2``, so the UI is the
     master's and every record reaches the LLM tab from a worker.
     """
-    if reason := _chromium_missing():
+    if reason := chromium_missing():
         pytest.skip(reason)
     procs: list[subprocess.Popen] = []
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
@@ -120,7 +116,7 @@ def locust_web(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
             extra = ["--processes", str(workers), "--master-bind-port", port, "--master-port", port]
         locust_log = tmp_path / "locust.log"
         locust = subprocess.Popen(
-            [str(BIN / "locust"), "-f", str(LOCUSTFILE), "-H", emulator_url,
+            [sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "-H", emulator_url,
              "--web-host", "127.0.0.1", "--web-port", str(WEB_PORT),
              "--run-dir", str(tmp_path / "run"), *extra],
             stdout=locust_log.open("w"), stderr=subprocess.STDOUT, env=env, cwd=tmp_path,
@@ -143,26 +139,10 @@ def locust_web(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
 
 @pytest.fixture
 def browser() -> Iterator[object]:
-    if reason := _chromium_missing():
+    if reason := chromium_missing():
         pytest.skip(reason)
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    profile_dir = tempfile.mkdtemp(prefix="vprof-chromium-")
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for flag in (
-        "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-        "--disable-component-update", "--no-first-run", f"--user-data-dir={profile_dir}",
-        "--window-size=1600,900",
-    ):  # fmt: skip
-        options.add_argument(flag)
-    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
-    try:
+    with headless_chromium("1600,900") as driver:
         yield driver
-    finally:
-        driver.quit()
-        shutil.rmtree(profile_dir, ignore_errors=True)
 
 
 def _poll(what: str, deadline_s: float, probe):
@@ -181,10 +161,10 @@ def _poll(what: str, deadline_s: float, probe):
     pytest.fail(f"timed out after {deadline_s} s waiting for {what} (last: {last!r})")
 
 
-def _table(driver) -> list[dict[str, str]]:
+def _table(driver, selector: str = "table") -> list[dict[str, str]]:
     from selenium.webdriver.common.by import By
 
-    rows = driver.find_elements(By.CSS_SELECTOR, "table tr")
+    rows = driver.find_elements(By.CSS_SELECTOR, f"{selector} tr")
     if not rows:
         return []
     header = [cell.text for cell in rows[0].find_elements(By.CSS_SELECTOR, "th,td")]
@@ -207,9 +187,54 @@ def _open_tab(driver, title: str) -> None:
 
 def _number(text: str | None) -> float | None:
     try:
-        return float(text) if text else None
+        return float(text.replace(",", "")) if text else None
     except ValueError:
         return None
+
+
+def _charts_drawn(driver, min_points: int) -> dict[str, int] | None:
+    """{chart: intervals drawn} once every LLM chart holds ``min_points`` with values."""
+    from selenium.webdriver.common.by import By
+
+    drawn = {
+        el.get_attribute("data-chart"): int(el.get_attribute("data-points") or 0)
+        for el in driver.find_elements(By.CSS_SELECTOR, ".vprof-llm-chart")
+        if el.get_attribute("data-filled") == "true"
+    }
+    if set(drawn) != set(CHARTS) or min(drawn.values()) < min_points:
+        return None
+    return drawn
+
+
+def _header_rps_samples(driver, duration_s: float) -> list[tuple[float, float]]:
+    """(wall-clock time, RPS) read from Locust's header every half second."""
+    from selenium.webdriver.common.by import By
+
+    samples = []
+    deadline = time.monotonic() + duration_s
+    while time.monotonic() < deadline:
+        cell = driver.find_element(By.XPATH, "//*[text()='RPS']/following-sibling::*[1]")
+        value = _number(cell.text)
+        if value is not None:
+            samples.append((time.time(), value))
+        time.sleep(0.5)
+    assert samples, "Locust's header shows an RPS"
+    return samples
+
+
+def _screenshots(driver, page: Path, element_id: str, element: Path, height_px: int = 1500) -> None:
+    """The page in a window tall enough for the charts under the table, and one element.
+
+    Locust's page scrolls inside its own container, so a tall window is the way to get the
+    whole tab into one picture.
+    """
+    from selenium.webdriver.common.by import By
+
+    driver.set_window_size(1600, height_px)
+    time.sleep(0.5)  # the charts follow the resize on their next frame
+    driver.save_screenshot(str(page))
+    driver.find_element(By.ID, element_id).screenshot(str(element))
+    driver.set_window_size(1600, 900)
 
 
 def test_llm_tab_fills_with_live_percentiles(locust_web, browser, tmp_path):
@@ -227,8 +252,8 @@ def test_llm_tab_fills_with_live_percentiles(locust_web, browser, tmp_path):
 
     driver.get(locust_web + "/")
     _poll("the start form", 30, lambda: driver.find_elements(By.NAME, "userCount"))
-    fill("userCount", "4")
-    fill("spawnRate", "4")
+    fill("userCount", str(USERS))
+    fill("spawnRate", str(USERS))
     driver.find_element(By.XPATH, "//button[contains(., 'Custom parameters')]").click()
     # H3b registers these with include_in_web_ui; Locust renders them as named inputs.
     _poll(
@@ -243,6 +268,7 @@ def test_llm_tab_fills_with_live_percentiles(locust_web, browser, tmp_path):
     print("start form inputs:", names)
     fill("workload", WORKLOAD)
     driver.find_element(By.XPATH, "//button[@type='submit']").click()
+    started_at = time.time()
 
     _open_tab(driver, "LLM")
 
@@ -258,10 +284,18 @@ def test_llm_tab_fills_with_live_percentiles(locust_web, browser, tmp_path):
         return total
 
     total = _poll("the LLM table to show TTFT/TPOT/ITL percentiles", 120, filled)
-    screenshot = tmp_path / "llm_tab.png"
-    driver.save_screenshot(str(screenshot))
-    print(f"screenshot: {screenshot}")
     print("LLM tab, Aggregated:", total)
+
+    # The charts under the table fill from the timeline: every chart, three intervals or more.
+    charts = _poll("the LLM charts to draw three intervals", 90, lambda: _charts_drawn(driver, 3))
+    print("LLM charts (intervals drawn):", charts)
+    _screenshots(driver, tmp_path / "llm_tab.png", "vprof-llm-charts", tmp_path / "llm_charts.png")
+    print(f"screenshots: {tmp_path / 'llm_tab.png'}, {tmp_path / 'llm_charts.png'}")
+
+    # Locust's header RPS counts each request once: it matches the records' rate.
+    # Read it once Locust's 10 s window has left the ramp-up behind.
+    _poll("16 s of test", 30, lambda: time.time() >= started_at + 16)
+    samples = _header_rps_samples(driver, duration_s=8.0)
 
     # The emulator cannot be faster than configured; measured values are at least that.
     assert _number(total["TTFT p50 ms"]) >= EMULATED_TTFT_MS * 0.95
@@ -269,6 +303,12 @@ def test_llm_tab_fills_with_live_percentiles(locust_web, browser, tmp_path):
     assert _number(total["TPOT p50 ms"]) >= EMULATED_ITL_MS * 0.9
     assert _number(total["Output tok/s"]) > 0
     assert _number(total["Fails"]) == 0
+
+    # The Statistics tab holds one entry per endpoint: no TTFT/TPOT rows in Aggregated.
+    _open_tab(driver, "Statistics")
+    stats_rows = _poll("the Statistics table", 30, lambda: _table(driver))
+    assert sorted(r.get("Name") for r in stats_rows) == ["/v1/completions", "Aggregated"]
+    assert {r.get("Type") for r in stats_rows} == {"POST", ""}
 
     # The other LLM tab shows the recent window from the same feed.
     _open_tab(driver, "LLM (last 10 s)")
@@ -305,11 +345,28 @@ def test_llm_tab_fills_with_live_percentiles(locust_web, browser, tmp_path):
     live_count, disk_count = _poll("live and on-disk record counts to agree", 60, counts_agree)
     print(f"records: {disk_count} on disk, {live_count} in the LLM tab")
 
+    records = read_records(tmp_path / "run")
+    heard = records[records.status != "cancelled"]  # what Locust was told of
+    first_s, last_s = samples[0][0], samples[-1][0]
+    # Locust's current RPS averages the 10 whole seconds that ended 2 s before its last
+    # request, polled every 2 s and cached for 2 s: the records over the same span.
+    lo, hi = math.floor(first_s) - 14, math.floor(last_s) - 2
+    lo = max(lo, math.floor(records.sent_at.min()))  # as Locust's window starts at the test's
+    in_span = heard[(heard.finished_at >= lo) & (heard.finished_at < hi)]
+    records_rps = len(in_span) / (hi - lo)
+    header_rps = float(np.median([rps for _, rps in samples]))
+    span = f"[{lo - first_s:+.0f} s, {hi - first_s:+.0f} s]"
+    print(f"header RPS {header_rps:.2f} (median of {len(samples)} readings) vs records "
+          f"{records_rps:.2f} req/s over {span} around the readings")  # fmt: skip
+    assert header_rps == pytest.approx(records_rps, rel=0.05)
+    # And Locust's Aggregated count is the requests', once each (workers report late).
+    _poll(
+        "Locust's request count to equal the records'",
+        30,
+        lambda: _stats_report(locust_web)["stats"][-1]["num_requests"] == len(heard),
+    )
+
     # Live percentiles agree with numpy over the run's own records (the offline summary's way).
-    import numpy as np
-
-    from vprof.records import read_records
-
     with urllib.request.urlopen(locust_web + "/stats/llm", timeout=5) as response:
         live_total = json.load(response)[-1]
     ok = read_records(tmp_path / "run").query("status == 'ok'")
@@ -327,3 +384,22 @@ def test_llm_tab_fills_with_live_percentiles(locust_web, browser, tmp_path):
     # The workload typed into the start form is the one that ran (the default is another).
     info = json.loads((tmp_path / "run" / "locust.json").read_text())
     assert info["workload"]["name"] == WORKLOAD
+
+    # No script of ours complained on the main page.
+    assert not [e for e in driver.get_log("browser") if e["level"] == "SEVERE"]
+
+    # Locust's Download Report gains the LLM section, its charts drawn offline.
+    driver.get(locust_web + "/stats/report")
+    section = _poll("the report's LLM section", 30, lambda: driver.find_element(By.ID, "vprof-llm"))
+    report_charts = _poll("the report's LLM charts", 30, lambda: _charts_drawn(driver, 3))
+    print("report LLM charts (intervals drawn):", report_charts)
+    rows = {r.get("Name"): r for r in _table(driver, "#vprof-llm table.vprof-llm-requests")}
+    assert _number(rows["Aggregated"]["Requests"]) == len(records)
+    driver.execute_script("arguments[0].scrollIntoView()", section)
+    _screenshots(
+        driver, tmp_path / "report.png", "vprof-llm", tmp_path / "report_llm_section.png", 2400
+    )
+    # Locust's own report page asks for its favicon at ../../assets (absent when served
+    # here); nothing else may fail.
+    errors = [e for e in driver.get_log("browser") if e["level"] == "SEVERE"]
+    assert all("favicon" in e["message"] for e in errors), errors

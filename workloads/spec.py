@@ -163,6 +163,24 @@ class Distribution:
             tail = math.exp(self._mu() + _TAIL_SIGMAS * p["sigma"])
         return max(1, int(math.ceil(min(tail, MAX_TOKENS))))
 
+    def lower_bound(self) -> int:
+        """The smallest length this distribution produces (``min`` when given; 1 for unclipped
+        normal and lognormal, whose tails reach it)."""
+        p = self.params
+        if self.kind == "fixed":
+            low = int(round(p["value"]))
+        elif self.kind == "uniform":
+            low = int(p["min"])
+        elif self.kind == "empirical":
+            low = min(self.values) if self.values else 1
+        else:
+            low = 1
+        if "min" in p:
+            low = max(low, int(p["min"]))
+        if "max" in p:
+            low = min(low, int(p["max"]))
+        return min(max(low, 1), MAX_TOKENS)
+
     def describe(self) -> str:
         """A short human summary such as ``lognormal mean 300 sigma 0.6 [16, 1500]``."""
         p = self.params
@@ -424,6 +442,14 @@ class Workload:
         if conv.max_context_tokens is not None:
             longest = min(longest, conv.max_context_tokens)
         return longest
+
+    def min_request_tokens(self) -> int:
+        """The shortest prompt plus output this workload can produce (a request that cannot fit
+        a server's max-model-len means none can). Real prompts count as one token here."""
+        prefix = self.prefix.length_tokens if self.prefix and self.prefix.share >= 1 else 0
+        prompt = 1 if self.dataset is not None else self.prompt_tokens.lower_bound()
+        output = self.output_tokens.lower_bound()  # max_tokens counts, sent or not
+        return prefix + prompt + output
 
     def to_dict(self) -> dict[str, Any]:
         """The workload as YAML-ready data (what ``vprof workloads show`` prints)."""

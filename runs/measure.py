@@ -1,0 +1,362 @@
+"""One run, measured: the server it goes to, its run folder's metadata, Locust as a child
+process, the /metrics sampler, the live progress, and how it ended."""
+
+from __future__ import annotations
+
+import secrets
+import sys
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from vprof.common.errors import LaunchError, RunError
+from vprof.records.rundir import RunDir, RunState
+from vprof.runs.clientwatch import ClientWatch
+from vprof.runs.environment import client_versions, hardware, vllm_version
+from vprof.runs.loadgen import LoadProcess, LoadSpec
+from vprof.runs.sampler import MetricsSampler
+from vprof.runs.spec import BenchSpec, Progress, RunOutcome
+
+if TYPE_CHECKING:
+    from vprof.registry import Profile
+    from vprof.server import ServerPlan, StartedServer
+    from vprof.traffic import TrafficShape
+    from vprof.workloads import Workload
+
+
+def _health_problem(url: str) -> str:
+    """Why ``url`` has no healthy server (``""``: it has one)."""
+    import requests
+
+    try:
+        response = requests.get(url.rstrip("/") + "/health", timeout=5)
+    except requests.RequestException as exc:
+        return f"no server answers at {url}/health ({type(exc).__name__}: {exc})"
+    if response.status_code != 200:
+        return f"the server at {url} is not healthy: /health answered HTTP {response.status_code}"
+    return ""
+
+
+def _health_ok(url: str) -> bool:
+    return not _health_problem(url)
+
+
+def check_fits(workload: Workload, max_model_len: int, server: str, say: Progress) -> None:
+    """Refuse a workload none of whose requests fit ``max_model_len`` (the server would reject
+    every one); warn when only some may not."""
+    shortest, longest = workload.min_request_tokens(), workload.max_request_tokens()
+    if shortest > max_model_len:
+        raise RunError(
+            f"every request of workload {workload.name} asks for at least {shortest:,} tokens "
+            f"(prompt + output), but {server} has max-model-len {max_model_len:,}: it would "
+            "reject them all",
+            key="--workload",
+            hint="choose a workload with shorter requests, or serve a longer max-model-len",
+        )
+    if longest > max_model_len:
+        say(
+            f"warning: {server} has max-model-len {max_model_len:,}, but workload "
+            f"{workload.name} can ask for {longest:,} tokens (prompt + output); the server "
+            "will reject those requests"
+        )
+
+
+class Server:
+    """The server a profile's runs go to: started from its plan, or already running at ``url``."""
+
+    def __init__(
+        self, profile: Profile, plan: ServerPlan | None, spec: BenchSpec, log_path: Path
+    ) -> None:
+        self.profile = plan.profile if plan else profile
+        self.plan = plan
+        self.spec = spec
+        self.log_path = log_path
+        self.started: StartedServer | None = None
+        self.settings: dict[str, Any] = {}
+        self.url = spec.url or ""
+
+    @property
+    def argv(self) -> list[str]:
+        return list(self.plan.argv) if self.plan else []
+
+    @property
+    def changes(self) -> list[str]:
+        return list(self.plan.changes) if self.plan else []
+
+    def start(self, say: Progress, workload: Workload | None = None) -> None:
+        from vprof.runs.warmup import warm_up
+
+        if self.plan is None:
+            if problem := _health_problem(self.url):
+                raise LaunchError(problem)
+        else:
+            from vprof.server import start_server
+
+            for line in self.plan.report():
+                say(f"  {line}")
+            self.started = start_server(
+                self.plan,
+                log_path=self.log_path,
+                timeout_s=self.spec.health_timeout_s,
+                say=lambda line: say(f"  {line}"),
+            )
+            self.url = self.started.url
+            self.settings = self.started.record()
+            say(f"  healthy after {self.started.healthy_after_s:.1f} s")
+        if workload is not None:
+            self._check_context(workload, say)
+        self.settings["warmup_s"] = round(warm_up(self.url), 3)
+        say(f"  warmed up in {self.settings['warmup_s']:.1f} s")
+
+    def _check_context(self, workload: Workload, say: Progress) -> None:
+        """Ask the server its max-model-len (vLLM lists it at ``/v1/models``) before any request:
+        a workload none of whose requests fits is refused, one that may not fit is warned of
+        (a launched profile that set max-model-len was checked before its server started)."""
+        from vprof.runs.warmup import served_models
+
+        models = served_models(self.url)
+        limit = models[0].get("max_model_len")
+        if self.plan is None:
+            self.settings["served_models"] = [str(m.get("id")) for m in models]
+        if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
+            return
+        self.settings["served_max_model_len"] = limit
+        if self.plan is None:
+            check_fits(workload, limit, f"the server at {self.url}", say)
+            return
+        if "max-model-len" in self.profile.engine_args:
+            return
+        try:
+            check_fits(workload, limit, f"{self.profile.name} (max-model-len from its model)", say)
+        except RunError as exc:  # this profile cannot serve the workload; others may
+            raise LaunchError(exc.message, hint=exc.hint) from None
+
+    def alive(self) -> bool:
+        return self.started.process.alive() if self.started else _health_ok(self.url)
+
+    def death_note(self) -> str:
+        if self.started is None:
+            return f"the server at {self.url} stopped answering"
+        return self.started.process.death_report("during the run")
+
+    def log_offset(self) -> int:
+        try:
+            return self.log_path.stat().st_size
+        except OSError:
+            return 0
+
+    def stop(self) -> None:
+        if self.started is not None:
+            from vprof.server import stop_quietly
+
+            stop_quietly(self.started.process)
+
+
+def _copy_log_segment(src: Path, start: int, dest: Path) -> None:
+    try:
+        with src.open("rb") as f:
+            f.seek(start)
+            dest.write_bytes(f.read())
+    except OSError:
+        pass
+
+
+def _run_meta(
+    server: Server,
+    spec: BenchSpec,
+    workload: Workload,
+    shape: TrafficShape,
+    salt: str,
+    repeat: int,
+) -> dict[str, Any]:
+    profile = server.profile
+    described: dict[str, Any] = {
+        "name": profile.name,
+        "identity": profile.identity(),
+        "description": profile.description,
+        "launched": server.plan is not None,
+    }
+    if server.plan is not None:  # what vprof started; with --url the name only labels the server
+        described |= {
+            "argv": server.argv,
+            "env": dict(profile.env),
+            "engine_args": dict(profile.engine_args),
+            "host_changes": server.changes,
+        }
+    return {
+        "profile": described,
+        "server": server.settings,
+        "url": server.url,
+        "workload": _asdict(workload),
+        **_trace_meta(workload),
+        "traffic": _asdict(shape),
+        "seed": spec.seed,
+        "salt": salt,
+        "repeat": repeat,
+        "repeats": spec.repeat,
+        "order": spec.order,
+        "open_loop": shape.open_loop,
+        "vllm_version": vllm_version() if not spec.url else None,
+        "hardware": hardware(),
+        "client": client_versions(),
+        "created_at": time.time(),
+        "command": sys.argv,
+        **spec.extra_meta,
+    }
+
+
+def _trace_meta(workload: Workload) -> dict[str, Any]:
+    """For a replayed trace, the prefix-cache hit rate its shared blocks imply, so the summary
+    can put it beside the rate the server measured."""
+    if workload.trace is None:
+        return {}
+    from vprof.workloads.trace import load_trace
+    from vprof.workloads.tracestats import trace_stats
+
+    stats = trace_stats(load_trace(workload.trace))["summary"]
+    keys = ("requests", "block_size", "implied_token_hit_rate", "implied_block_hit_rate")
+    return {"trace": {key: stats[key] for key in keys}}
+
+
+def _asdict(obj: Any) -> Any:
+    import dataclasses
+
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return {f.name: _asdict(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, Mapping):
+        return {str(k): _asdict(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_asdict(v) for v in obj]
+    return obj
+
+
+def _workload_file(spec: BenchSpec, workload: Workload) -> str:
+    """The workload as the load generator should load it: its file, so no name is looked up
+    again on the other side."""
+    source = Path(workload.source) if workload.source else None
+    return str(source.resolve()) if source is not None and source.is_file() else spec.workload
+
+
+def run_one(
+    server: Server,
+    spec: BenchSpec,
+    workload: Workload,
+    shape: TrafficShape,
+    run: RunDir,
+    say: Progress,
+    repeat: int = 1,
+) -> RunOutcome:
+    from vprof.traffic import shape_to_json
+
+    salt = spec.extra_meta.get("salt") or ("" if spec.reuse_prefix_cache else secrets.token_hex(4))
+    run.create(_run_meta(server, spec, workload, shape, salt, repeat))
+    log_start = server.log_offset()
+    sampler = MetricsSampler(
+        server.url, run.metrics_jsonl, spec.metrics_interval_s, enabled=spec.metrics
+    )
+    sampler.start()
+    load = LoadProcess(
+        LoadSpec(
+            url=server.url,
+            run_dir=run,
+            workload=_workload_file(spec, workload),
+            traffic=shape_to_json(shape),
+            seed=spec.seed,
+            salt=salt,
+            model=server.profile.engine_args.get("served-model-name"),
+            tokenizer=spec.tokenizer or tokenizer_for(server.profile),
+            processes=spec.processes,
+        )
+    )
+    watch = ClientWatch(run)
+    total_s = shape.total_s
+    started = time.monotonic()
+    done_before: float | None = None  # the server's finished-request count when the run began
+    state, reason = RunState.COMPLETED, ""
+    try:
+        while load.running():
+            time.sleep(1.0)
+            if not server.alive() or (spec.url and sampler.consecutive_failures >= 5):
+                state, reason = RunState.FAILED, server.death_note()
+                say(f"  ! {reason.splitlines()[0]}; stopping the load generator")
+                break
+            if warning := watch.check():
+                say(f"\n  ! {warning}")
+            values = sampler.last_values
+            finished = values.get("vllm:request_success_total", 0.0)
+            if done_before is None and values:
+                done_before = finished
+            elapsed = time.monotonic() - started
+            of = f"/{total_s:.0f}" if total_s else ""
+            server_side = (
+                f"running {values.get('vllm:num_requests_running', 0):3.0f}  "
+                f"waiting {values.get('vllm:num_requests_waiting', 0):3.0f}  "
+                f"done {finished - (done_before or 0.0):6.0f}"
+                if sampler.enabled
+                else "(no /metrics sampling)"
+            )
+            say(f"\r  {run.name[:48]:48} {elapsed:5.0f}{of} s  {server_side}")
+    except KeyboardInterrupt:
+        state, reason = RunState.INTERRUPTED, "interrupted by the user (Ctrl-C)"
+        raise
+    finally:
+        rc = load.stop()
+        sampler.stop(final_sample=state is not RunState.FAILED)
+        _copy_log_segment(server.log_path, log_start, run.server_log)
+        if state is RunState.COMPLETED and rc not in (0, None):
+            state = RunState.FAILED
+            reason = f"the load generator exited with code {rc} (see locust.log)"
+        if state is RunState.COMPLETED and not run.records.exists():
+            state, reason = RunState.FAILED, "the load generator wrote no records (see locust.log)"
+        if state is RunState.COMPLETED:
+            reason = _nothing_succeeded(run)
+            state = RunState.FAILED if reason else state
+        _summarize(run, spec, say)
+        run.set_status(state, reason)
+        say(f"\n  {state}: {run.path}" + (f" — {reason.splitlines()[0]}" if reason else ""))
+    return RunOutcome(run, server.profile.name, shape.name, state.value, reason, repeat)
+
+
+def _nothing_succeeded(run: RunDir) -> str:
+    """Why a run that ran to its end measured nothing (``""`` when a request succeeded)."""
+    import pyarrow.compute as pc
+
+    from vprof.common.errors import VprofError
+    from vprof.records.schema import Status
+    from vprof.records.store import read_records_file
+
+    try:
+        table = read_records_file(run.records).table
+    except VprofError as exc:
+        return f"its records cannot be read: {exc}"
+    status = table.column("status")
+    if pc.any(pc.equal(status, Status.OK.value)).as_py():
+        return ""
+    if table.num_rows == 0:
+        return "no request was sent (see locust.log)"
+    failed = pc.not_equal(status, Status.CANCELLED.value)
+    errors = table.filter(failed).column("error")
+    if len(errors) == 0:
+        return f"no request finished before the test ended ({table.num_rows:,} cut off)"
+    return (
+        f"every request failed ({len(errors):,} of {table.num_rows:,}); "
+        f"the first error: {errors[0].as_py()}"
+    )
+
+
+def tokenizer_for(profile: Profile) -> str | None:
+    """The profile's model folder when it holds a tokenizer (prompts are built with it)."""
+    model = Path(str(profile.model))
+    return str(model) if (model / "tokenizer.json").exists() else None
+
+
+def _summarize(run: RunDir, spec: BenchSpec, say: Progress) -> None:
+    if not run.records.exists():
+        return
+    try:
+        from vprof.analysis import write_summary
+
+        write_summary(run.path, slo=spec.slo)
+    except Exception as exc:  # a summary failure must not lose the run
+        say(f"\n  (could not summarise {run.name}: {exc})")

@@ -1,0 +1,83 @@
+"""What a bench is asked to run (``BenchSpec``) and what became of each of its cells."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from vprof.locustfiles.optiontable import DEFAULT_WORKLOAD
+from vprof.records.rundir import RunDir, RunState
+from vprof.runs.sampler import DEFAULT_INTERVAL_S
+
+if TYPE_CHECKING:
+    from vprof.traffic import TrafficShape
+
+Progress = Callable[[str], None]
+
+# Outcomes of a bench cell beyond a run's own states: completed earlier, or never started.
+SKIPPED = "skipped"
+NOT_STARTED = "not-started"
+FINISHED = (RunState.COMPLETED.value, SKIPPED)  # cells whose run folder holds a good run
+
+
+@dataclass(frozen=True)
+class BenchSpec:
+    """What to run; the CLI builds one from its options.
+
+    ``traffic`` holds shape preset names, YAML paths, or :class:`TrafficShape` objects (a
+    sweep's load levels).
+    """
+
+    traffic: tuple[str | TrafficShape, ...]
+    workload: str = DEFAULT_WORKLOAD
+    out_dir: Path = Path("vprof-runs")
+    url: str | None = None  # measure a server that is already running
+    model_overridden: bool = False
+    seed: int = 0
+    reuse_prefix_cache: bool = False  # False: a fresh salt per run keeps warm caches out
+    on_failure: str = "continue"  # "continue" | "stop"
+    processes: int = 1
+    health_timeout_s: float = 900.0
+    metrics_interval_s: float = DEFAULT_INTERVAL_S  # /metrics gauges; backs off when slow
+    metrics: bool = True  # False: no /metrics scrape at all
+    tokenizer: str | None = None
+    slo: str | None = None
+    repeat: int = 1  # runs per profile × shape
+    order: str = "interleaved"  # of the (profile, repeat) blocks: see runs.order
+    fresh_server: bool = False  # restart the server between repeats of one profile
+    extra_meta: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        # What can be checked without a server is checked here, before anything runs: a bad
+        # SLO must not cost a whole run, and an empty --url must not become a local launch.
+        from vprof.analysis.slo import parse_slo
+        from vprof.common.errors import WorkloadError
+        from vprof.common.urls import check_server_url
+
+        if self.url is not None:
+            object.__setattr__(self, "url", check_server_url(self.url))
+        if self.slo is not None:
+            parse_slo(self.slo)
+        if self.tokenizer is not None and not Path(self.tokenizer).expanduser().exists():
+            raise WorkloadError(
+                f"no such file or folder: {self.tokenizer}",
+                key="--tokenizer",
+                hint="give a model folder that holds tokenizer.json, or the file itself",
+            )
+
+
+@dataclass(frozen=True)
+class RunOutcome:
+    run: RunDir
+    profile: str
+    traffic: str
+    state: str  # a RunState value, or skipped | not-started
+    reason: str = ""
+    repeat: int = 1
+
+    @property
+    def finished(self) -> bool:
+        """True when the cell's run folder holds a completed run (now or from before)."""
+        return self.state in FINISHED
