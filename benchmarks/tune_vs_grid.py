@@ -108,10 +108,16 @@ def record(out: Path, runs: Path, level_s: float, warmup_s: float, port: int) ->
     prepared = prepare(request)
     space, slo = prepared.space, prepared.slo
     candidates = [c for c in space.grid() if refusal(prepared.base, space, c) is None]
-    print(f"recording {len(candidates)} candidates, up to {len(LADDER)} levels each, in {runs}")
-    entries = []
+    entries = _recorded(out, level_s, warmup_s)
+    done = {e["label"] for e in entries}
+    print(
+        f"recording {len(candidates)} candidates ({len(done)} already in {out}), up to "
+        f"{len(LADDER)} levels each, in {runs}"
+    )
     for i, candidate in enumerate(candidates, 1):
         profile = variant(prepared.base, space, candidate)
+        if profile.name in done:
+            continue
         entry: dict[str, Any] = {
             "label": profile.name,
             "settings": candidate.as_dict(),
@@ -157,6 +163,23 @@ def record(out: Path, runs: Path, level_s: float, warmup_s: float, port: int) ->
         )
         _write(out, prepared, entries, level_s, warmup_s)
     print(f"wrote {out}")
+
+
+def _recorded(out: Path, level_s: float, warmup_s: float) -> list[dict]:
+    """The candidates an earlier recording of the same grid finished (a recording of another
+    grid, or with other level times, is not mixed in: it starts over)."""
+    try:
+        data = json.loads(out.read_text())
+    except (OSError, ValueError):
+        return []
+    same = (data.get("profile"), data.get("workload"), data.get("slo"), data.get("ladder"))
+    if same != (PROFILE_YAML, WORKLOAD_YAML, SLO, list(LADDER)) or (
+        data.get("level_s"),
+        data.get("warmup_s"),
+    ) != (level_s, warmup_s):
+        print(f"{out} records another grid or other level times: recording it afresh")
+        return []
+    return list(data.get("candidates", []))
 
 
 def _met(entry: dict, summary: dict, rate: float, slo: Any) -> bool:
@@ -348,6 +371,21 @@ def replay(data: dict, *, repeat: int, every_start: bool) -> None:
     slo = parse_slo(data["slo"])
     space = space_of(data)
     entries = data["candidates"]
+    base = Profile(
+        name="pinned",
+        description="",
+        model="m",
+        engine_args={"max-model-len": space.fixed.get("max-model-len", 2048)},
+    )
+    recorded = {_key(space, e["settings"]) for e in entries}
+    valid = [c for c in space.grid() if refusal(base, space, c) is None]
+    missing = [c for c in valid if c.settings not in recorded]
+    if missing:
+        raise SystemExit(
+            f"the recording covers {len(valid) - len(missing)} of the grid's {len(valid)} "
+            f"candidates (missing e.g. {missing[0].label('pinned')}): a replay needs them all; "
+            "finish it with --record (it resumes)"
+        )
     level_s = statistics.median(
         lv["wall_s"] for e in entries for lv in e["levels"] if lv.get("wall_s")
     )
@@ -371,13 +409,6 @@ def replay(data: dict, *, repeat: int, every_start: bool) -> None:
     print(
         f"grid with tune's climb-and-bisect per candidate (no racing): {grid_servers} servers, "
         f"{searched_levels} levels, ~{searched_min:.0f} min"
-    )
-
-    base = Profile(
-        name="pinned",
-        description="",
-        model="m",
-        engine_args={"max-model-len": space.fixed.get("max-model-len", 2048)},
     )
 
     def run_from(start: Candidate) -> dict[str, Any]:
