@@ -3,9 +3,11 @@
 **Recording** (``--record``, on the CPU build; each candidate takes the heavy-work lock on
 its own, so other work can run between candidates): every candidate of the space that the
 validator accepts gets its own real vLLM server and climbs a fixed ladder of open-loop rates
-past saturation; each level's summary numbers and wall times, and each server's start-up
-time, go to a JSON file (``benchmarks/data/tune_grid_cpu.json``). Resumable: the levels are
-bench runs in ``--runs``.
+past saturation (a level the load generator could not keep up with, other work on the
+machine holding its core, is measured again: up to three times); each level's summary
+numbers and wall times, and each server's start-up time, go to a JSON file
+(``benchmarks/data/tune_grid_cpu.json``). Resumable: the levels are bench runs in
+``--runs``, and candidates already in the JSON file are not measured again.
 
 **Replay** (the default): the grid's answer is each candidate's capacity plan over its whole
 recorded ladder, the best of them all. Tune's search (``vprof.runs.tunesearch``, unchanged)
@@ -68,6 +70,9 @@ SPACE = (
 )
 SLO = "ttft_p95=1500ms"
 LADDER = (0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0, 5.0, 6.0)
+# A level the load generator could not keep up with (other work on this shared machine held
+# its core) is measured again, at most this many times in all.
+CLIENT_LIMITED_ATTEMPTS = 3
 # The numbers of a level a replay needs: every latency the SLO could name, and the flags.
 KEPT = ("request_throughput", "client_limited", "num_preemptions", "error_rate", "state")
 LATENCY = tuple(
@@ -84,9 +89,8 @@ def record(out: Path, runs: Path, level_s: float, warmup_s: float, port: int) ->
     """Run the grid for real and write what each level measured. Each candidate climbs the
     ladder on its own server until it has missed the SLO at two rates in a row (past that, a
     level only adds queue)."""
-    from vprof.records.rundir import RunDir, read_json
     from vprof.runs.bench import ServerSession
-    from vprof.runs.tune import TuneRequest, prepare, rate_shape
+    from vprof.runs.tune import TuneRequest, prepare
     from vprof.runs.tunespace import variant
 
     folder = Path(tempfile.mkdtemp(prefix="tune-grid-"))
@@ -130,28 +134,11 @@ def record(out: Path, runs: Path, level_s: float, warmup_s: float, port: int) ->
             misses = 0
             with ServerSession(profile, prepared.spec, lambda line: None) as session:
                 for rate in LADDER:
-                    outcome = session.run(rate_shape(prepared.level_shape, rate))
-                    if outcome.state == "not-started":
-                        entry["started"] = False
-                        entry["reason"] = outcome.reason.strip().splitlines()[0][:200]
+                    level = _level(session, prepared, entry, rate)
+                    if level is None:
                         break
-                    run = RunDir(outcome.run.path)
-                    meta, status = run.meta(), run.status()
-                    summary = read_json(run.summary_json, strict=False)
-                    healthy = (meta.get("server") or {}).get("healthy_after_s")
-                    if healthy is not None:
-                        entry["healthy_after_s"] = healthy
-                    kept = {k: summary.get(k) for k in (*KEPT, *LATENCY) if k in summary}
-                    wall = status.get("finished_at", 0) - status.get("started_at", 0)
-                    entry["levels"].append(
-                        {
-                            "rate_rps": rate,
-                            "state": outcome.state,
-                            "wall_s": wall or None,
-                            "summary": kept,
-                        }
-                    )
-                    met = _met(entry, kept, rate, slo)
+                    entry["levels"].append(level)
+                    met = _met(entry, level["summary"], rate, slo)
                     misses = 0 if met else misses + 1
                     if misses == 2:
                         break
@@ -163,6 +150,38 @@ def record(out: Path, runs: Path, level_s: float, warmup_s: float, port: int) ->
         )
         _write(out, prepared, entries, level_s, warmup_s)
     print(f"wrote {out}")
+
+
+def _level(session: Any, prepared: Any, entry: dict, rate: float) -> dict | None:
+    """One level of the ladder, measured again (as a further repeat) while the load generator
+    was held back (client-limited: such a level says nothing of the server, and a plan never
+    counts it as met); None when the server did not start."""
+    from vprof.records.rundir import RunDir, read_json
+    from vprof.runs.tune import rate_shape
+
+    for attempt in range(1, CLIENT_LIMITED_ATTEMPTS + 1):
+        outcome = session.run(rate_shape(prepared.level_shape, rate), repeat=attempt)
+        if outcome.state == "not-started":
+            entry["started"] = False
+            entry["reason"] = outcome.reason.strip().splitlines()[0][:200]
+            return None
+        run = RunDir(outcome.run.path)
+        meta, status = run.meta(), run.status()
+        summary = read_json(run.summary_json, strict=False)
+        healthy = (meta.get("server") or {}).get("healthy_after_s")
+        if healthy is not None:
+            entry["healthy_after_s"] = healthy
+        kept = {k: summary.get(k) for k in (*KEPT, *LATENCY) if k in summary}
+        wall = status.get("finished_at", 0) - status.get("started_at", 0)
+        if not kept.get("client_limited"):
+            break
+    return {
+        "rate_rps": rate,
+        "state": outcome.state,
+        "wall_s": wall or None,
+        "attempts": attempt,
+        "summary": kept,
+    }
 
 
 def _recorded(out: Path, level_s: float, warmup_s: float) -> list[dict]:
