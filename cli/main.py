@@ -28,6 +28,7 @@ COMMANDS: dict[str, str] = {
     "trace": "vprof.cli.trace:trace",
     "bench": "vprof.cli.bench:bench",
     "sweep": "vprof.cli.bench:sweep",
+    "tune": "vprof.cli.tune:tune",
     "summarize": "vprof.cli.report:summarize",
     "compare": "vprof.cli.report:compare",
     "plan": "vprof.cli.report:plan",

@@ -17,8 +17,8 @@ plans, reports) ask a :class:`RunDir` for a file instead::
     <run>/timeline.csv   per-interval activity
 
 A *bench* folder holds run folders (and each launched server's log); a sweep also writes
-``sweep.json`` there. A run that was started again keeps its earlier, unfinished attempt
-beside it as ``<run>.attempt-N``: nothing is deleted.
+``sweep.json`` there, and a tune ``tune.json``. A run that was started again keeps its
+earlier, unfinished attempt beside it as ``<run>.attempt-N``: nothing is deleted.
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ from vprof.common.numbers import check_number
 
 RETIRED_MARK = ".attempt-"
 SWEEP_FILE = "sweep.json"
+TUNE_FILE = "tune.json"
 
 
 class RunState(StrEnum):
@@ -493,3 +494,8 @@ def expand_runs(paths: Iterable[str | os.PathLike[str]]) -> list[Path]:
 def sweep_manifest(folder: Path) -> Path:
     """Where a sweep writes its ladder, its rows and its recommendation."""
     return Path(folder) / SWEEP_FILE
+
+
+def tune_manifest(folder: Path) -> Path:
+    """Where a tune writes its space, its trials and its best (what a resumed tune reads)."""
+    return Path(folder) / TUNE_FILE

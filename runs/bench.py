@@ -206,6 +206,7 @@ class _Bench:
         self.broken: dict[int, str] = {}  # profiles whose server would not start, and why
         self.server: Server | None = None
         self.serving = -1  # the profile index whose server is up
+        self.starts = 0  # servers this bench tried to start
 
     def run(self) -> list[RunOutcome]:
         spec = self.spec
@@ -288,6 +289,7 @@ class _Bench:
         )
         log_path = spec.out_dir / f"{_slug(profile.name)}.server.log"
         server = Server(profile, self.resolved.plans.get(profile.name), spec, log_path)
+        self.starts += 1
         try:
             server.start(self.say, self.resolved.workload)
         except LaunchError as exc:
@@ -346,6 +348,43 @@ def run_bench(
     """Run every profile × traffic shape × repeat; return one outcome per cell, in the order
     the blocks ran (see :func:`block_order`)."""
     return _Bench(profiles, spec, say).run()
+
+
+class ServerSession:
+    """One profile's server kept up while the caller picks its runs one at a time (``vprof
+    tune``'s rate search): runs completed before are skipped as in a bench, and the server
+    starts with the first run that is not, so a resumed search starts none it does not need.
+    Use it as a context manager; the server stops on exit."""
+
+    def __init__(self, profile: Profile, spec: BenchSpec, say: Progress = print) -> None:
+        from dataclasses import replace
+
+        spec.out_dir.mkdir(parents=True, exist_ok=True)
+        self._bench = _Bench([profile], replace(spec, traffic=()), say)
+
+    @property
+    def starts(self) -> int:
+        """How many times a server was started (0 while every run was already completed)."""
+        return self._bench.starts
+
+    def run(self, shape: TrafficShape, repeat: int = 1) -> RunOutcome:
+        """Run ``shape`` on the profile's server (or skip it when completed before)."""
+        from dataclasses import replace
+
+        bench = self._bench
+        bench.resolved = replace(bench.resolved, shapes=(shape,))
+        done = len(bench.outcomes)
+        bench._block(0, repeat)
+        return bench.outcomes[done]
+
+    def close(self) -> None:
+        self._bench._stop_server()
+
+    def __enter__(self) -> ServerSession:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 def _of(repeat: int, spec: BenchSpec) -> str:

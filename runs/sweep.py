@@ -162,15 +162,22 @@ _OOM = (
     "outofmemory",
     "cannot allocate memory",
     "no available memory for the cache",
+    "can be stored in kv cache",  # max-model-len larger than the KV cache holds
 )
+
+
+def mentions_oom(text: str) -> bool:
+    """True when a server's error or log says it ran out of memory (at start-up or later)."""
+    lowered = text.lower()
+    return any(marker in lowered for marker in _OOM)
 
 
 def _server_log_oom(outcome: RunOutcome) -> bool:
     try:
-        text = outcome.run.server_log.read_text(errors="replace").lower()
+        text = outcome.run.server_log.read_text(errors="replace")
     except OSError:
         return False
-    return any(marker in text for marker in _OOM)
+    return mentions_oom(text)
 
 
 # The summary numbers a rung's row shows: what decides between rungs.

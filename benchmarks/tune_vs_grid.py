@@ -1,0 +1,537 @@
+"""`vprof tune` against an exhaustive grid over the same space, on recorded trials.
+
+**Recording** (``--record``, on the CPU build; each candidate takes the heavy-work lock on
+its own, so other work can run between candidates): every candidate of the space that the
+validator accepts gets its own real vLLM server and climbs a fixed ladder of open-loop rates
+past saturation (a level the load generator could not keep up with, other work on the
+machine holding its core, is measured again: up to three times); each level's summary
+numbers and wall times, and each server's start-up time, go to a JSON file
+(``benchmarks/data/tune_grid_cpu.json``). Resumable: the levels are bench runs in
+``--runs``, and candidates already in the JSON file are not measured again.
+
+**Replay** (the default): the grid's answer is each candidate's capacity plan over its whole
+recorded ladder, the best of them all. Tune's search (``vprof.runs.tunesearch``, unchanged)
+runs on a trial runner that answers any rate from the candidate's recorded ladder: latency
+percentiles, throughput and flags interpolated linearly between the two recorded levels around
+it. Printed: both bests, tune's pick as the grid measured it (target: within 5 % of the grid's
+best), the servers each starts (target: tune at most a third of the grid's), and the wall time
+each would take from the recorded start-up and level times; then the same from every possible
+starting point.
+
+    python benchmarks/tune_vs_grid.py                       # replay the recorded grid
+    flock /tmp/vprof-heavy.lock true; python benchmarks/tune_vs_grid.py --record
+"""
+
+from __future__ import annotations
+
+import argparse
+import fcntl
+import json
+import statistics
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from vprof.analysis.plan import plan
+from vprof.analysis.slo import parse_slo
+from vprof.runs.tunesearch import (
+    Measurement,
+    Objective,
+    RateSearch,
+    SearchSettings,
+    Tuner,
+)
+from vprof.runs.tunespace import Candidate, Dim, Space, refusal
+
+HERE = Path(__file__).resolve().parent
+RECORD = HERE / "data" / "tune_grid_cpu.json"
+LOCK = "/tmp/vprof-heavy.lock"
+
+# What was recorded: a prefill-bound workload (long prompts, short answers) on a server whose
+# CPU threads keep to core 0, so the server saturates (near 3 req/s) while the load generator,
+# on the other core, has little to do.
+PROFILE_YAML = """description: chunked-512 with vLLM's CPU threads on core 0
+extends: chunked-512
+env:
+  VLLM_CPU_OMP_THREADS_BIND: '0'
+"""
+WORKLOAD_YAML = """description: 6000 tokens in, exactly 8 out
+endpoint: completions
+prompt_tokens: 6000
+output_tokens: 8
+fixed_output: true
+"""
+SPACE = (
+    "enable-chunked-prefill=true,false",
+    "max-num-batched-tokens=128,256,512,1024,2048,4096,8192",
+    "max-num-seqs=1,2,4,8",
+)
+SLO = "ttft_p95=1500ms"
+LADDER = (0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0, 5.0, 6.0)
+# A level the load generator could not keep up with (other work on this shared machine held
+# its core) is measured again, at most this many times in all.
+CLIENT_LIMITED_ATTEMPTS = 3
+# The numbers of a level a replay needs: every latency the SLO could name, and the flags.
+KEPT = ("request_throughput", "client_limited", "num_preemptions", "error_rate", "state")
+LATENCY = tuple(
+    f"{stat}_{metric}_ms"
+    for metric in ("ttft", "ttft_from_schedule", "tpot", "itl", "e2el", "e2el_from_schedule")
+    for stat in ("median", "p90", "p95", "p99")
+)
+
+
+# --------------------------------------------------------------------------- recording
+
+
+def record(out: Path, runs: Path, level_s: float, warmup_s: float, port: int) -> None:
+    """Run the grid for real and write what each level measured. Each candidate climbs the
+    ladder on its own server until it has missed the SLO at two rates in a row (past that, a
+    level only adds queue)."""
+    from vprof.runs.bench import ServerSession
+    from vprof.runs.tune import TuneRequest, prepare
+    from vprof.runs.tunespace import variant
+
+    folder = Path(tempfile.mkdtemp(prefix="tune-grid-"))
+    (folder / "profiles").mkdir()
+    (folder / "profiles" / "pinned.yaml").write_text(PROFILE_YAML)
+    (folder / "workload.yaml").write_text(WORKLOAD_YAML)
+    request = TuneRequest(
+        profile="pinned",
+        slo=SLO,
+        workload=str(folder / "workload.yaml"),
+        space=SPACE,
+        set_args=("enforce-eager=true",),
+        level_s=level_s,
+        warmup_s=warmup_s,
+        port=port,
+        out_dir=runs,
+        profiles_dirs=(folder / "profiles",),
+    )
+    prepared = prepare(request)
+    space, slo = prepared.space, prepared.slo
+    candidates = [c for c in space.grid() if refusal(prepared.base, space, c) is None]
+    entries = _recorded(out, level_s, warmup_s)
+    done = {e["label"] for e in entries}
+    print(
+        f"recording {len(candidates)} candidates ({len(done)} already in {out}), up to "
+        f"{len(LADDER)} levels each, in {runs}"
+    )
+    for i, candidate in enumerate(candidates, 1):
+        profile = variant(prepared.base, space, candidate)
+        if profile.name in done:
+            continue
+        entry: dict[str, Any] = {
+            "label": profile.name,
+            "settings": candidate.as_dict(),
+            "levels": [],
+            "started": True,
+        }
+        with open(LOCK, "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # one candidate at a time; others may go between
+            began = time.monotonic()
+            misses = 0
+            with ServerSession(profile, prepared.spec, lambda line: None) as session:
+                for rate in LADDER:
+                    level = _level(session, prepared, entry, rate)
+                    if level is None:
+                        break
+                    entry["levels"].append(level)
+                    met = _met(entry, level["summary"], rate, slo)
+                    misses = 0 if met else misses + 1
+                    if misses == 2:
+                        break
+            entry["wall_s"] = time.monotonic() - began
+        entries.append(entry)
+        print(
+            f"  {i}/{len(candidates)} {profile.name}: {_capacity_text(entry)} "
+            f"({entry['wall_s']:.0f} s)"
+        )
+        _write(out, prepared, entries, level_s, warmup_s)
+    print(f"wrote {out}")
+
+
+def _level(session: Any, prepared: Any, entry: dict, rate: float) -> dict | None:
+    """One level of the ladder, measured again (as a further repeat) while the load generator
+    was held back (client-limited: such a level says nothing of the server, and a plan never
+    counts it as met); None when the server did not start."""
+    from vprof.records.rundir import RunDir, read_json
+    from vprof.runs.tune import rate_shape
+
+    for attempt in range(1, CLIENT_LIMITED_ATTEMPTS + 1):
+        outcome = session.run(rate_shape(prepared.level_shape, rate), repeat=attempt)
+        if outcome.state == "not-started":
+            entry["started"] = False
+            entry["reason"] = outcome.reason.strip().splitlines()[0][:200]
+            return None
+        run = RunDir(outcome.run.path)
+        meta, status = run.meta(), run.status()
+        summary = read_json(run.summary_json, strict=False)
+        healthy = (meta.get("server") or {}).get("healthy_after_s")
+        if healthy is not None:
+            entry["healthy_after_s"] = healthy
+        kept = {k: summary.get(k) for k in (*KEPT, *LATENCY) if k in summary}
+        wall = status.get("finished_at", 0) - status.get("started_at", 0)
+        if not kept.get("client_limited"):
+            break
+    return {
+        "rate_rps": rate,
+        "state": outcome.state,
+        "wall_s": wall or None,
+        "attempts": attempt,
+        "summary": kept,
+    }
+
+
+def _recorded(out: Path, level_s: float, warmup_s: float) -> list[dict]:
+    """The candidates an earlier recording of the same grid finished (a recording of another
+    grid, or with other level times, is not mixed in: it starts over)."""
+    try:
+        data = json.loads(out.read_text())
+    except (OSError, ValueError):
+        return []
+    same = (data.get("profile"), data.get("workload"), data.get("slo"), data.get("ladder"))
+    if same != (PROFILE_YAML, WORKLOAD_YAML, SLO, list(LADDER)) or (
+        data.get("level_s"),
+        data.get("warmup_s"),
+    ) != (level_s, warmup_s):
+        print(f"{out} records another grid or other level times: recording it afresh")
+        return []
+    return list(data.get("candidates", []))
+
+
+def _met(entry: dict, summary: dict, rate: float, slo: Any) -> bool:
+    if not summary.get("request_throughput"):
+        return False
+    one = {
+        **summary,
+        "run": "x",
+        "profile": entry["label"],
+        "open_loop": True,
+        "offered_load": rate,
+        "offered_load_unit": "req/s",
+    }
+    levels = plan([one], target_rps=1.0, slo=slo).profiles[0].levels
+    return bool(levels and levels[0].passed)
+
+
+def _write(out: Path, prepared: Any, entries: list[dict], level_s: float, warmup_s: float) -> None:
+    from vprof.runs.environment import hardware, vllm_version
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    space = prepared.space
+    data = {
+        "recorded_at": time.strftime("%Y-%m-%d %H:%M"),
+        "vllm": vllm_version(),
+        "hardware": hardware(),
+        "profile": PROFILE_YAML,
+        "workload": WORKLOAD_YAML,
+        "slo": SLO,
+        "level_s": level_s,
+        "warmup_s": warmup_s,
+        "ladder": list(LADDER),
+        "space": {
+            "dims": [
+                {"key": d.key, "values": list(d.values), "ordered": d.ordered} for d in space.dims
+            ],
+            "fixed": dict(space.fixed),
+            "longest_request": space.longest_request,
+        },
+        "start": prepared.start.as_dict(),
+        "candidates": entries,
+    }
+    out.write_text(json.dumps(data, indent=1) + "\n")
+
+
+def _capacity_text(entry: dict) -> str:
+    rate = grid_capacity(entry, parse_slo(SLO))
+    return "did not start" if not entry["started"] else f"{rate or 0:.2f} req/s sustainable"
+
+
+# --------------------------------------------------------------------------- replay
+
+
+def level_summary(entry: dict, rate: float, n: int) -> dict[str, Any]:
+    """What a level at ``rate`` would have shown, from the recorded ladder around it."""
+    points = [lv for lv in entry["levels"] if lv["summary"].get("request_throughput")]
+    points.sort(key=lambda lv: lv["rate_rps"])
+    if not points:
+        return {}
+    if rate <= points[0]["rate_rps"]:
+        lo = hi = points[0]
+    elif rate >= points[-1]["rate_rps"]:
+        lo = hi = points[-1]
+    else:
+        lo = max((p for p in points if p["rate_rps"] <= rate), key=lambda p: p["rate_rps"])
+        hi = min((p for p in points if p["rate_rps"] >= rate), key=lambda p: p["rate_rps"])
+    span = hi["rate_rps"] - lo["rate_rps"]
+    w = (rate - lo["rate_rps"]) / span if span > 0 else 0.0
+    near = hi if w >= 0.5 else lo
+    out: dict[str, Any] = {
+        "run": f"{entry['label']}@{rate:g}#{n}",
+        "profile": entry["label"],
+        "state": near["summary"].get("state") or "completed",
+        "open_loop": True,
+        "offered_load": rate,
+        "offered_load_unit": "req/s",
+        "client_limited": bool(near["summary"].get("client_limited")),
+        "num_preemptions": near["summary"].get("num_preemptions") or 0,
+    }
+    for key in ("request_throughput", "error_rate", *LATENCY):
+        a, b = lo["summary"].get(key), hi["summary"].get(key)
+        if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+            out[key] = a + w * (b - a)
+    if rate < points[0]["rate_rps"]:  # below the ladder: the same latency, the rate served
+        out["request_throughput"] = rate
+    elif rate > points[-1]["rate_rps"]:
+        out["request_throughput"] = min(rate, out["request_throughput"])
+    return out
+
+
+def grid_capacity(entry: dict, slo: Any) -> float | None:
+    """The capacity plan over a candidate's whole recorded ladder (the grid's answer)."""
+    summaries = []
+    for lv in entry["levels"]:
+        s = lv["summary"]
+        if not s.get("request_throughput"):
+            continue
+        summaries.append(
+            {
+                **{k: v for k, v in s.items()},
+                "run": f"{entry['label']}@{lv['rate_rps']}",
+                "profile": entry["label"],
+                "open_loop": True,
+                "offered_load": lv["rate_rps"],
+                "offered_load_unit": "req/s",
+            }
+        )
+    if not summaries:
+        return None
+    return plan(summaries, target_rps=1.0, slo=slo).profiles[0].sustainable_rps
+
+
+class ReplayTrial:
+    def __init__(self, runner: ReplayRunner, entry: dict, candidate: Candidate) -> None:
+        self.runner, self.entry, self.candidate = runner, entry, candidate
+        self.server_started, self.n = False, 0
+
+    def measure(self, rate_rps: float) -> Measurement:
+        self.server_started = True
+        self.n += 1
+        self.runner.levels += 1
+        self.runner.rates.setdefault(self.candidate, set()).add(rate_rps)
+        if not self.entry["started"]:
+            reason = self.entry.get("reason", "did not start")
+            return Measurement(
+                rate_rps, "not-started", reason=reason, oom="memory" in reason.lower()
+            )
+        summary = level_summary(self.entry, rate_rps, self.n)
+        return Measurement(
+            rate_rps, summary.get("state", "completed"), summary, run=summary.get("run", "")
+        )
+
+    def close(self) -> None:
+        pass
+
+
+class ReplayRunner:
+    """Trials answered from the recording; counts levels for the wall-time estimate."""
+
+    def __init__(self, data: dict, space: Space) -> None:
+        self.by_key = {_key(space, e["settings"]): e for e in data["candidates"]}
+        self.space = space
+        self.levels = 0
+        self.rates: dict[Candidate, set[float]] = {}  # the rates each trial measured
+
+    def entry(self, candidate: Candidate) -> dict:
+        return self.by_key[_key(self.space, candidate.as_dict())]
+
+    def open(self, candidate: Candidate) -> ReplayTrial:
+        return ReplayTrial(self, self.entry(candidate), candidate)
+
+    def confirm(self, candidates: Sequence[Candidate], rate: float, repeats: int):
+        """As a bench runs them, interleaved (A1 B1 A2 B2): a run the search already made at
+        this rate is repeat 1 and costs nothing; a switch of candidate is a server start."""
+        out: dict[Candidate, list[Measurement]] = {c: [] for c in candidates}
+        serving = None
+        for r in range(repeats):
+            for c in candidates:
+                entry = self.entry(c)
+                summary = level_summary(entry, rate, 1000 + r)
+                m = Measurement(
+                    rate, summary.get("state", "completed"), summary, run=summary.get("run", "")
+                )
+                if r == 0 and rate in self.rates.get(c, ()):
+                    m.state = "skipped"
+                else:
+                    m.started_server = c != serving
+                    serving = c
+                    self.levels += 1
+                out[c].append(m)
+        return out
+
+    def verdict(self, base: Any, other: Any, metric: str) -> str:
+        return "replayed: repeats are identical"
+
+
+def _key(space: Space, settings: dict) -> tuple:
+    return tuple((k, settings[k]) for k in space.keys)
+
+
+def space_of(data: dict) -> Space:
+    dims = tuple(Dim(d["key"], tuple(d["values"]), d["ordered"]) for d in data["space"]["dims"])
+    return Space(dims, data["space"]["fixed"], data["space"]["longest_request"])
+
+
+def replay(data: dict, *, repeat: int, every_start: bool) -> None:
+    from vprof.registry import Profile
+
+    slo = parse_slo(data["slo"])
+    space = space_of(data)
+    entries = data["candidates"]
+    base = Profile(
+        name="pinned",
+        description="",
+        model="m",
+        engine_args={"max-model-len": space.fixed.get("max-model-len", 2048)},
+    )
+    recorded = {_key(space, e["settings"]) for e in entries}
+    valid = [c for c in space.grid() if refusal(base, space, c) is None]
+    missing = [c for c in valid if c.settings not in recorded]
+    if missing:
+        raise SystemExit(
+            f"the recording covers {len(valid) - len(missing)} of the grid's {len(valid)} "
+            f"candidates (missing e.g. {missing[0].label('pinned')}): a replay needs them all; "
+            "finish it with --record (it resumes)"
+        )
+    level_s = statistics.median(
+        lv["wall_s"] for e in entries for lv in e["levels"] if lv.get("wall_s")
+    )
+    start_s = statistics.median(e["healthy_after_s"] for e in entries if e.get("healthy_after_s"))
+    capacities = {e["label"]: grid_capacity(e, slo) for e in entries}
+    best_label = max(capacities, key=lambda k: capacities[k] or 0.0)
+    best_rate = capacities[best_label] or 0.0
+    grid_servers = len(entries)
+    grid_wall = sum(e["wall_s"] for e in entries)
+    print(
+        f"recorded {data['recorded_at']} on vLLM {data['vllm']}: {grid_servers} candidates "
+        f"(the validator's refusals left out) × {len(data['ladder'])} levels, SLO {data['slo']}"
+    )
+    print(
+        f"grid: best {best_label} at {best_rate:.2f} req/s; {grid_servers} servers, "
+        f"{grid_wall / 60:.0f} min as recorded (fixed ladder)"
+    )
+    # a grid that climbs and bisects each candidate as tune does, without racing: its cost
+    searched_levels = sum(_plain_search_levels(e, slo, data) for e in entries)
+    searched_min = (grid_servers * start_s + searched_levels * level_s) / 60
+    print(
+        f"grid with tune's climb-and-bisect per candidate (no racing): {grid_servers} servers, "
+        f"{searched_levels} levels, ~{searched_min:.0f} min"
+    )
+
+    def run_from(start: Candidate) -> dict[str, Any]:
+        runner = ReplayRunner(data, space)
+        settings = SearchSettings(
+            start_rps=1.0, max_rps=max(data["ladder"]), repeat=repeat, budget_trials=None
+        )
+        tuner = Tuner(
+            space,
+            start,
+            slo=slo,
+            objective=Objective(),
+            runner=runner,
+            settings=settings,
+            refuse=lambda c: refusal(base, space, c),
+            label=lambda c: c.label("pinned"),
+        )
+        began = time.perf_counter()
+        result = tuner.run()
+        search_s = time.perf_counter() - began
+        pick = result.best
+        truth = capacities[runner.entry(pick.candidate)["label"]] if pick else None
+        return {
+            "pick": pick.label if pick else None,
+            "claimed": pick.sustainable_rps if pick else None,
+            "truth": truth or 0.0,
+            "ratio": (truth or 0.0) / best_rate if best_rate else 0.0,
+            "servers": result.servers_started,
+            "levels": runner.levels,
+            "wall_s": result.servers_started * start_s + runner.levels * level_s,
+            "search_s": search_s,
+            "stopped": result.stopped_by,
+        }
+
+    start = Candidate(tuple((k, data["start"][k]) for k in space.keys))
+    one = run_from(start)
+    ok_rate = one["ratio"] >= 0.95
+    ok_servers = one["servers"] <= grid_servers / 3
+    print(
+        f"tune from the profile's own settings ({start.label('pinned')}), --repeat {repeat}: "
+        f"picks {one['pick']} — {one['truth']:.2f} req/s as the grid measured it "
+        f"({one['ratio']:.1%} of the grid's best; claimed {one['claimed']:.2f}); "
+        f"{one['servers']} servers ({one['servers'] / grid_servers:.0%} of the grid's), "
+        f"{one['levels']} levels, ~{one['wall_s'] / 60:.0f} min; stopped: {one['stopped']}"
+    )
+    print(
+        f"  within 5 % of the grid's best: {'yes' if ok_rate else 'NO'}; at most a third of "
+        f"the servers: {'yes' if ok_servers else 'NO'} (search logic {one['search_s']:.2f} s)"
+    )
+    if every_start:
+        valid = [Candidate(_key(space, e["settings"])) for e in entries]
+        runs = [run_from(c) for c in valid]
+        ratios = [r["ratio"] for r in runs]
+        servers = [r["servers"] for r in runs]
+        print(
+            f"from each of the {len(runs)} candidates as the start: share of the grid's best "
+            f"min {min(ratios):.1%}, median {statistics.median(ratios):.1%}; within 5 % in "
+            f"{sum(r >= 0.95 for r in ratios)} of {len(runs)}; servers min {min(servers)}, "
+            f"median {statistics.median(servers):g}, max {max(servers)} (a third: "
+            f"{grid_servers / 3:.0f})"
+        )
+
+
+def _plain_search_levels(entry: dict, slo: Any, data: dict) -> int:
+    if not entry["started"]:
+        return 1
+    search = RateSearch(start_rps=1.0, max_rps=max(data["ladder"]))
+    met: dict[float, bool] = {}
+    n = 0
+    while True:
+        rate, _ = search.next_rate(met)
+        if rate is None:
+            return n
+        n += 1
+        summary = level_summary(entry, rate, n)
+        answer = plan([summary], target_rps=1.0, slo=slo).profiles[0]
+        met[rate] = bool(answer.levels and answer.levels[0].passed)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--record", action="store_true", help="run the grid on this machine")
+    parser.add_argument("--data", type=Path, default=RECORD, help="the recording (JSON)")
+    parser.add_argument(
+        "--runs",
+        type=Path,
+        default=Path("vprof-tune-grid"),
+        help="where --record keeps its run folders (resumable)",
+    )
+    parser.add_argument("--level-s", type=float, default=8.0)
+    parser.add_argument("--warmup-s", type=float, default=2.0)
+    parser.add_argument("--port", type=int, default=18777)
+    parser.add_argument("--repeat", type=int, default=2, help="tune's --repeat in the replay")
+    parser.add_argument(
+        "--every-start",
+        action="store_true",
+        help="also replay tune from every candidate as its start",
+    )
+    args = parser.parse_args()
+    if args.record:
+        record(args.data, args.runs, args.level_s, args.warmup_s, args.port)
+    data = json.loads(args.data.read_text())
+    replay(data, repeat=args.repeat, every_start=args.every_start)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,182 @@
+"""`vprof tune` end to end on real vLLM (CPU build) with real Locust: a small tune finishes,
+its profile passes `vprof validate` and `vprof launch` starts it, and an independent
+`vprof sweep load` of that server confirms the claimed rate within 10 %.
+
+Kept short: two candidates (max-num-batched-tokens 512 and 2048 with chunked prefill, the rest
+pinned, eager start-up), 6 s levels. The server must be what saturates, not the client: vLLM's
+CPU threads are bound to core 0 (the load generator keeps the other), and the workload is
+prefill-bound — 6000-token prompts, 8-token answers — so the server tops out near 3 req/s
+(each prefill takes about 0.3 s) while the client has almost nothing to do; under constant
+arrivals its capacity is then sharp."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+import requests
+
+from vprof.server.process import free_port
+
+pytestmark = pytest.mark.e2e
+
+SLO = "ttft_p95=1500ms"
+
+
+def vprof(*args: str, timeout_s: float = 900) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "vprof.cli.main", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+    )
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("tune-e2e")
+    (root / "profiles").mkdir()
+    (root / "profiles" / "pinned.yaml").write_text(
+        "description: chunked-512 with vLLM's CPU threads on core 0\n"
+        "extends: chunked-512\n"
+        "env:\n  VLLM_CPU_OMP_THREADS_BIND: '0'\n"
+    )
+    (root / "answers.yaml").write_text(
+        "description: 6000 tokens in, exactly 8 out\nendpoint: completions\n"
+        "prompt_tokens: 6000\noutput_tokens: 8\nfixed_output: true\n"
+    )
+    (root / "level.yaml").write_text(
+        "description: tune's levels\nkind: open-loop\nprocess: constant\nrate_rps: 1\n"
+        "duration_s: 6\nwarmup_s: 1\nmax_in_flight: 256\n"
+    )
+    return root
+
+
+@pytest.fixture(scope="module")
+def tuned(files: Path):
+    out = files / "tune"
+    # fmt: off
+    proc = vprof(
+        "tune", "pinned", "--profiles-dir", str(files / "profiles"),
+        "--workload", str(files / "answers.yaml"), "--traffic", str(files / "level.yaml"),
+        "--slo", SLO, "--space", "max-num-batched-tokens=512,2048",
+        "--set", "enforce-eager=true", "--set", "enable-chunked-prefill=true",
+        "--set", "max-num-seqs=8", "--budget-trials", "2", "--repeat", "1",
+        "--level-s", "6", "--warmup-s", "1", "--start-rps", "1.5",
+        "--port", str(free_port(lo=18800, hi=18899)), "--out", str(out),
+        timeout_s=1200,
+    )
+    # fmt: on
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return out, json.loads((out / "tune.json").read_text()), proc
+
+
+def test_a_small_tune_finishes_and_says_what_it_measured(tuned):
+    out, state, proc = tuned
+    assert state["candidates_measured"] == 2 and state["grid_size"] == 2
+    assert state["best"].startswith("pinned@bt")
+    assert state["sustainable_rps"] > 0
+    rows = {row["candidate"]: row for row in state["trials"]}
+    for row in rows.values():
+        assert row["state"] in ("measured", "clearly worse"), row
+        assert all((out / Path(run).name / "summary.json").is_file() for run in row["runs"])
+    assert "Best: pinned@bt" in proc.stdout
+    assert (out / "report.html").is_file()
+
+
+def test_the_written_profile_validates_launches_and_holds_its_claim(tuned, files):
+    out, state, _ = tuned
+    path = Path(state["profile_path"])
+    dirs = ["--profiles-dir", str(files / "profiles")]
+    checked = vprof("validate", str(path), *dirs, timeout_s=120)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert "ok    pinned-tuned" in checked.stdout
+
+    port = free_port(lo=18800, hi=18899)
+    log = (files / "launch.log").open("w")
+    launch = subprocess.Popen(
+        [sys.executable, "-m", "vprof.cli.main", "launch", str(path), *dirs, "--port", str(port)],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        _wait_healthy(url, launch, files / "launch.log", deadline_s=420)
+        claim = float(state["sustainable_rps"])
+        # 0.9× must meet the SLO, and the interpolated answer lands within ±10 % unless the
+        # claim is wrong: too high and 0.9× misses, too low and 1.1× meets too
+        levels = ",".join(f"{claim * f:.3g}" for f in (0.9, 1.0, 1.1, 1.25))
+        sweep = vprof(
+            "sweep",
+            "load",
+            str(path),
+            *dirs,
+            "--url",
+            url,
+            "--workload",
+            str(files / "answers.yaml"),
+            "--traffic",
+            str(files / "level.yaml"),
+            "--levels",
+            levels,
+            "--slo",
+            SLO,
+            "--out",
+            str(files / "confirm"),
+            "--format",
+            "json",
+            timeout_s=600,
+        )
+        assert sweep.returncode == 0, sweep.stdout + sweep.stderr
+        (plan,) = json.loads(sweep.stdout)["plan"]
+        measured = plan["sustainable_rps"]
+        assert measured is not None, plan
+        assert abs(measured - claim) <= 0.10 * claim, (claim, measured, plan["basis"])
+    finally:
+        # SIGTERM stops launch as Ctrl-C does (and a background job may ignore SIGINT)
+        launch.terminate()
+        try:
+            rc = launch.wait(timeout=180)
+        except subprocess.TimeoutExpired:
+            _kill_tree(launch.pid)
+            raise
+        finally:
+            log.close()
+    children = [
+        p
+        for p in psutil.process_iter(["cmdline"])
+        if str(port) in " ".join(p.info["cmdline"] or [])
+        and "vllm" in " ".join(p.info["cmdline"] or [])
+    ]
+    assert rc == 0 and children == []
+
+
+def _kill_tree(pid: int) -> None:
+    """The last resort of a failed test: no process of ours is left behind."""
+    try:
+        root = psutil.Process(pid)
+    except psutil.NoSuchProcess:
+        return
+    for proc in [*root.children(recursive=True), root]:
+        try:
+            proc.kill()
+        except psutil.NoSuchProcess:
+            pass
+
+
+def _wait_healthy(url: str, launch: subprocess.Popen, log: Path, deadline_s: float) -> None:
+    deadline = time.monotonic() + deadline_s
+    while time.monotonic() < deadline:
+        assert launch.poll() is None, log.read_text()
+        try:
+            if requests.get(url + "/health", timeout=2).status_code == 200:
+                return
+        except requests.RequestException:
+            pass
+        time.sleep(1.0)
+    raise AssertionError(f"{url} did not become healthy")
