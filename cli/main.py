@@ -8,6 +8,7 @@ commands start without pandas, locust or vllm.
 from __future__ import annotations
 
 import importlib
+import signal
 import sys
 
 import click
@@ -78,6 +79,11 @@ def cli() -> None:
 
 
 def main() -> None:
+    # A shell without job control starts background commands with SIGINT ignored, and Python
+    # keeps it so: `vprof bench … &` then could not be stopped with Ctrl-C's signal, and its
+    # runs, servers and Locust children would not wind down as an interrupt promises.
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         cli(standalone_mode=True)
     except KeyboardInterrupt:

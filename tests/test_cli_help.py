@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import click
 import pytest
 from click.testing import CliRunner
@@ -31,3 +33,19 @@ def test_top_level_help_lists_every_command():
     result = CliRunner().invoke(cli, ["--help"])
     for name in COMMANDS:
         assert name in result.output
+
+
+def test_ctrl_c_reaches_vprof_even_when_it_was_started_with_sigint_ignored(monkeypatch):
+    # A shell without job control starts `vprof bench … &` with SIGINT ignored; vprof listens.
+    import signal
+
+    from vprof.cli.main import main
+
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    monkeypatch.setattr(sys, "argv", ["vprof", "--help"])
+    try:
+        with pytest.raises(SystemExit):
+            main()
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    finally:
+        signal.signal(signal.SIGINT, previous)
