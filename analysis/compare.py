@@ -28,6 +28,7 @@ from vprof.analysis.bootstrap import STAT, all_bootstraps
 from vprof.analysis.keys import CLIENT_FIX
 from vprof.analysis.keys import SummaryKey as K
 from vprof.analysis.run import Run, display_names, load_run, summarize_loaded
+from vprof.analysis.summary import HELD_BACK
 from vprof.common.errors import RunError
 
 DEFAULT_METRICS: tuple[str, ...] = (
@@ -78,6 +79,10 @@ METHOD_RUNS = "Welch t over per-run values"
 METHOD_REQUESTS = "request bootstrap within one run (request noise only)"
 
 
+# A held-back run's medians are judged only while its loop's median lag stays this small.
+MEDIAN_LAG_LIMIT_MS = 1.0
+
+
 @dataclass(frozen=True)
 class Group:
     """The runs of one side of a comparison (the repeats of one configuration)."""
@@ -90,6 +95,22 @@ class Group:
     def suspect(self) -> list[str]:
         """Runs of this group whose load generator was the bottleneck."""
         return [str(s.get(K.RUN)) for s in self.summaries if client_limited(s)]
+
+    def suspect_for(self, metric: str) -> list[str]:
+        """Runs whose client makes ``metric`` untrustworthy. A run only held back by the
+        machine (a loop at a few % CPU that now and then waited for a core) stamped a few
+        chunks late: its tails and throughput carry that, its medians do not."""
+        if not metric.startswith("median_"):
+            return self.suspect
+        return [
+            str(s.get(K.RUN))
+            for s in self.summaries
+            if client_limited(s)
+            and not (
+                set(s.get(K.CLIENT_LIMITED_BY) or ["?"]) == {HELD_BACK}
+                and (s.get("loadgen_loop_lag_p50_ms") or math.inf) <= MEDIAN_LAG_LIMIT_MS
+            )
+        ]
 
 
 def client_limited(summary: dict[str, Any]) -> bool:
@@ -392,7 +413,7 @@ def _judge(row: dict[str, Any], base: Group, other: Group) -> dict[str, Any]:
     label = _label(metric)
     diff, low, high = row["diff_pct"], row["ci_low_pct"], row["ci_high_pct"]
     by_runs = row["method"] == METHOD_RUNS
-    suspect = base.suspect + other.suspect
+    suspect = base.suspect_for(metric) + other.suspect_for(metric)
     has_ci = row.pop("has_ci")
     spread = row.pop("spread", None)
     missing = row.pop("missing", False)

@@ -177,4 +177,7 @@ def test_closed_loop_users_keep_that_many_requests_in_flight(vllm_server, tmp_pa
     assert mean_in_flight >= 0.97 * users
     summary = summarize_run(run_dir)
     assert summary["mean_in_flight"] == pytest.approx(mean_in_flight, rel=1e-9)
-    assert summary["users_asked"] == users and not summary["client_limited"]
+    assert summary["users_asked"] == users
+    # the closed loop kept its users busy (on two shared cores the machine may still hold the
+    # loop back now and then: that is the timing verdict's business, not this one's)
+    assert not any("in flight" in why for why in summary["client_limited_by"])
