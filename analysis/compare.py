@@ -103,14 +103,18 @@ class Group:
         if not metric.startswith("median_"):
             return self.suspect
         return [
-            str(s.get(K.RUN))
-            for s in self.summaries
-            if client_limited(s)
-            and not (
-                set(s.get(K.CLIENT_LIMITED_BY) or ["?"]) == {HELD_BACK}
-                and (s.get("loadgen_loop_lag_p50_ms") or math.inf) <= MEDIAN_LAG_LIMIT_MS
-            )
+            str(s.get(K.RUN)) for s in self.summaries if client_limited(s) and not _medians_ok(s)
         ]
+
+
+def _medians_ok(summary: dict[str, Any]) -> bool:
+    """Only held back by the machine, with the loop's median lag (when known) under the limit."""
+    lag_p50 = summary.get("loadgen_loop_lag_p50_ms")
+    return (
+        set(summary.get(K.CLIENT_LIMITED_BY) or ()) == {HELD_BACK}
+        and lag_p50 is not None
+        and lag_p50 <= MEDIAN_LAG_LIMIT_MS
+    )
 
 
 def client_limited(summary: dict[str, Any]) -> bool:
