@@ -7,7 +7,10 @@ records, nothing else. The request's true TTFT comes from the emulator's ``x-vpr
 header. At the end each process writes its requests to ``$CEILING_OUT.<pid>.jsonl``.
 
 ``$CEILING_PROMPT_IDS=N`` sends N random token ids as the prompt instead of words (what
-``closed_loop.py`` does against vLLM, so no two prompts share a cached prefix).
+``closed_loop.py`` did against vLLM before it shared prompts with vprof).
+``$CEILING_PROMPTS=FILE`` sends the prompts of FILE (JSON lines, one ``{"prompt": text}`` each),
+taken in turn by all users of a process: ``closed_loop.py`` writes there the prompts vprof's
+synthesizer builds, so both clients send text of the same exact token counts.
 """
 
 from locust import FastHttpUser, constant, events, task
@@ -20,6 +23,10 @@ from typing import Any
 
 ANCHOR = time.time() - time.perf_counter()  # wall clock = ANCHOR + perf_counter()
 REQUESTS: list[dict[str, Any]] = []
+_PROMPTS_FILE = os.environ.get("CEILING_PROMPTS")
+PROMPTS = ([json.loads(line)["prompt"] for line in open(_PROMPTS_FILE)] if _PROMPTS_FILE
+           else [])  # fmt: skip
+_next_prompt = 0
 _USAGE = b'"choices":[]'  # the usage chunk carries no content
 
 
@@ -37,8 +44,12 @@ class PlainStreamingUser(FastHttpUser):
 
     @task
     def stream(self) -> None:
-        if self.prompt_ids:
-            prompt: Any = [self.rng.randrange(10, 1000) for _ in range(self.prompt_ids)]
+        global _next_prompt
+        if PROMPTS:
+            prompt: Any = PROMPTS[_next_prompt % len(PROMPTS)]
+            _next_prompt += 1
+        elif self.prompt_ids:
+            prompt = [self.rng.randrange(10, 1000) for _ in range(self.prompt_ids)]
         else:
             words = self.rng.randrange(self.low, self.high)  # lengths vary: so do TTFT offsets
             prompt = " ".join(["hello"] * words)

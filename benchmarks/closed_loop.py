@@ -6,9 +6,11 @@ alternating the order:
 
 - ``vprof``: vprof's users as ``vprof bench --url`` runs them (``runs.loadgen.LoadSpec``), a
   steady shape of N closed-loop users, 256-token prompts, exactly 64 output tokens;
-- ``fasthttp``: a plain Locust ``FastHttpUser`` (``ceiling_fasthttp.py``) with N users and the
-  same lengths (random token ids as the prompt, so no two prompts share a cached prefix), which
-  reads each stream to its end and does nothing else.
+- ``fasthttp``: a plain Locust ``FastHttpUser`` (``ceiling_fasthttp.py``) with N users sending
+  the same kind of prompts — text of the same exact token count, built by vprof's synthesizer
+  with the tiny model's tokenizer (``--tokenizer`` for another model), a salt of its own per
+  run so no prompt repeats a cached one — which reads each stream to its end and does nothing
+  else.
 
 For each run, over a window after the warm-up: requests/s finished, TTFT p50/p99, the mean
 number of requests in flight (from each request's send and finish) and the share of the window
@@ -138,13 +140,32 @@ def run_vprof(args, url: str, work: Path, repeat: int) -> tuple[list[dict], Tree
     return requests, cpu
 
 
+def write_prompts(args, path: Path, salt: str, n: int) -> None:
+    """N prompts of the benchmark's workload as vprof builds them, as JSON lines."""
+    from vprof.workloads.loading import get_workload
+    from vprof.workloads.synthesis import RequestSynthesizer, load_tokenizer
+
+    tokenizer_path = args.tokenizer
+    if not tokenizer_path:
+        from vprof.tinymodel.build import ensure_tiny_model
+
+        tokenizer_path = str(ensure_tiny_model())
+    workload = get_workload(str(path.parent / "workload.yaml"))
+    synth = RequestSynthesizer(workload, load_tokenizer(tokenizer_path), salt=salt)
+    with path.open("w") as f:
+        f.writelines(json.dumps({"prompt": synth.plan(i).prompt}) + "\n" for i in range(n))
+
+
 def run_fasthttp(args, url: str, work: Path, repeat: int) -> tuple[list[dict], TreeCpu]:
     out = work / f"fasthttp-{repeat}"
+    prompts = work / f"prompts-{repeat}.jsonl"
+    # more than the run can send: at most about 100 req/s on this machine's tiny model
+    write_prompts(args, prompts, f"closed-loop-fasthttp-{repeat}", int(100 * _run_s(args)))
     argv = [sys.executable, "-m", "locust", "-f", str(HERE / "ceiling_fasthttp.py"),
             "--headless", "-H", url, "-u", str(args.users), "-r", str(args.users),
             "-t", f"{math.ceil(_run_s(args))}s", "--stop-timeout", "30",
             "--only-summary", "--loglevel", "WARNING"]  # fmt: skip
-    settings = {"OUT": out, "SEED": repeat, "PROMPT_IDS": args.prompt_tokens,
+    settings = {"OUT": out, "SEED": repeat, "PROMPTS": prompts,
                 "OUTPUT_TOKENS": args.output_tokens, "MODEL": args.model}  # fmt: skip
     env = {**os.environ, **{f"CEILING_{k}": str(v) for k, v in settings.items()}}
     cpu = _run(argv, env, _run_s(args) + 180)
@@ -213,6 +234,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--url", default="", help="a running tiny-model server (default: start)")
     parser.add_argument("--profile", default="chunked-256")
     parser.add_argument("--model", default="", help="the served model (default: ask the server)")
+    parser.add_argument("--tokenizer", default="", help="its tokenizer (default: the tiny model)")
     parser.add_argument("--users", type=int, default=8)
     parser.add_argument("--prompt-tokens", type=int, default=256)
     parser.add_argument("--output-tokens", type=int, default=64)
