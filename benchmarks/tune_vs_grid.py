@@ -534,4 +534,12 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    import signal
+
+    def _stop(signum, frame):  # noqa: ARG001 - SIGTERM unwinds like Ctrl-C: the server stops
+        raise KeyboardInterrupt
+
+    # a shell without job control starts a background job with SIGINT ignored: listen anyway
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, _stop)
     main()
