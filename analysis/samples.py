@@ -221,6 +221,17 @@ def loadgen_stats(
     }
 
 
+def held_back(cpu_percent: float, wait_percent: float | None) -> bool:
+    """Whether a lagging Locust process was held back by other processes on the machine: it
+    waited for a core longer than it ran, at under half of one, so its own work did not make
+    it late (``wait_percent`` None: not recorded, so not known)."""
+    return (
+        wait_percent is not None
+        and wait_percent > cpu_percent
+        and cpu_percent < STARVED_CPU_PERCENT
+    )
+
+
 def _worker_health(rows: list[Mapping[str, Any]]) -> dict[str, Any]:
     # CPU is the main thread's share of one core; older files held the whole process's.
     cpu = [min(float(r["cpu_percent"]), 100.0) for r in rows if r.get("cpu_percent") is not None]
@@ -235,11 +246,7 @@ def _worker_health(rows: list[Mapping[str, Any]]) -> dict[str, Any]:
     return {
         "mean_cpu_percent": mean_cpu,
         "mean_wait_percent": mean_wait,
-        # Late while asking for little: it waited for a core longer than it ran, at under half
-        # of one. Its own work did not make it late; other processes on the machine did.
-        "starved": mean_wait is not None
-        and mean_wait > mean_cpu
-        and mean_cpu < STARVED_CPU_PERCENT,
+        "starved": held_back(mean_cpu, mean_wait),
         "max_cpu_percent": max(cpu) if cpu else 0.0,
         "cpu_bound": sum(v > SATURATED_CPU_PERCENT for v in cpu) > len(cpu) / 4 if cpu else False,
         "loop_lag_p99_ms": max(p99s) if p99s else None,

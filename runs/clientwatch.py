@@ -6,7 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from vprof.analysis.samples import LAG_P99_LIMIT_MS
+from vprof.analysis.keys import CLIENT_FIX
+from vprof.analysis.samples import LAG_P99_LIMIT_MS, held_back
 from vprof.records.rundir import RunDir, read_json
 
 # Consecutive late samples (2 s each) before a warning: one busy moment is normal.
@@ -22,7 +23,7 @@ class ClientWatch:
         self.run = run
         self.path: Path = run.loadgen_jsonl
         self._offset = 0
-        self._late: dict[str, int] = {}
+        self._late: dict[str, list[dict]] = {}  # a worker's run of late samples
         self._measured_from: float | None = None
         self.warned = False
 
@@ -61,12 +62,28 @@ class ClientWatch:
             worker = str(sample.get("worker", ""))
             if not isinstance(lag, (int, float)):
                 continue
-            self._late[worker] = self._late.get(worker, 0) + 1 if lag > LAG_P99_LIMIT_MS else 0
-            if self._late[worker] >= LATE_SAMPLES:
+            late = self._late.setdefault(worker, [])
+            if lag <= LAG_P99_LIMIT_MS:
+                late.clear()
+                continue
+            late.append(sample)
+            if len(late) >= LATE_SAMPLES:
                 self.warned = True
                 return (
                     f"the load generator is falling behind (event-loop lag p99 {lag:.0f} ms > "
                     f"{LAG_P99_LIMIT_MS:g} ms in {worker}): its latencies include its own delay; "
-                    "use --processes N (one per spare core) or fewer users"
+                    + _advice(late)
                 )
         return None
+
+
+def _advice(late: list[dict]) -> str:
+    """What to do about late samples: the same cause and advice the summary's verdict gives."""
+    cpu = [min(float(s["cpu_percent"]), 100.0) for s in late if s.get("cpu_percent") is not None]
+    wait = [float(s["wait_percent"]) for s in late if s.get("wait_percent") is not None]
+    if cpu and wait and held_back(sum(cpu) / len(cpu), sum(wait) / len(wait)):
+        return (
+            "other processes on this machine held its core (it waited for one longer than it "
+            "ran): give the load generator cores of its own"
+        )
+    return CLIENT_FIX

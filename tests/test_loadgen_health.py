@@ -68,6 +68,40 @@ def test_a_late_loop_that_waited_for_a_core_is_named_as_held_back_by_the_machine
     assert not loadgen_stats(ran)["loadgen_starved"]
 
 
+def _watch_warning(tmp_path: Path, samples: list[dict]) -> str | None:
+    import json
+
+    from vprof.records.rundir import RunDir
+    from vprof.runs.clientwatch import ClientWatch
+
+    run = RunDir(tmp_path)
+    run.locust_json.write_text(json.dumps({"warmup_until": 0.0}))
+    run.loadgen_jsonl.write_text("".join(json.dumps(s) + "\n" for s in samples))
+    return ClientWatch(run).check()
+
+
+def test_the_live_warning_names_the_cause_the_summary_will(tmp_path):
+    from vprof.runs.clientwatch import LATE_SAMPLES
+
+    busy = [_sample(i, "w0", 40.0, cpu=97.0, wait=3.0) for i in range(1, LATE_SAMPLES + 1)]
+    held = [_sample(i, "w0", 40.0, cpu=6.0, wait=45.0) for i in range(1, LATE_SAMPLES + 1)]
+    (tmp_path / "busy").mkdir()
+    (tmp_path / "held").mkdir()
+    warning = _watch_warning(tmp_path / "busy", busy)
+    assert warning and "--processes" in warning
+    warning = _watch_warning(tmp_path / "held", held)
+    assert warning and "other processes on this machine" in warning
+    assert "--processes" not in warning
+    assert loadgen_stats(held)["loadgen_starved"] and not loadgen_stats(busy)["loadgen_starved"]
+
+
+def test_the_live_warning_waits_for_late_samples_in_a_row(tmp_path):
+    from vprof.runs.clientwatch import LATE_SAMPLES
+
+    broken = [_sample(i, "w0", 40.0 if i % 2 else 1.0) for i in range(1, 4 * LATE_SAMPLES)]
+    assert _watch_warning(tmp_path, broken) is None
+
+
 def test_one_late_moment_is_not_an_overloaded_client():
     samples = [_sample(i, "w0", 1.0) for i in range(19)] + [_sample(19, "w0", 80.0)]
     assert not loadgen_stats(samples)["loadgen_saturated"]
