@@ -70,9 +70,6 @@ SPACE = (
 )
 SLO = "ttft_p95=1500ms"
 LADDER = (0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0, 5.0, 6.0)
-# A level the load generator could not keep up with (other work on this shared machine held
-# its core) is measured again, at most this many times in all.
-CLIENT_LIMITED_ATTEMPTS = 3
 # The numbers of a level a replay needs: every latency the SLO could name, and the flags.
 KEPT = ("request_throughput", "client_limited", "num_preemptions", "error_rate", "state")
 LATENCY = tuple(
@@ -157,7 +154,7 @@ def _level(session: Any, prepared: Any, entry: dict, rate: float) -> dict | None
     was held back (client-limited: such a level says nothing of the server, and a plan never
     counts it as met); None when the server did not start."""
     from vprof.records.rundir import RunDir, read_json
-    from vprof.runs.tune import rate_shape
+    from vprof.runs.tune import CLIENT_LIMITED_ATTEMPTS, rate_shape
 
     for attempt in range(1, CLIENT_LIMITED_ATTEMPTS + 1):
         outcome = session.run(rate_shape(prepared.level_shape, rate), repeat=attempt)

@@ -193,3 +193,48 @@ def test_servers_that_did_not_start_are_results_and_not_retried_on_resume(tmp_pa
     assert sum("did not start before; not retried" in line for line in said) == len(
         again.result.measured
     )
+
+
+def test_a_client_limited_level_is_measured_again_up_to_a_bound(no_server, tmp_path):
+    """A level the load generator could not keep up with says nothing of the server: the trial
+    runs it again (a further repeat of the level) and stops once a run keeps time."""
+    from vprof.records import RunDir
+    from vprof.runs.spec import RunOutcome
+    from vprof.runs.tune import CLIENT_LIMITED_ATTEMPTS, BenchTrials
+
+    request = TuneRequest(
+        profile="chunked-512",
+        slo="ttft_p95=1000ms",
+        workload="tiny-smoke",
+        out_dir=tmp_path / "t",
+        set_args=("max-model-len=256", "enable-chunked-prefill=true"),
+    )
+    prepared = prepare(request)
+
+    class Session:
+        """Client-limited on the first ``limited`` runs, keeping time after that."""
+
+        def __init__(self, limited: int) -> None:
+            self.limited, self.repeats, self.starts = limited, [], 1
+
+        def run(self, shape, repeat=1):
+            self.repeats.append(repeat)
+            run = RunDir(tmp_path / f"{self.limited}-{repeat}")
+            run.path.mkdir()
+            summary = {"client_limited": repeat <= self.limited, "request_throughput": 1.0}
+            run.summary_json.write_text(json.dumps(summary))
+            return RunOutcome(run, "chunked-512", shape.name, "completed", repeat=repeat)
+
+    said: list[str] = []
+    trials = BenchTrials(prepared, said.append, {})
+    for limited, repeats in (
+        (0, [1]),
+        (1, [1, 2]),
+        (99, list(range(1, CLIENT_LIMITED_ATTEMPTS + 1))),
+    ):
+        trial = trials.open(prepared.start)
+        trial.session = Session(limited)
+        measured = trial.measure(2.0)
+        assert trial.session.repeats == repeats
+        assert measured.summary["client_limited"] is (limited >= CLIENT_LIMITED_ATTEMPTS)
+    assert sum("measured again" in line for line in said) == 1 + (CLIENT_LIMITED_ATTEMPTS - 1)
