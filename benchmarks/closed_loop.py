@@ -1,8 +1,10 @@
 """Closed loop on real vLLM: do N users keep N requests in flight, as a plain Locust user does?
 
 Starts one vLLM server (the ``chunked-256`` profile, adapted to this host: the CPU build and
-vprof's tiny model) or uses ``--url``, and runs, one after the other on that server, repeats
-alternating the order:
+vprof's tiny model) or uses ``--url``, and runs on that server, one after the other with the
+order alternating between repeats, or with ``--together`` both at once (N users each, so each
+client's share of the server is its share of requests in flight, and what else runs on the
+machine slows both alike — the steadier ratio on a shared machine):
 
 - ``vprof``: vprof's users as ``vprof bench --url`` runs them (``runs.loadgen.LoadSpec``), a
   steady shape of N closed-loop users, 256-token prompts, exactly 64 output tokens;
@@ -18,6 +20,7 @@ with fewer than N in flight; then vprof's throughput over the plain client's, pe
 and as the median (target: within 5 %).
 
     flock /tmp/vprof-heavy.lock .venv/bin/python benchmarks/closed_loop.py            # ~6 min
+    flock /tmp/vprof-heavy.lock .venv/bin/python benchmarks/closed_loop.py --together --repeat 5
     .venv/bin/python benchmarks/closed_loop.py --url http://127.0.0.1:8000 --repeat 2
 """
 
@@ -183,17 +186,28 @@ def _run_s(args) -> float:
     return args.warmup_s + args.seconds + args.tail_s
 
 
-def measure(args, client: str, url: str, work: Path, repeat: int) -> RunResult:
-    runner = run_vprof if client == "vprof" else run_fasthttp
-    requests, cpu = runner(args, url, work, repeat)
-    if not requests:
-        raise RuntimeError(f"{client} recorded no request")
-    start = min(r["sent_at"] for r in requests) + args.warmup_s
+def measure(args, clients: tuple[str, ...], url: str, work: Path, repeat: int) -> list[RunResult]:
+    """Run ``clients`` at the same time (one: alone) and measure each over one common window:
+    the warm-up after the last of them sent its first request, then ``--seconds``."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    runners = {"vprof": run_vprof, "fasthttp": run_fasthttp}
+    with ThreadPoolExecutor(len(clients)) as pool:
+        futures = [pool.submit(runners[c], args, url, work, repeat) for c in clients]
+        ran = [f.result() for f in futures]
+    for client, (requests, _) in zip(clients, ran, strict=True):
+        if not requests:
+            raise RuntimeError(f"{client} recorded no request")
+    start = max(min(r["sent_at"] for r in requests) for requests, _ in ran) + args.warmup_s
     end = start + args.seconds
-    figures = window_figures(requests, start, end, args.users)
-    cpu_s = cpu.seconds(start, end)
-    return RunResult(client=client, repeat=repeat, **figures,
-                     client_cpu_pct=100 * cpu_s / args.seconds)  # fmt: skip
+    results = []
+    for client, (requests, cpu) in zip(clients, ran, strict=True):
+        if max(r["finished_at"] for r in requests) < end:
+            raise RuntimeError(f"{client} stopped before the window's end: raise --tail-s")
+        figures = window_figures(requests, start, end, args.users)
+        cpu_pct = 100 * cpu.seconds(start, end) / args.seconds
+        results.append(RunResult(client=client, repeat=repeat, **figures, client_cpu_pct=cpu_pct))
+    return results
 
 
 def served_model(url: str) -> str:
@@ -242,6 +256,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=40.0, help="measured per run")
     parser.add_argument("--tail-s", type=float, default=3.0, help="run on after the window")
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument(
+        "--together",
+        action="store_true",
+        help="run both clients at once, N users each, on the one server: each one's share of "
+        "the server is its share of requests in flight, and the machine's noise hits both alike",
+    )
     parser.add_argument("--out", type=Path, default=None, help="also write results as JSON")
     args = parser.parse_args(argv)
     if args.users < 1 or args.repeat < 1 or args.seconds <= 0 or args.warmup_s < 0:
@@ -267,8 +287,12 @@ def main(argv: list[str] | None = None) -> int:
               f"{args.seconds:g} s measured per run; {os.cpu_count()} cores")  # fmt: skip
         print(HEADER, flush=True)
         for repeat in range(args.repeat):
+            if args.together:
+                results.extend(measure(args, CLIENTS, url, work, repeat))
+                print("\n".join(row(r) for r in results[-2:]), flush=True)
+                continue
             for client in CLIENTS if repeat % 2 == 0 else CLIENTS[::-1]:
-                results.append(measure(args, client, url, work, repeat))
+                results.extend(measure(args, (client,), url, work, repeat))
                 print(row(results[-1]), flush=True)
     finally:
         if server is not None:
