@@ -124,7 +124,7 @@ def run_vprof(args, url: str, work: Path, repeat: int) -> tuple[list[dict], Tree
     run_dir.mkdir()
     shape = shape_from_dict(
         {"kind": "steady", "users": args.users, "spawn_rate": args.users,
-         "warmup_s": args.warmup_s, "duration_s": args.warmup_s + args.seconds + args.tail_s,
+         "warmup_s": args.warmup_s, "duration_s": _run_s(args),
          "description": "closed-loop users beside a plain FastHttpUser"},
         name=f"closed-loop-{args.users}",
     )  # fmt: skip
@@ -161,9 +161,7 @@ def write_prompts(args, path: Path, salt: str, n: int) -> None:
 
 def run_fasthttp(args, url: str, work: Path, repeat: int) -> tuple[list[dict], TreeCpu]:
     out = work / f"fasthttp-{repeat}"
-    prompts = work / f"prompts-{repeat}.jsonl"
-    # more than the run can send: at most about 100 req/s on this machine's tiny model
-    write_prompts(args, prompts, f"closed-loop-fasthttp-{repeat}", int(100 * _run_s(args)))
+    prompts = work / f"prompts-{repeat}.jsonl"  # written by measure() before either starts
     argv = [sys.executable, "-m", "locust", "-f", str(HERE / "ceiling_fasthttp.py"),
             "--headless", "-H", url, "-u", str(args.users), "-r", str(args.users),
             "-t", f"{math.ceil(_run_s(args))}s", "--stop-timeout", "30",
@@ -182,8 +180,13 @@ def run_fasthttp(args, url: str, work: Path, repeat: int) -> tuple[list[dict], T
     return requests, cpu
 
 
+# Run together, the two clients start a few seconds apart (Locust's and vprof's start-up):
+# each runs this much longer, so the common window lies inside both.
+START_SLACK_S = 15.0
+
+
 def _run_s(args) -> float:
-    return args.warmup_s + args.seconds + args.tail_s
+    return args.warmup_s + args.seconds + args.tail_s + (START_SLACK_S if args.together else 0)
 
 
 def measure(args, clients: tuple[str, ...], url: str, work: Path, repeat: int) -> list[RunResult]:
@@ -192,6 +195,10 @@ def measure(args, clients: tuple[str, ...], url: str, work: Path, repeat: int) -
     from concurrent.futures import ThreadPoolExecutor
 
     runners = {"vprof": run_vprof, "fasthttp": run_fasthttp}
+    if "fasthttp" in clients:
+        # more than the run can send: at most about 100 req/s on this machine's tiny model
+        salt = f"closed-loop-fasthttp-{repeat}"
+        write_prompts(args, work / f"prompts-{repeat}.jsonl", salt, int(100 * _run_s(args)))
     with ThreadPoolExecutor(len(clients)) as pool:
         futures = [pool.submit(runners[c], args, url, work, repeat) for c in clients]
         ran = [f.result() for f in futures]
