@@ -2,7 +2,8 @@
 
 Starts one real vLLM server (the CPU build with vprof's tiny model, `vprof launch --detach`),
 then runs `vprof bench --url` against it, alternating the default sampling and `--no-metrics`
-(and, for reference, a 2 s interval: the old default) for ``--repeat`` rounds, and prints each
+(and, for reference, a 2 s interval: the old default) for ``--repeat`` rounds, each mode first
+in turn, and prints each
 run's TTFT p50/p99, request throughput and the slowest scrape, then the ratio of the median
 TTFT p99 with sampling to the one without (target: within 10 %).
 
@@ -50,7 +51,9 @@ def main() -> None:
     results: dict[str, list[dict]] = {mode: [] for mode in MODES}
     try:
         for round_ in range(1, args.repeat + 1):
-            for mode, flags in MODES.items():
+            modes = list(MODES.items())
+            shift = (round_ - 1) % len(modes)  # each mode goes first in turn: no order effect
+            for mode, flags in modes[shift:] + modes[:shift]:
                 out = work / f"{mode.replace(' ', '-')}-{round_}"
                 proc = subprocess.run(
                     [*VPROF, "bench", "tiny", "--url", url, "--workload", str(work / "w.yaml"),
