@@ -26,6 +26,7 @@ from locust.exception import StopUser
 import json
 import logging
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -130,8 +131,7 @@ class LLMUser(User):
         run = state(self.environment)
         synth = run.synthesizer()
         if synth.workload.conversation is None or run.open_loop:
-            # Open-loop arrivals are independent requests: a multi-turn workload sends the
-            # first turn of conversation ``index`` (later turns need the reply: closed loop).
+            # Open-loop sessions are planned by their SessionQueue, which hands its calls in.
             return synth.plan(index)
         # Multi-turn (closed loop): keep one conversation per user until it ends.
         if self._conversation is not None:
@@ -169,12 +169,13 @@ class LLMUser(User):
             body["temperature"] = self.temperature
         return body
 
-    def _prepare(self, index: int) -> _Prepared:
-        """Plan request ``index`` and encode it whole; a failure is kept for its record."""
+    def _prepare(self, index: int, plan: Any = None) -> _Prepared:
+        """Plan request ``index`` (or take ``plan``) and encode it whole; a failure is kept
+        for its record."""
         endpoint = self._endpoint()
         prepared = _Prepared(index, endpoint)
         try:
-            plan = self._next_plan(index)
+            plan = plan if plan is not None else self._next_plan(index)
             body = self.body(plan, endpoint)
             prepared.plan = plan
             prepared.prompt = body["prompt"] if endpoint == "generate" else ""
@@ -221,6 +222,9 @@ class LLMUser(User):
         if config is None:
             return  # the test ended before it began here
         scheduled_at = math.nan
+        if run.sessions is not None:
+            self._session_request(run.sessions, config.salt)
+            return
         if run.open_loop:
             assert run.queue is not None
             job = run.queue.take()
@@ -243,6 +247,33 @@ class LLMUser(User):
                            salt=config.salt, prepared=prepared)  # fmt: skip
         if not run.open_loop:  # open-loop arrivals keep their schedule; lag records the delay
             self._back_off(record)
+
+    def _session_request(self, sessions: Any, salt: str) -> None:
+        """Open-loop sessions: send the call that is due first — a new session's first, or a
+        later step's, due think time after the answers it needs — and hand its answer back."""
+        call = sessions.take(stopping=lambda: self._state == "stopping")
+        if call is None:
+            if self._state != "stopping":
+                gevent.sleep(0.5)  # this process's sessions are all over: idle until the end
+            return
+        try:
+            prepared = self._prepare(call.session_id, plan=call.plan)
+            if call.error is not None:
+                prepared.error = call.error
+            due = self._sleep_until(call.scheduled_at)
+        except BaseException:  # killed before it was due: the end-of-test sweep decides
+            sessions.give_back(call)
+            raise
+        if not due:
+            sessions.give_back(call)  # stopping before it was due: leave it to the end
+            return
+        self._last_text = None
+
+        def _done(record: RequestRecord) -> None:
+            sessions.finished(call, record, self._last_text)
+
+        self.send(call.session_id, call.scheduled_at, open_loop=True, salt=salt,
+                  prepared=prepared, on_record=_done)  # fmt: skip
 
     def _back_off(self, record: RequestRecord) -> None:
         """Wait before the next request after consecutive rejections (bounded exponential),
@@ -280,9 +311,10 @@ class LLMUser(User):
         open_loop: bool,
         salt: str = "",
         prepared: _Prepared | None = None,
+        on_record: Callable[[RequestRecord], None] | None = None,
     ) -> RequestRecord:
         """Send request ``index``, time its stream, emit its record and Locust stats, and
-        return the record."""
+        return the record. ``on_record`` sees the final record just before it is emitted."""
         clock = process_clock()
         if prepared is None or prepared.index != index:
             prepared = self._prepare(index)
@@ -305,7 +337,8 @@ class LLMUser(User):
                 raise prepared.error
             plan = prepared.plan
             if plan.conversation_id >= 0:
-                record.request_id = f"c{plan.conversation_id}-t{plan.turn}"
+                branch = f"-b{plan.branch}" if plan.branch >= 0 else ""
+                record.request_id = f"c{plan.conversation_id}-t{plan.turn}{branch}"
             record.prefix_group = plan.prefix_group
             record.conversation_id = plan.conversation_id
             record.turn = plan.turn
@@ -360,6 +393,8 @@ class LLMUser(User):
                     record.itl_ms = partial.itl_ms
             record.finalize()
             self._last_finished_at = record.finished_at
+            if on_record is not None:
+                on_record(record)
             collect.emit(self.environment, _as_dict(record))
             if record.status != Status.CANCELLED.value:
                 self._report(record, ENDPOINT_PATHS[endpoint])
