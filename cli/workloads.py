@@ -49,7 +49,9 @@ def workloads(ctx: click.Context, extra_dirs: tuple[str, ...], fmt: str) -> None
                 f"share {prefix.share:g}"
                 if prefix
                 else "",
-                "turns": w.conversation.turns.describe() if w.conversation else "",
+                "turns": w.conversation.turns.describe()
+                if w.conversation
+                else (f"agent {w.agent.steps.describe()}" if w.agent else ""),
                 "max_tokens": w.max_request_tokens(),
                 "description": w.description,
             }

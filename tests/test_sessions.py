@@ -246,8 +246,10 @@ def test_later_turns_held_back_by_the_in_flight_cap_show_schedule_lag(emulator, 
 
 @pytest.mark.parametrize("emulator", [18163], indirect=True)
 def test_agent_sessions_fan_out_and_join_before_the_next_step(emulator, tmp_path):
-    workload = ("name: a\nendpoint: chat\nprompt_tokens: 16\noutput_tokens: 8\n"
-                "agent:\n  steps: 3\n  tool_tokens: 12\n  fan_out: 2\n  think_time_s: 0.1\n")
+    workload = (
+        "name: a\nendpoint: chat\nprompt_tokens: 16\noutput_tokens: 8\n"
+        "agent:\n  steps: 3\n  tool_tokens: 12\n  fan_out: 2\n  think_time_s: 0.1\n"
+    )
     df = _run(emulator, tmp_path, workload, "--rate-rps", "3", "-t", "4s", "--max-in-flight", "8")
     ok = df[df.status == "ok"]
     steps = ok.groupby("turn").size()
