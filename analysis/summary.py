@@ -168,6 +168,10 @@ def _sessions(
         "sessions": int(started.sum()),
     }
     if open_loop:  # only open-loop sessions know where they end
+        later = turn > 0  # due a think time after an answer, not at an arrival
+        ttft = (f["first_token_at"] - f["scheduled_at"])[ok & later] * 1000.0
+        out.update(describe(ttft[np.isfinite(ttft)], "later_ttft_from_schedule", percentiles))
+        out.update(describe(f["schedule_lag_ms"][sent & later], "later_schedule_lag", (99,)))
         out["sessions_completed"] = int(complete.sum())
         out.update(describe((last - first)[complete] * 1000.0, "session_e2el", percentiles))
     return out

@@ -221,6 +221,10 @@ def test_open_loop_conversations_send_later_turns_after_the_answer_plus_think_ti
     turn1 = summary["per_turn"]["1"]
     assert math.isfinite(turn1["median_ttft_from_schedule_ms"])
     assert math.isfinite(turn1["p99_schedule_lag_ms"])
+    assert summary["median_later_ttft_from_schedule_ms"] > 0
+    assert summary["p99_later_schedule_lag_ms"] == pytest.approx(
+        np.percentile(later.schedule_lag_ms, 99)
+    )
     assert summary["sessions_completed"] > 0
     # a completed session spans three answers and two think times
     assert summary["median_session_e2el_ms"] > 2 * 300
@@ -265,3 +269,29 @@ def test_agent_sessions_fan_out_and_join_before_the_next_step(emulator, tmp_path
     summary = summarize(df)
     assert summary["sessions_completed"] > 0
     assert summary["p99_session_e2el_ms"] >= summary["median_session_e2el_ms"] > 200
+
+
+def test_the_summary_counts_sessions_that_completed_after_the_warm_up_only():
+    import pandas as pd
+
+    def call(session, turn, sent, status="ok", last=False):
+        return {"request_id": f"c{session}-t{turn}", "conversation_id": session, "turn": turn,
+                "open_loop": True, "scheduled_at": sent, "sent_at": sent,
+                "first_token_at": sent + 0.1, "last_token_at": sent + 0.5,
+                "finished_at": sent + 0.5, "ttft_ms": 100.0, "e2e_ms": 500.0,
+                "status": status, "session_last": last, "itl_ms": []}  # fmt: skip
+
+    rows = [
+        call(0, 0, 100.0),
+        call(0, 1, 101.0, last=True),  # in the warm-up, then after it
+        call(1, 0, 110.0),
+        call(1, 1, 112.0, last=True),  # complete: 110 → 112.5
+        call(2, 0, 111.0),
+        call(2, 1, 113.0, status="error"),  # a failed turn ends it
+        call(3, 0, 120.0),  # cut off by the end of the test
+    ]
+    summary = summarize(pd.DataFrame(rows), warmup_until=100.5)
+    assert summary["sessions"] == 3 and summary["sessions_completed"] == 1
+    assert summary["median_session_e2el_ms"] == pytest.approx(2500.0)
+    assert summary["turns_sent"] == {"0": 3, "1": 3}
+    assert summary["per_turn"]["1"]["completed"] == 2
