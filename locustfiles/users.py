@@ -41,6 +41,7 @@ from vprof.locustfiles.stream import NdjsonScanner, SseScanner, StreamError, Str
 from vprof.locustfiles.testplan import state
 from vprof.locustfiles.transport import ConnectError, Connection, ConnectTimeout, ResponseError
 from vprof.records.schema import FIELDS, RequestRecord, Status
+from vprof.workloads.sessions import start_session
 
 ENDPOINT_PATHS = {
     "completions": "/v1/completions",
@@ -105,7 +106,10 @@ class LLMUser(User):
             )
         except ValueError as exc:
             raise StopUser(f"cannot send to {self.host}: {exc}") from None
-        self._conversation: Any = None
+        # closed loop: this user's session, its step's calls not yet sent, their answers
+        self._session: Any = None
+        self._pending: list[Any] = []
+        self._answers: list[str] = []
         self._last_text: str | None = None
         self._failures = 0  # consecutive HTTP errors or connection failures (closed loop)
         # the next closed-loop request's index and the greenlet preparing it
@@ -130,17 +134,21 @@ class LLMUser(User):
     def _next_plan(self, index: int) -> Any:
         run = state(self.environment)
         synth = run.synthesizer()
-        if synth.workload.conversation is None or run.open_loop:
+        if not synth.workload.sessions or run.open_loop:
             # Open-loop sessions are planned by their SessionQueue, which hands its calls in.
             return synth.plan(index)
-        # Multi-turn (closed loop): keep one conversation per user until it ends.
-        if self._conversation is not None:
-            plan = self._conversation.next_turn(self._last_text)
-            if plan is not None:
-                return plan
-        self._conversation = synth.start_conversation(index)
+        # Closed loop: keep one session per user until it ends, sending its calls one after
+        # another (a fan-out step's calls in turn); a failed call's answer counts as empty.
+        if self._session is not None:
+            self._answers.append(self._last_text or "")
+            if not self._pending:
+                self._pending, self._answers = self._session.next_step(self._answers), []
+            if self._pending:
+                return self._pending.pop(0)
+        self._session, self._answers = start_session(synth, index), []
+        self._pending = self._session.next_step(None)
         self._last_text = None
-        return self._conversation.next_turn(None)
+        return self._pending.pop(0)
 
     def body(self, plan: Any, endpoint: str) -> dict[str, Any]:
         """The JSON body: always streaming, usage requested, fixed lengths when asked."""
@@ -192,7 +200,7 @@ class LLMUser(User):
         if run.open_loop or self._next is not None:
             return
         try:
-            if run.synthesizer().workload.conversation is not None:
+            if run.synthesizer().workload.sessions:
                 return  # the next turn needs this one's answer
         except Exception:  # noqa: BLE001 - send() records it
             return
@@ -267,7 +275,6 @@ class LLMUser(User):
         if not due:
             sessions.give_back(call)  # stopping before it was due: leave it to the end
             return
-        self._last_text = None
 
         def _done(record: RequestRecord) -> None:
             sessions.finished(call, record, self._last_text)
@@ -329,6 +336,7 @@ class LLMUser(User):
         )
         scanner: SseScanner | NdjsonScanner | None = None
         result: StreamResult | None = None
+        self._last_text = None  # this request's answer, once it is in
         timeout_s = self.request_timeout_s or float(
             opt(self.environment, "request_timeout_s", DEFAULT_REQUEST_TIMEOUT_S)
         )

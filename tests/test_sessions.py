@@ -295,3 +295,20 @@ def test_the_summary_counts_sessions_that_completed_after_the_warm_up_only():
     assert summary["median_session_e2el_ms"] == pytest.approx(2500.0)
     assert summary["turns_sent"] == {"0": 3, "1": 3}
     assert summary["per_turn"]["1"]["completed"] == 2
+
+
+@pytest.mark.parametrize("emulator", [18164], indirect=True)
+def test_closed_loop_users_send_an_agent_chain_one_call_after_another(emulator, tmp_path):
+    workload = ("name: a\nendpoint: chat\nprompt_tokens: 16\noutput_tokens: 8\n"
+                "agent:\n  steps: 3\n  tool_tokens: 12\n  fan_out: 2\n")  # fmt: skip
+    df = _run(emulator, tmp_path, workload, "-u", "2", "-r", "2", "-t", "3s")
+    ok = df[df.status == "ok"].sort_values("sent_at")
+    assert not df.open_loop.any() and {0, 1, 2} <= set(ok.turn)
+    for _, calls in ok.groupby("conversation_id"):
+        # one user's session: the task, then each step's two calls in turn
+        names = [r.split("-", 1)[1] for r in calls.request_id]
+        assert names == ["t0", "t1-b0", "t1-b1", "t2-b0", "t2-b1"][: len(names)]
+        assert (calls.sent_at.to_numpy()[1:] >= calls.finished_at.to_numpy()[:-1]).all()
+        if len(calls) == 5:  # the last step's context holds both branches of the one before
+            step1 = calls[calls.turn == 1].expected_prompt_tokens
+            assert (calls[calls.turn == 2].expected_prompt_tokens > step1.max() + 12).all()
