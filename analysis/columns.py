@@ -30,6 +30,9 @@ INT_COLUMNS = (
     "cached_tokens",
     "expected_prompt_tokens",
     "http_status",
+    "conversation_id",
+    "turn",
+    "session_last",
 )
 
 

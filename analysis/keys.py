@@ -26,6 +26,11 @@ class SummaryKey(StrEnum):
     OFFERED_LOAD = "offered_load"
     OFFERED_LOAD_UNIT = "offered_load_unit"
     OPEN_LOOP = "open_loop"
+    # sessions (conversations, agent chains)
+    TURNS_SENT = "turns_sent"
+    PER_TURN = "per_turn"
+    SESSIONS = "sessions"
+    SESSIONS_COMPLETED = "sessions_completed"
     REPLICAS = "replicas"  # servers a run spread its load over (absent: one)
     PER_REPLICA = "per_replica"
     GPUS_PER_REPLICA = "gpus_per_replica"
@@ -107,6 +112,9 @@ SUMMARY_TABLE_KEYS: tuple[str, ...] = (
     *_stats("e2el", "mean", "median", "p95", "p99"),
     *_stats("ttft_from_schedule", "p95", "p99"),
     *_stats("schedule_lag", "p99"),
+    K.TURNS_SENT, *_stats("later_ttft_from_schedule", "median", "p99"),
+    *_stats("later_schedule_lag", "p99"), K.SESSIONS, K.SESSIONS_COMPLETED,
+    *_stats("session_e2el", "median", "p95", "p99"),
     K.MAX_OUTPUT_TOKENS_PER_S, K.MAX_CONCURRENT_REQUESTS, K.PREFIX_CACHE_HIT_RATE,
     K.TRACE_IMPLIED_HIT_RATE,
     K.CACHED_TOKEN_SHARE, K.PROMPT_TOKEN_MISMATCH_RATE, K.MEAN_PROMPT_TOKEN_EXCESS,

@@ -115,6 +115,65 @@ def summarize(
         out.update(_in_flight(cols, keep, users, out["client_limited_by"]))
     out["client_limited"] = bool(out["client_limited_by"])
     out.update(_per_replica(cols, keep, ok, out["duration"]))
+    out.update(_sessions(cols, keep, ok, percentiles, out["open_loop"]))
+    return out
+
+
+def _sessions(
+    cols: Columns, keep: Any, ok: Any, percentiles: Sequence[float], open_loop: bool
+) -> dict[str, Any]:
+    """Conversations and agent chains: requests sent per turn (with latency from the schedule
+    per turn, open loop), and each session's end-to-end time, first send to last answer, over
+    the sessions that completed (every call answered, through the last) after the warm-up."""
+    import numpy as np
+
+    session = cols.ints["conversation_id"]
+    mine = keep & (session >= 0)
+    if not mine.any():
+        return {}
+    f = cols.floats
+    turn = cols.ints["turn"]
+    sent = mine & np.isfinite(f["sent_at"])
+    per_turn: dict[str, dict[str, Any]] = {}
+    for t in np.unique(turn[mine]):
+        at = turn == t
+        row: dict[str, Any] = {"sent": int((sent & at).sum()), "completed": int((ok & at).sum())}
+        if open_loop:
+            done = ok & at
+            ttft = (f["first_token_at"] - f["scheduled_at"])[done] * 1000.0
+            lag = f["schedule_lag_ms"][sent & at]
+            row.update(describe(ttft[np.isfinite(ttft)], "ttft_from_schedule", (99,)))
+            row.update(describe(lag, "schedule_lag", (99,)))
+            row["held_back"] = int((lag > HELD_BACK_MS).sum())
+            row = {k: v for k, v in row.items() if not k.startswith(("std_", "mean_"))}
+        per_turn[str(int(t))] = row
+    # one row per session: its first send, last answer, whether every call ended well
+    ids, inverse = np.unique(session[mine], return_inverse=True)
+    n = ids.size
+    ends = np.where(np.isnan(f["last_token_at"]), f["finished_at"], f["last_token_at"])[mine]
+    first = np.full(n, np.inf)
+    np.fmin.at(first, inverse, np.where(np.isnan(f["sent_at"][mine]), np.inf, f["sent_at"][mine]))
+    last = np.full(n, -np.inf)
+    np.fmax.at(last, inverse, np.where(np.isnan(ends), -np.inf, ends))
+    bad = np.zeros(n, dtype=bool)
+    np.logical_or.at(bad, inverse, ~ok[mine])
+    closed = np.zeros(n, dtype=bool)
+    np.logical_or.at(closed, inverse, cols.ints["session_last"][mine] == 1)
+    started = np.zeros(n, dtype=bool)
+    np.logical_or.at(started, inverse, turn[mine] == 0)  # its first turn is after the warm-up
+    complete = closed & ~bad & started
+    out: dict[str, Any] = {
+        "turns_sent": {t: row["sent"] for t, row in per_turn.items()},
+        "per_turn": per_turn,
+        "sessions": int(started.sum()),
+    }
+    if open_loop:  # only open-loop sessions know where they end
+        later = turn > 0  # due a think time after an answer, not at an arrival
+        ttft = (f["first_token_at"] - f["scheduled_at"])[ok & later] * 1000.0
+        out.update(describe(ttft[np.isfinite(ttft)], "later_ttft_from_schedule", percentiles))
+        out.update(describe(f["schedule_lag_ms"][sent & later], "later_schedule_lag", (99,)))
+        out["sessions_completed"] = int(complete.sum())
+        out.update(describe((last - first)[complete] * 1000.0, "session_e2el", percentiles))
     return out
 
 

@@ -49,7 +49,9 @@ def workloads(ctx: click.Context, extra_dirs: tuple[str, ...], fmt: str) -> None
                 f"share {prefix.share:g}"
                 if prefix
                 else "",
-                "turns": w.conversation.turns.describe() if w.conversation else "",
+                "turns": w.conversation.turns.describe()
+                if w.conversation
+                else (f"agent {w.agent.steps.describe()}" if w.agent else ""),
                 "max_tokens": w.max_request_tokens(),
                 "description": w.description,
             }
@@ -112,16 +114,18 @@ def show(
         tokenizer_path = str(ensure_tiny_model())
     tokenizer = load_tokenizer(tokenizer_path)
     synth = RequestSynthesizer(workload, tokenizer, seed=seed, salt=salt)
-    rows = []
-    if workload.conversation is not None:
+    rows: list[dict[str, object]] = []
+    if workload.sessions:
+        from vprof.workloads.sessions import start_session
+
         for cid in range(samples):
-            conversation = synth.start_conversation(cid)
-            plan = conversation.next_turn(None)
-            while plan is not None:
-                rows.append(_row(plan))
-                # A stand-in reply of the requested length, so later turns show real growth.
-                reply = tokenizer.decode(list(range(3, 3 + plan.max_tokens)))
-                plan = conversation.next_turn(reply)
+            session = start_session(synth, cid)
+            plans = session.next_step(None)
+            while plans:
+                rows.extend(_row(plan) for plan in plans)
+                # Stand-in replies of the requested length, so later steps show real growth.
+                replies = [tokenizer.decode(list(range(3, 3 + p.max_tokens))) for p in plans]
+                plans = session.next_step(replies)
     else:
         rows = [_row(synth.plan(i)) for i in range(samples)]
     if fmt == "table":
@@ -137,6 +141,7 @@ def _row(plan) -> dict[str, object]:  # plan: RequestPlan
     return {
         "index": plan.index,
         "turn": plan.turn if plan.conversation_id >= 0 else "",
+        "call": plan.branch if plan.branch >= 0 else "",
         "prefix_group": plan.prefix_group,
         "prompt_tokens": plan.expected_prompt_tokens,
         "max_tokens": plan.max_tokens,

@@ -142,15 +142,22 @@ def _on_test_start(environment: Any, **_: Any) -> None:
 def _on_test_stop(environment: Any, **_: Any) -> None:
     st = testplan.state(environment)
     if st.queue is not None:
-        # Arrivals that were due but never sent (the generator fell behind) still count.
+        # Arrivals (and sessions' later calls) that were due but never sent (the generator
+        # fell behind) still count; a later call due after the end was never scheduled.
         now = wall_now()
-        for index, scheduled_at in st.queue.untaken():
+        if st.sessions is not None:
+            untaken = st.sessions.untaken()
+        else:
+            untaken = [(str(i), -1, 0, at) for i, at in st.queue.untaken()]
+        for request_id, session_id, turn, scheduled_at in untaken:
             if scheduled_at <= now:
                 record = RequestRecord(
-                    request_id=str(index),
+                    request_id=request_id,
                     user_class="WorkloadUser",
                     worker=collect.process_name(environment),
                     open_loop=True,
+                    conversation_id=session_id,
+                    turn=turn,
                     scheduled_at=scheduled_at,
                     status=Status.CANCELLED.value,
                     error="not sent: the test ended before a user was free",

@@ -30,6 +30,7 @@ from vprof.common.clock import wall_now
 from vprof.common.errors import VprofError
 from vprof.locustfiles.collect import finished_workers, ship_to_master
 from vprof.locustfiles.options import effective_shape, opt
+from vprof.locustfiles.sessionqueue import SessionQueue
 from vprof.traffic.shape import TrafficShape, arrival_offsets, partition
 
 RUN_MESSAGE = "vprof_run"
@@ -57,6 +58,16 @@ class OpenLoopQueue:
         elif self.position < len(self.indices):
             index = self.indices[self.position]
             self.position += 1
+        else:
+            return None
+        return index, self.epoch + self.offsets[index]
+
+    def peek(self) -> tuple[int, float] | None:
+        """What ``take`` would return next, without taking it."""
+        if self.returned:
+            index = self.returned[-1]
+        elif self.position < len(self.indices):
+            index = self.indices[self.position]
         else:
             return None
         return index, self.epoch + self.offsets[index]
@@ -95,6 +106,8 @@ class ProcessState:
         self.worker_index = 0
         self.workers = 1
         self.queue: OpenLoopQueue | None = None
+        # open loop with a conversation or agent workload: sessions over the arrivals in queue
+        self.sessions: SessionQueue | None = None
         self._counter = 0
         self._synth: Any = None
         self._workload: Any = None
@@ -114,12 +127,15 @@ class ProcessState:
         self._synth = None
         self._model = None
         self.queue = None
+        self.sessions = None
         if config.shape and config.shape.get("kind") == "open-loop":
             shape = TrafficShape(**config.shape)
             offsets = arrival_offsets(shape, config.seed)
             self.queue = OpenLoopQueue(
                 config.epoch, offsets, partition(len(offsets), self.worker_index, self.workers)
             )
+            if self.workload().sessions:
+                self.sessions = SessionQueue(self.queue, self._start_session)
         self.config = config
         gevent.spawn(self._get_ready)
 
@@ -151,6 +167,11 @@ class ProcessState:
                 )
             gevent.sleep(0.01)
         return self.config
+
+    def _start_session(self, session_id: int) -> Any:
+        from vprof.workloads.sessions import start_session
+
+        return start_session(self.synthesizer(), session_id)
 
     @property
     def open_loop(self) -> bool:

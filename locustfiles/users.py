@@ -26,6 +26,7 @@ from locust.exception import StopUser
 import json
 import logging
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -40,6 +41,7 @@ from vprof.locustfiles.stream import NdjsonScanner, SseScanner, StreamError, Str
 from vprof.locustfiles.testplan import state
 from vprof.locustfiles.transport import ConnectError, Connection, ConnectTimeout, ResponseError
 from vprof.records.schema import FIELDS, RequestRecord, Status
+from vprof.workloads.sessions import start_session
 
 ENDPOINT_PATHS = {
     "completions": "/v1/completions",
@@ -104,7 +106,10 @@ class LLMUser(User):
             )
         except ValueError as exc:
             raise StopUser(f"cannot send to {self.host}: {exc}") from None
-        self._conversation: Any = None
+        # closed loop: this user's session, its step's calls not yet sent, their answers
+        self._session: Any = None
+        self._pending: list[Any] = []
+        self._answers: list[str] = []
         self._last_text: str | None = None
         self._failures = 0  # consecutive HTTP errors or connection failures (closed loop)
         # the next closed-loop request's index and the greenlet preparing it
@@ -129,18 +134,21 @@ class LLMUser(User):
     def _next_plan(self, index: int) -> Any:
         run = state(self.environment)
         synth = run.synthesizer()
-        if synth.workload.conversation is None or run.open_loop:
-            # Open-loop arrivals are independent requests: a multi-turn workload sends the
-            # first turn of conversation ``index`` (later turns need the reply: closed loop).
+        if not synth.workload.sessions or run.open_loop:
+            # Open-loop sessions are planned by their SessionQueue, which hands its calls in.
             return synth.plan(index)
-        # Multi-turn (closed loop): keep one conversation per user until it ends.
-        if self._conversation is not None:
-            plan = self._conversation.next_turn(self._last_text)
-            if plan is not None:
-                return plan
-        self._conversation = synth.start_conversation(index)
+        # Closed loop: keep one session per user until it ends, sending its calls one after
+        # another (a fan-out step's calls in turn); a failed call's answer counts as empty.
+        if self._session is not None:
+            self._answers.append(self._last_text or "")
+            if not self._pending:
+                self._pending, self._answers = self._session.next_step(self._answers), []
+            if self._pending:
+                return self._pending.pop(0)
+        self._session, self._answers = start_session(synth, index), []
+        self._pending = self._session.next_step(None)
         self._last_text = None
-        return self._conversation.next_turn(None)
+        return self._pending.pop(0)
 
     def body(self, plan: Any, endpoint: str) -> dict[str, Any]:
         """The JSON body: always streaming, usage requested, fixed lengths when asked."""
@@ -169,12 +177,13 @@ class LLMUser(User):
             body["temperature"] = self.temperature
         return body
 
-    def _prepare(self, index: int) -> _Prepared:
-        """Plan request ``index`` and encode it whole; a failure is kept for its record."""
+    def _prepare(self, index: int, plan: Any = None) -> _Prepared:
+        """Plan request ``index`` (or take ``plan``) and encode it whole; a failure is kept
+        for its record."""
         endpoint = self._endpoint()
         prepared = _Prepared(index, endpoint)
         try:
-            plan = self._next_plan(index)
+            plan = plan if plan is not None else self._next_plan(index)
             body = self.body(plan, endpoint)
             prepared.plan = plan
             prepared.prompt = body["prompt"] if endpoint == "generate" else ""
@@ -191,7 +200,7 @@ class LLMUser(User):
         if run.open_loop or self._next is not None:
             return
         try:
-            if run.synthesizer().workload.conversation is not None:
+            if run.synthesizer().workload.sessions:
                 return  # the next turn needs this one's answer
         except Exception:  # noqa: BLE001 - send() records it
             return
@@ -221,6 +230,9 @@ class LLMUser(User):
         if config is None:
             return  # the test ended before it began here
         scheduled_at = math.nan
+        if run.sessions is not None:
+            self._session_request(run.sessions, config.salt)
+            return
         if run.open_loop:
             assert run.queue is not None
             job = run.queue.take()
@@ -243,6 +255,32 @@ class LLMUser(User):
                            salt=config.salt, prepared=prepared)  # fmt: skip
         if not run.open_loop:  # open-loop arrivals keep their schedule; lag records the delay
             self._back_off(record)
+
+    def _session_request(self, sessions: Any, salt: str) -> None:
+        """Open-loop sessions: send the call that is due first — a new session's first, or a
+        later step's, due think time after the answers it needs — and hand its answer back."""
+        call = sessions.take(stopping=lambda: self._state == "stopping")
+        if call is None:
+            if self._state != "stopping":
+                gevent.sleep(0.5)  # this process's sessions are all over: idle until the end
+            return
+        try:
+            prepared = self._prepare(call.session_id, plan=call.plan)
+            if call.error is not None:
+                prepared.error = call.error
+            due = self._sleep_until(call.scheduled_at)
+        except BaseException:  # killed before it was due: the end-of-test sweep decides
+            sessions.give_back(call)
+            raise
+        if not due:
+            sessions.give_back(call)  # stopping before it was due: leave it to the end
+            return
+
+        def _done(record: RequestRecord) -> None:
+            sessions.finished(call, record, self._last_text)
+
+        self.send(call.session_id, call.scheduled_at, open_loop=True, salt=salt,
+                  prepared=prepared, on_record=_done)  # fmt: skip
 
     def _back_off(self, record: RequestRecord) -> None:
         """Wait before the next request after consecutive rejections (bounded exponential),
@@ -280,9 +318,10 @@ class LLMUser(User):
         open_loop: bool,
         salt: str = "",
         prepared: _Prepared | None = None,
+        on_record: Callable[[RequestRecord], None] | None = None,
     ) -> RequestRecord:
         """Send request ``index``, time its stream, emit its record and Locust stats, and
-        return the record."""
+        return the record. ``on_record`` sees the final record just before it is emitted."""
         clock = process_clock()
         if prepared is None or prepared.index != index:
             prepared = self._prepare(index)
@@ -297,6 +336,7 @@ class LLMUser(User):
         )
         scanner: SseScanner | NdjsonScanner | None = None
         result: StreamResult | None = None
+        self._last_text = None  # this request's answer, once it is in
         timeout_s = self.request_timeout_s or float(
             opt(self.environment, "request_timeout_s", DEFAULT_REQUEST_TIMEOUT_S)
         )
@@ -305,7 +345,8 @@ class LLMUser(User):
                 raise prepared.error
             plan = prepared.plan
             if plan.conversation_id >= 0:
-                record.request_id = f"c{plan.conversation_id}-t{plan.turn}"
+                branch = f"-b{plan.branch}" if plan.branch >= 0 else ""
+                record.request_id = f"c{plan.conversation_id}-t{plan.turn}{branch}"
             record.prefix_group = plan.prefix_group
             record.conversation_id = plan.conversation_id
             record.turn = plan.turn
@@ -360,6 +401,8 @@ class LLMUser(User):
                     record.itl_ms = partial.itl_ms
             record.finalize()
             self._last_finished_at = record.finished_at
+            if on_record is not None:
+                on_record(record)
             collect.emit(self.environment, _as_dict(record))
             if record.status != Status.CANCELLED.value:
                 self._report(record, ENDPOINT_PATHS[endpoint])

@@ -46,8 +46,9 @@ class RequestRecord:
     replica: str = ""  # the server (base URL) it went to, when a bench spreads load over several
     open_loop: bool = False
     prefix_group: int = -1  # -1: no shared prefix
-    conversation_id: int = -1  # -1: single-turn
-    turn: int = 0
+    conversation_id: int = -1  # -1: single-turn; else the session (conversation, agent chain)
+    turn: int = 0  # the session's step: a conversation's turn, an agent's call
+    session_last: bool = False  # open loop: this answer completed its session
     scheduled_at: float = NAN
     sent_at: float = NAN
     first_token_at: float = NAN
@@ -110,6 +111,7 @@ def arrow_schema():  # -> pyarrow.Schema, imported lazily
 
     types = {
         "open_loop": pa.bool_(),
+        "session_last": pa.bool_(),
         "itl_ms": pa.list_(pa.float64()),
     }
     for name in (

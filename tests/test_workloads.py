@@ -28,7 +28,8 @@ from vprof.workloads.spec import ConversationSpec, Distribution, PrefixSpec, Wor
 from vprof.workloads.synthesis import HFTokenizer, RequestSynthesizer, load_tokenizer
 
 PRESETS = ("chat", "long-prompt-short-answer", "rag-shared-prefix", "multi-turn",
-           "fixed-800-64", "tiny-smoke", "sample-trace")  # fmt: skip
+           "fixed-800-64", "tiny-smoke", "sample-trace", "chat-sessions",
+           "agent-fanout")  # fmt: skip
 
 
 @pytest.fixture(scope="module")

@@ -17,11 +17,14 @@ from vprof.common.numbers import MAX_TOKENS, check_number, number_hint, parse_nu
 from vprof.common.presets import YAML_SUFFIXES, Location, preset_files, preset_locations
 from vprof.common.suggest import did_you_mean
 from vprof.workloads.spec import (
+    AgentSpec,
     ConversationSpec,
     Distribution,
     PrefixSpec,
     PromptDataset,
+    ThinkTime,
     Workload,
+    think_time,
 )
 from vprof.workloads.trace import TraceSpec, load_trace
 
@@ -39,6 +42,7 @@ _TOP_KEYS = (
     "fixed_output",
     "prefix",
     "conversation",
+    "agent",
 )
 KINDS = ("synthetic", "trace")
 # kind: trace takes the trace's settings instead of lengths, prefixes and conversations.
@@ -54,7 +58,8 @@ _TRACE_KEYS = (
 )
 _TRACE_TOP_KEYS = ("name", "description", "kind", "endpoint", "seed", "fixed_output", *_TRACE_KEYS)
 _PREFIX_KEYS = ("groups", "length_tokens", "popularity", "zipf_s", "share")
-_CONVERSATION_KEYS = ("turns", "user_tokens", "max_context_tokens")
+_CONVERSATION_KEYS = ("turns", "user_tokens", "max_context_tokens", "think_time_s")
+_AGENT_KEYS = ("steps", "tool_tokens", "fan_out", "think_time_s", "max_context_tokens")
 # keys whose values are strings wherever they appear: YAML's 1.10 arrives as "1.10"
 _STRING_KEYS = frozenset({"name", "description", "endpoint", "kind", "popularity", "file"})
 # a file of lengths or prompts is data, not config, but is read whole: a bound keeps a wrong
@@ -145,6 +150,7 @@ def workload_from_dict(
     conversation = (
         _conversation(data["conversation"], loc) if data.get("conversation") is not None else None
     )
+    agent = _agent(data["agent"], loc) if data.get("agent") is not None else None
     fixed_output = _fixed_output(data, loc)
     try:
         return Workload(
@@ -159,6 +165,7 @@ def workload_from_dict(
             seed=data.get("seed", 0),
             dataset=dataset,
             source=source,
+            agent=agent,
         )
     except WorkloadError as exc:
         raise loc.error((exc.key or "",), exc.message) from None
@@ -416,8 +423,56 @@ def _conversation(value: Any, loc: _Located) -> ConversationSpec:
         if value.get("user_tokens") is not None
         else None
     )
+    think = _think_time(value.get("think_time_s"), keys + ("think_time_s",), loc)
     try:
-        return ConversationSpec(turns, user, value.get("max_context_tokens"))
+        return ConversationSpec(turns, user, value.get("max_context_tokens"), think)
+    except WorkloadError as exc:
+        raise loc.error(keys + (exc.key or "",), exc.message) from None
+
+
+def _think_time(value: Any, keys: tuple[str, ...], loc: _Located) -> ThinkTime | None:
+    if value is None:
+        return None
+    if isinstance(value, str) and number_hint(value):
+        raise loc.error(keys, f"must be a number of seconds, got {value!r}", number_hint(value))
+    if not isinstance(value, (int, float, Mapping)) or isinstance(value, bool):
+        raise loc.error(
+            keys,
+            f"must be seconds or a distribution (e.g. {{kind: exponential, mean: 2}}), "
+            f"got {value!r}",
+        )
+    try:
+        return think_time(value)
+    except WorkloadError as exc:
+        sub = keys + (str(exc.key),) if exc.key and isinstance(value, Mapping) else keys
+        raise loc.error(sub, exc.message) from None
+
+
+def _agent(value: Any, loc: _Located) -> AgentSpec:
+    keys = ("agent",)
+    if not isinstance(value, Mapping):
+        raise loc.error(keys, f"must be a mapping ({', '.join(_AGENT_KEYS)})")
+    for key in value:
+        if key not in _AGENT_KEYS:
+            raise loc.error(
+                keys + (str(key),),
+                f"unknown key{did_you_mean(key, _AGENT_KEYS)}",
+                hint=f"agent keys are {', '.join(_AGENT_KEYS)}",
+            )
+    for key, what in (("steps", "how many calls a session chains"),
+                      ("tool_tokens", "how long each synthetic tool result is")):  # fmt: skip
+        if key not in value:
+            raise loc.error(keys + (key,), f"missing: {what}")
+    steps = _distribution(value["steps"], keys + ("steps",), loc)
+    tool = _distribution(value["tool_tokens"], keys + ("tool_tokens",), loc)
+    fan = (
+        _distribution(value["fan_out"], keys + ("fan_out",), loc)
+        if value.get("fan_out") is not None
+        else None
+    )
+    think = _think_time(value.get("think_time_s"), keys + ("think_time_s",), loc)
+    try:
+        return AgentSpec(steps, tool, fan, think, value.get("max_context_tokens"))
     except WorkloadError as exc:
         raise loc.error(keys + (exc.key or "",), exc.message) from None
 

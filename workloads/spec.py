@@ -324,16 +324,126 @@ class PrefixSpec:
         return out
 
 
+THINK_KINDS = ("fixed", "uniform", "exponential", "lognormal")
+# A think time or tool delay longer than a day is a typo (and would park a session for good).
+MAX_THINK_S = 86_400.0
+_THINK_REQUIRED: dict[str, tuple[tuple[str, ...], ...]] = {
+    "fixed": (("value",),),
+    "uniform": (("min", "max"),),
+    "exponential": (("mean",),),
+    "lognormal": (("mean", "sigma"), ("median", "sigma")),
+}
+_THINK_ALLOWED: dict[str, frozenset[str]] = {
+    "fixed": frozenset({"value"}),
+    "uniform": frozenset({"min", "max"}),
+    "exponential": frozenset({"mean", "max"}),
+    "lognormal": frozenset({"mean", "median", "sigma", "max"}),
+}
+
+
+@dataclass(frozen=True)
+class ThinkTime:
+    """A distribution of seconds between one answer and the session's next request: ``fixed``
+    (``value``), ``uniform`` (``min``, ``max``), ``exponential`` (``mean``) or ``lognormal``
+    (``sigma`` with ``mean`` or ``median``). Samples are clipped to ``[0, max]``."""
+
+    kind: str
+    params: Mapping[str, float] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.params, FrozenParams):
+            object.__setattr__(self, "params", FrozenParams(self.params))
+        if self.kind not in THINK_KINDS:
+            raise WorkloadError(
+                f"unknown think-time kind {self.kind!r}{did_you_mean(self.kind, THINK_KINDS)}; "
+                f"choose one of {', '.join(THINK_KINDS)}",
+                key="kind",
+            )
+        p = self.params
+        for key in p:
+            if key not in _THINK_ALLOWED[self.kind]:
+                allowed = sorted(_THINK_ALLOWED[self.kind])
+                raise WorkloadError(
+                    f"{self.kind} think times take no {key!r}{did_you_mean(key, allowed)}; "
+                    f"they take {', '.join(allowed)}",
+                    key=key,
+                )
+        alternatives = _THINK_REQUIRED[self.kind]
+        if not any(all(k in p for k in alt) for alt in alternatives):
+            wanted = " or ".join("+".join(alt) for alt in alternatives)
+            raise WorkloadError(f"a {self.kind} think time needs {wanted}", key=self.kind)
+        for key, value in p.items():
+            check_number(value, minimum=0, maximum=MAX_THINK_S if key != "sigma" else 10,
+                         above=0 if key in ("sigma", "median") or
+                         (key == "mean" and self.kind == "lognormal") else None,
+                         error=WorkloadError, key=key)  # fmt: skip
+        if "min" in p and "max" in p and p["min"] > p["max"]:
+            raise WorkloadError(f"min ({p['min']:g}) is larger than max ({p['max']:g})", key="min")
+        if "mean" in p and "median" in p:
+            raise WorkloadError("give mean or median, not both", key="median")
+        object.__setattr__(self, "params", FrozenParams({k: float(v) for k, v in p.items()}))
+
+    def sample(self, rng: random.Random) -> float:
+        """One think time in seconds, drawn with ``rng``."""
+        p = self.params
+        if self.kind == "fixed":
+            x = p["value"]
+        elif self.kind == "uniform":
+            x = rng.uniform(p["min"], p["max"])
+        elif self.kind == "exponential":
+            x = rng.expovariate(1.0 / p["mean"]) if p["mean"] > 0 else 0.0
+        else:
+            mu = (
+                math.log(p["median"])
+                if "median" in p
+                else math.log(p["mean"]) - p["sigma"] ** 2 / 2.0
+            )
+            x = rng.lognormvariate(mu, p["sigma"])
+        return min(max(x, 0.0), p.get("max", MAX_THINK_S))
+
+    def mean(self) -> float:
+        """The expected think time in seconds, before clipping."""
+        p = self.params
+        if self.kind == "fixed":
+            return p["value"]
+        if self.kind == "uniform":
+            return (p["min"] + p["max"]) / 2.0
+        if self.kind == "exponential" or "mean" in p:
+            return p["mean"]
+        return p["median"] * math.exp(p["sigma"] ** 2 / 2.0)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, **{k: _num(v) for k, v in self.params.items()}}
+
+
+def think_time(value: Any) -> ThinkTime:
+    """A ThinkTime from YAML data: a number of seconds (fixed) or a mapping with a ``kind``."""
+    if isinstance(value, Mapping):
+        spec = dict(value)
+        kind = spec.pop("kind", None)
+        if kind is None:
+            raise WorkloadError(
+                "a think time needs a kind (fixed, uniform, exponential or lognormal)", key=""
+            )
+        return ThinkTime(str(kind), spec)
+    check_number(value, minimum=0, maximum=MAX_THINK_S, error=WorkloadError, key="")
+    return ThinkTime("fixed", {"value": value})
+
+
 @dataclass(frozen=True)
 class ConversationSpec:
     """Multi-turn chat: each turn resends the history (previous messages plus the assistant's
     actual reply) and adds a new user message of ``user_tokens`` (default: the workload's
     ``prompt_tokens``). A conversation ends after ``turns`` turns, or earlier when the next
-    request would exceed ``max_context_tokens`` (prompt plus requested output)."""
+    request would exceed ``max_context_tokens`` (prompt plus requested output).
+
+    Open loop, conversations arrive at the traffic's rate and each next turn is due
+    ``think_time_s`` (drawn per turn; none: at once) after the previous answer ended."""
 
     turns: Distribution
     user_tokens: Distribution | None = None
     max_context_tokens: int | None = None
+    think_time_s: ThinkTime | None = None
 
     def __post_init__(self) -> None:
         if self.max_context_tokens is not None:
@@ -352,7 +462,50 @@ class ConversationSpec:
             out["user_tokens"] = self.user_tokens.to_dict()
         if self.max_context_tokens is not None:
             out["max_context_tokens"] = self.max_context_tokens
+        if self.think_time_s is not None:
+            out["think_time_s"] = self.think_time_s.to_dict()
         return out
+
+
+@dataclass(frozen=True)
+class AgentSpec:
+    """Agent-style sessions: a chain of ``steps`` calls sharing one growing context.
+
+    The first step sends the system prompt (the workload's ``prefix``) and a task of
+    ``prompt_tokens``; every later call sends the whole context so far — each earlier call's
+    message and answer — plus a synthetic tool result of ``tool_tokens``. A step makes
+    ``fan_out`` calls at once (drawn per step; default 1), each with its own tool result, and the
+    next step waits for all of them, then ``think_time_s`` more (the tools' running time).
+    """
+
+    steps: Distribution
+    tool_tokens: Distribution
+    fan_out: Distribution | None = None
+    think_time_s: ThinkTime | None = None
+    max_context_tokens: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.fan_out is not None and self.fan_out.upper_bound() > MAX_FAN_OUT:
+            raise WorkloadError(f"at most {MAX_FAN_OUT} calls at once", key="fan_out")
+        if self.max_context_tokens is not None:
+            check_number(self.max_context_tokens, minimum=1, maximum=MAX_TOKENS, integer=True,
+                         error=WorkloadError, key="max_context_tokens")  # fmt: skip
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "steps": self.steps.to_dict(),
+            "tool_tokens": self.tool_tokens.to_dict(),
+        }
+        if self.fan_out is not None:
+            out["fan_out"] = self.fan_out.to_dict()
+        if self.think_time_s is not None:
+            out["think_time_s"] = self.think_time_s.to_dict()
+        if self.max_context_tokens is not None:
+            out["max_context_tokens"] = self.max_context_tokens
+        return out
+
+
+MAX_FAN_OUT = 1024
 
 
 @dataclass(frozen=True)
@@ -391,6 +544,7 @@ class Workload:
     dataset: PromptDataset | None = None
     source: str = field(default="", compare=False)
     trace: TraceSpec | None = None  # kind: trace; prompt/output_tokens are then its lengths
+    agent: AgentSpec | None = None
 
     @property
     def kind(self) -> str:
@@ -406,6 +560,17 @@ class Workload:
             )
         if self.conversation is not None and self.endpoint != "chat":
             raise WorkloadError("multi-turn conversations need endpoint: chat", key="conversation")
+        if self.agent is not None:
+            if self.endpoint != "chat":
+                raise WorkloadError("agent sessions need endpoint: chat", key="agent")
+            if self.conversation is not None:
+                raise WorkloadError(
+                    "a workload is either conversations or agent sessions, not both", key="agent"
+                )
+            if self.dataset is not None:
+                raise WorkloadError(
+                    "real prompts from a file are single-turn; drop the agent section", key="agent"
+                )
         if self.conversation is not None and self.dataset is not None:
             raise WorkloadError(
                 "real prompts from a file are single-turn; drop the conversation section",
@@ -414,7 +579,10 @@ class Workload:
         if not isinstance(self.seed, int) or isinstance(self.seed, bool):
             raise WorkloadError(f"must be an integer, got {self.seed!r}", key="seed")
         if self.trace is not None and (
-            self.prefix is not None or self.conversation is not None or self.dataset is not None
+            self.prefix is not None
+            or self.conversation is not None
+            or self.dataset is not None
+            or self.agent is not None
         ):
             raise WorkloadError(
                 "a trace brings its own lengths and prefixes; drop prefix, conversation and "
@@ -433,6 +601,14 @@ class Workload:
         prefix = self.prefix.length_tokens if self.prefix else 0
         prompt = 0 if self.dataset is not None else self.prompt_tokens.upper_bound()
         output = self.output_tokens.upper_bound()
+        if self.agent is not None:
+            agent = self.agent
+            fan = agent.fan_out.upper_bound() if agent.fan_out else 1
+            calls = 1 + (agent.steps.upper_bound() - 1) * fan
+            longest = prefix + prompt + output + calls * (agent.tool_tokens.upper_bound() + output)
+            if agent.max_context_tokens is not None:
+                longest = min(longest, agent.max_context_tokens)
+            return longest
         if self.conversation is None:
             return prefix + prompt + output
         conv = self.conversation
@@ -480,4 +656,12 @@ class Workload:
             out["prefix"] = self.prefix.to_dict()
         if self.conversation is not None:
             out["conversation"] = self.conversation.to_dict()
+        if self.agent is not None:
+            out["agent"] = self.agent.to_dict()
         return out
+
+    @property
+    def sessions(self) -> bool:
+        """True when requests come in sessions (conversations or agent chains), whose later
+        requests need the earlier answers."""
+        return self.conversation is not None or self.agent is not None

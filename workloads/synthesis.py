@@ -126,6 +126,7 @@ class RequestPlan:
     prefix_group: int = -1
     conversation_id: int = -1
     turn: int = 0
+    branch: int = -1  # an agent step's parallel call (-1: the step's only call)
 
     def request_body(self, model: str) -> dict[str, Any]:
         """The JSON body for ``/v1/completions`` or ``/v1/chat/completions`` (not streaming)."""
@@ -339,6 +340,10 @@ class RequestSynthesizer:
             first = self.start_conversation(index).next_turn(None)
             assert first is not None  # a conversation has at least one turn
             return first
+        if w.agent is not None:
+            from vprof.workloads.sessions import start_session  # builds on this module
+
+            return start_session(self, index).next_step(None)[0]
         lengths = self._lengths_rng(index)
         group = self._choose_group(lengths)
         body_tokens = w.prompt_tokens.sample(lengths)
@@ -398,6 +403,10 @@ class RequestSynthesizer:
             rng = self._lengths_rng("conversation", index, 0)
             user = w.conversation.user_tokens or w.prompt_tokens
             prompt, output = user.sample(rng), w.output_tokens.sample(rng)
+        elif w.agent is not None:  # the task: the first call of the chain
+            group = self._choose_group(self._lengths_rng("agent", index))
+            rng = self._lengths_rng("agent", index, 0)
+            prompt, output = w.prompt_tokens.sample(rng), w.output_tokens.sample(rng)
         else:
             rng = self._lengths_rng(index)
             group = self._choose_group(rng)
