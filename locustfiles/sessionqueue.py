@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import logging
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -23,6 +24,7 @@ import gevent.event
 
 from vprof.common.clock import process_clock
 
+_log = logging.getLogger(__name__)
 LEAD_S = 0.05  # take a call this long before it is due: planning and encoding fit in it
 IDLE_POLL_S = 0.25  # a free user with nothing due looks again this often (or when woken)
 
@@ -129,7 +131,13 @@ class SessionQueue:
         if live.failed:  # a step without its answers cannot go on
             del self._live[call.session_id]
             return
-        plans = live.session.next_step([a or "" for a in live.answers])
+        try:
+            plans = live.session.next_step([a or "" for a in live.answers])
+        except Exception:  # noqa: BLE001 - this answer's record must still be emitted
+            _log.exception("session %d: its next step could not be planned; it ends here",
+                           call.session_id)  # fmt: skip
+            del self._live[call.session_id]
+            return
         if not plans:
             del self._live[call.session_id]
             record.session_last = True

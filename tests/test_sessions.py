@@ -171,6 +171,34 @@ def test_the_queue_schedules_a_later_step_think_time_after_its_last_answer(token
     assert queue.untaken() == [("c2-t0", 2, 0, 1007.0)]
 
 
+def test_a_step_that_cannot_be_planned_ends_its_session_and_keeps_the_answer(tokenizer, caplog):
+    from vprof.locustfiles.sessionqueue import SessionQueue
+    from vprof.locustfiles.testplan import OpenLoopQueue
+
+    workload = workload_from_dict({**CHAT, "agent": {"steps": 3, "tool_tokens": 5}})
+    synth = RequestSynthesizer(workload, tokenizer)
+
+    def broken(i):
+        session = start_session(synth, i)
+        first = session.next_step(None)
+
+        def next_step(answers):
+            if answers is None:
+                return first
+            raise ValueError("no tokenizer today")
+
+        session.next_step = next_step
+        return session
+
+    queue = SessionQueue(OpenLoopQueue(epoch=0.0, offsets=[0.0], indices=range(1)), broken)
+    call = queue.take(lambda: False)
+    record = SimpleNamespace(status="ok", finished_at=1.0, session_last=False)
+    queue.finished(call, record, " fine")  # the record's caller goes on to emit it
+    assert record.session_last is False
+    assert "could not be planned" in caplog.text
+    assert queue.take(lambda: False) is None and queue.untaken() == []
+
+
 # --- real Locust against the emulator ---------------------------------------------------------
 
 
