@@ -249,3 +249,30 @@ def test_round_robin_splits_evenly_in_open_loop_over_two_processes(tmp_path, rep
     fast, slow = _check_replicas(run, replicas)
     assert run["meta"]["balance"] == "round-robin"
     assert abs(fast["requests"] - slow["requests"]) <= 2  # each process alternates its share
+
+
+# -- the summary table -----------------------------------------------------------------------
+def test_summarize_shows_a_per_replica_table_and_json_stays_one_document(tmp_path):
+    from test_analysis_data import synth_records, write_run
+
+    from vprof.cli.main import cli
+
+    fast, slow = synth_records(100, seed=1, ttft_ms=40), synth_records(100, seed=2, ttft_ms=160)
+    for rec in fast:
+        rec.replica = A
+    for rec in slow:
+        rec.replica = B
+    run = write_run(tmp_path / "two", fast + slow)
+    meta = json.loads((run / "run.json").read_text())
+    meta |= {"url": A, "urls": [A, B], "balance": "round-robin", "metrics_from": A}
+    (run / "run.json").write_text(json.dumps(meta))
+    table = CliRunner().invoke(cli, ["summarize", str(run)])
+    assert table.exit_code == 0, table.output
+    lines = table.output.splitlines()
+    assert any(line.startswith("metrics_from") and f"{A} only (of 2)" in line for line in lines)
+    header = next(line for line in lines if line.startswith("run ") and "replica" in line)
+    assert "request_throughput" in header and "p95_ttft_ms" in header
+    assert sum(1 for line in lines if A in line or B in line) >= 2
+    document = CliRunner().invoke(cli, ["summarize", str(run), "--format", "json"])
+    (summary,) = json.loads(document.stdout)
+    assert set(summary["per_replica"]) == {A, B} and summary["replicas"] == 2
