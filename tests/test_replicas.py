@@ -10,6 +10,7 @@ faster replica in closed loop.
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -187,9 +188,9 @@ def _served(url: str) -> float:
     return scrape(url)["vllm:request_success_total"]
 
 
-def _bench(tmp_path: Path, urls: tuple[str, str], shape: str, *args: str) -> dict:
-    """``vprof bench --url FAST --url SLOW``; the run's summary, records and what each
-    emulator says it served meanwhile."""
+def _bench(tmp_path: Path, urls: tuple[str, ...], shape: str, *args: str) -> dict:
+    """``vprof bench --url FAST --url SLOW`` (or one ``--url``); the run's summary, records
+    and what each emulator says it served meanwhile."""
     import pyarrow.compute as pc
 
     from vprof.cli.main import cli
@@ -201,7 +202,7 @@ def _bench(tmp_path: Path, urls: tuple[str, str], shape: str, *args: str) -> dic
         "endpoint: completions\nprompt_tokens: 16\noutput_tokens: 4\nfixed_output: true\n"
     )
     before = [_served(url) for url in urls]
-    argv = ["bench", "two-emulators", "--url", urls[0], "--url", urls[1],
+    argv = ["bench", "emulators", *(arg for url in urls for arg in ("--url", url)),
             "--traffic", str(tmp_path / "t.yaml"), "--workload", str(tmp_path / "w.yaml"),
             "--out", str(tmp_path / "out"), "--format", "json", *args]  # fmt: skip
     result = CliRunner().invoke(cli, argv, catch_exceptions=False)
@@ -243,9 +244,24 @@ def test_least_outstanding_sends_the_faster_replica_more_in_closed_loop(tmp_path
     assert fast["completed"] > 4 * slow["completed"]
 
 
-def test_round_robin_splits_evenly_in_open_loop_over_two_processes(tmp_path, replicas):
-    shape = "kind: open-loop\nprocess: constant\nrate_rps: 20\nduration_s: 5\nwarmup_s: 1\n"
-    run = _bench(tmp_path, replicas, shape, "--balance", "round-robin", "--processes", "2")
+OPEN_LOOP = "kind: open-loop\nprocess: constant\nrate_rps: {}\nduration_s: 5\nwarmup_s: 1\n"
+
+
+@pytest.fixture(scope="module")
+def open_loop(tmp_path_factory, replicas) -> dict[str, dict]:
+    """20 req/s round-robin over both replicas (two Locust processes), and 10 req/s to the
+    fast one alone: the same profile label and workload, for the plan's scaling check."""
+    root = tmp_path_factory.mktemp("open-loop")
+    (root / "two").mkdir()
+    (root / "one").mkdir()
+    two = _bench(root / "two", replicas, OPEN_LOOP.format(20), "--balance", "round-robin",
+                 "--processes", "2")  # fmt: skip
+    one = _bench(root / "one", replicas[:1], OPEN_LOOP.format(10))
+    return {"two": two, "one": one}
+
+
+def test_round_robin_splits_evenly_in_open_loop_over_two_processes(open_loop, replicas):
+    run = open_loop["two"]
     fast, slow = _check_replicas(run, replicas)
     assert run["meta"]["balance"] == "round-robin"
     assert abs(fast["requests"] - slow["requests"]) <= 2  # each process alternates its share
@@ -276,3 +292,21 @@ def test_summarize_shows_a_per_replica_table_and_json_stays_one_document(tmp_pat
     document = CliRunner().invoke(cli, ["summarize", str(run), "--format", "json"])
     (summary,) = json.loads(document.stdout)
     assert set(summary["per_replica"]) == {A, B} and summary["replicas"] == 2
+
+
+def test_plan_checks_linear_scaling_against_the_measured_two_replica_run(open_loop):
+    """Throughput scaled (two replicas at 10 req/s each served 2 × what one did at 10 req/s),
+    but the SLO did not: the slow replica's 200 ms first tokens miss it."""
+    from vprof.analysis import plan
+
+    runs = [Path(open_loop[k]["summary"]["path"]) for k in ("one", "two")]
+    single = open_loop["one"]["summary"]
+    assert "replicas" not in single and single["offered_load"] == 10
+    (p,) = plan(runs, target_rps=40, slo="ttft_p95=100ms", headroom=0.0).profiles
+    # Not quite 100 %: a run's throughput window ends with its last answer, 200 ms later on
+    # the slow replica, in a window of about 4 s.
+    assert 0.9 < p.scaling_efficiency <= 1.02
+    assert any("measured with 2 replicas at 10 req/s each" in n for n in p.notes)
+    assert any("linear scaling did not hold at the SLO" in n for n in p.notes)
+    efficiency = min(p.scaling_efficiency, 1.0)
+    assert p.replicas == math.ceil(40 / (p.sustainable_rps * efficiency) - 1e-9)
