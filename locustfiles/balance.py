@@ -118,7 +118,7 @@ def check_replicas(urls: Sequence[str], key: str = "--url") -> tuple[str, ...]:
             raise RunError(
                 f"{url!r} names the same server as {seen[same]!r}: each replica once",
                 key=key,
-                hint="give each server's address once (two --url for two servers)",
+                hint="give each server's address once",
             )
         seen[same] = url
         checked.append(text)

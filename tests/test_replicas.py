@@ -310,3 +310,28 @@ def test_plan_checks_linear_scaling_against_the_measured_two_replica_run(open_lo
     assert any("linear scaling did not hold at the SLO" in n for n in p.notes)
     efficiency = min(p.scaling_efficiency, 1.0)
     assert p.replicas == math.ceil(40 / (p.sustainable_rps * efficiency) - 1e-9)
+
+
+def test_plain_locust_spreads_over_hosts_and_refuses_a_repeated_one(tmp_path, replicas):
+    import subprocess
+    import sys
+
+    from locust_run import LOCUSTFILE, run_headless
+
+    from vprof.analysis import summarize_run
+
+    hosts = ",".join(replicas)
+    run_headless(replicas[0], tmp_path / "run", "--hosts", hosts, "--balance", "round-robin",
+                 "--workload", "tiny-smoke", "-u", "2", "-r", "2", "-t", "3s")  # fmt: skip
+    summary = summarize_run(tmp_path / "run")
+    assert set(summary["per_replica"]) == set(replicas)
+    fast, slow = (summary["per_replica"][url] for url in replicas)
+    assert abs(fast["requests"] - slow["requests"]) <= 1  # in turn
+    assert fast["median_ttft_ms"] < FAST_MS + 15 and slow["median_ttft_ms"] >= SLOW_MS
+    repeated = subprocess.run(
+        [sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--headless", "-t", "1s",
+         "--hosts", f"{replicas[0]},{replicas[0]}/", "--run-dir", str(tmp_path / "bad")],
+        capture_output=True, text=True, timeout=120, cwd=tmp_path,
+    )  # fmt: skip
+    assert repeated.returncode == 2
+    assert "--hosts:" in repeated.stderr and "names the same server" in repeated.stderr
