@@ -34,6 +34,7 @@ class SummaryKey(StrEnum):
     REPLICAS = "replicas"  # servers a run spread its load over (absent: one)
     PER_REPLICA = "per_replica"
     GPUS_PER_REPLICA = "gpus_per_replica"
+    METRICS_FROM = "metrics_from"  # several replicas: the one /metrics was sampled from
     # requests
     REQUESTS = "requests"
     EXCLUDED_WARMUP = "excluded_warmup"
@@ -119,14 +120,18 @@ SUMMARY_TABLE_KEYS: tuple[str, ...] = (
     K.TRACE_IMPLIED_HIT_RATE,
     K.CACHED_TOKEN_SHARE, K.PROMPT_TOKEN_MISMATCH_RATE, K.MEAN_PROMPT_TOKEN_EXCESS,
     K.NUM_PREEMPTIONS, K.MAX_KV_CACHE_USAGE_PERC,
-    K.MAX_NUM_REQUESTS_WAITING, K.METRICS_SCRAPE_MAX_MS, K.METRICS_WARNING,
+    K.MAX_NUM_REQUESTS_WAITING, K.METRICS_FROM, K.METRICS_SCRAPE_MAX_MS, K.METRICS_WARNING,
     K.LOADGEN_MAX_CPU_PERCENT, K.LOADGEN_LOOP_LAG_P99_MS,
     K.LOADGEN_VERDICT, K.CLIENT_LIMITED, K.CLIENT_LIMITED_BY, K.SLO, K.SLO_BASIS, K.SLO_MET,
 )  # fmt: skip
 # Rows of the table shown only when some run has something to say there (not zero or empty).
 SHOWN_WHEN_NONZERO = frozenset(
     {K.FAILURES_BY_CAUSE, K.CANCELLED, K.NOT_SENT, K.HELD_BACK, K.HELD_BACK_S, K.UNANSWERED_RATE,
-     K.CLIENT_LIMITED_BY, K.METRICS_WARNING}
+     K.CLIENT_LIMITED_BY, K.METRICS_WARNING, K.METRICS_FROM}
+)  # fmt: skip
+# The columns of the per-replica table (after run and replica), from a summary's per_replica.
+REPLICA_TABLE_KEYS: tuple[str, ...] = (
+    K.REQUESTS, K.COMPLETED, K.REQUEST_THROUGHPUT, K.MEDIAN_TTFT_MS, K.P95_TTFT_MS, "p99_ttft_ms",
 )  # fmt: skip
 
 

@@ -38,6 +38,7 @@ class Level:
     repeats: int = 1  # runs merged into this level
     servers: int = 1  # replicas the run spread its load over
     gpus_per_replica: int | None = None
+    workload: str | None = None
 
 
 @dataclass(frozen=True)
@@ -203,6 +204,7 @@ def _level(summary: dict[str, Any], slo: Slo) -> Level:
         client_limited=client_limited,
         servers=int(summary.get(K.REPLICAS) or 1),
         gpus_per_replica=summary.get(K.GPUS_PER_REPLICA),
+        workload=str(summary[K.WORKLOAD]) if summary.get(K.WORKLOAD) is not None else None,
         offered=(
             (float(summary[K.OFFERED_LOAD]), str(summary.get(K.OFFERED_LOAD_UNIT, "")))
             if summary.get(K.OFFERED_LOAD) is not None
@@ -240,40 +242,117 @@ def _plan_profile(
     name: str, levels: list[Level], target: float, headroom: float, slo_text: str
 ) -> ProfilePlan:
     """One profile's plan: from its single-replica levels, checked against its multi-replica
-    levels when there are some."""
+    levels when there are some (see :func:`_scaling_check`)."""
     single = [lv for lv in levels if lv.servers == 1]
     several = [lv for lv in levels if lv.servers > 1]
     gpus = next((lv.gpus_per_replica for lv in levels if lv.gpus_per_replica), None)
-    plan = _plan_single(name, single or levels, target, headroom, slo_text)
-    efficiency = _scaling_efficiency(single, several) if single and several else None
+    if not single:
+        # only runs over several replicas: plan on what each replica served among the others
+        plan = _plan_single(name, [_per_replica(lv) for lv in several], target, headroom,
+                            slo_text)  # fmt: skip
+        note = (
+            "measured only with several replicas: the rate per replica is each run's total "
+            "over its replicas, so the plan already includes how they scaled together"
+        )
+        return dataclasses.replace(plan, notes=(*plan.notes, note), gpus_per_replica=gpus)
+    plan = _plan_single(name, single, target, headroom, slo_text)
+    efficiency, notes = _scaling_check(single, several) if several else (None, [])
     if efficiency is not None and efficiency < 1 and plan.sustainable_rps is not None:
         # replicas lose some of their rate together: plan on what was measured
         plan = _plan_single(name, single, target, headroom, slo_text, efficiency=efficiency)
-    if efficiency is not None:
-        k = several[0].servers
-        note = (
-            f"measured with {k} replicas: {efficiency:.0%} of {k}× one replica's rate at the "
-            "same load per replica" + ("; the plan counts on it" if efficiency < 1 else "")
-        )
-        plan = dataclasses.replace(plan, notes=(*plan.notes, note))
+    plan = dataclasses.replace(plan, notes=(*plan.notes, *notes))
     return dataclasses.replace(plan, gpus_per_replica=gpus, scaling_efficiency=efficiency)
 
 
-def _scaling_efficiency(single: list[Level], several: list[Level]) -> float | None:
-    """A multi-replica level's rate against its replicas × one replica's rate at the same load
-    per replica (the single level whose offered load is closest); None when not comparable."""
-    ratios = []
+def _per_replica(level: Level) -> Level:
+    """A multi-replica level as the load and rate of one of its replicas."""
+    k = level.servers
+    offered = (level.offered[0] / k, level.offered[1]) if level.offered else None
+    return dataclasses.replace(level, rps=level.rps / k, offered=offered)
+
+
+# A multi-replica level is compared with one replica at the same load per replica: the load
+# of a single-replica level (or the span between two) must be this close to it.
+SAME_LOAD = 0.10
+
+
+def _scaling_check(single: list[Level], several: list[Level]) -> tuple[float | None, list[str]]:
+    """How the measured multi-replica levels scaled, and what the plan should say about it.
+
+    Scaling efficiency = a multi-replica level's throughput / (its replicas × one replica's
+    throughput at the same offered load per replica), one replica's being interpolated on
+    the single-replica levels of the same workload and load unit. Levels only compare when
+    that load lies within the single-replica levels' span (±10 %). The lowest efficiency
+    seen is the one the plan uses. A multi-replica level that missed the SLO where one
+    replica met it at that load is named too: throughput scaled, latency did not.
+    """
+    ratios: list[float] = []
+    notes: list[str] = []
     for multi in several:
+        k = multi.servers
         if multi.offered is None or math.isnan(multi.rps):
+            notes.append(f"{multi.run} ({k} replicas) says no offered load: scaling not checked")
             continue
-        per_replica = multi.offered[0] / multi.servers
-        alike = [lv for lv in single if lv.offered and lv.offered[1] == multi.offered[1]
-                 and not math.isnan(lv.rps) and lv.rps > 0]  # fmt: skip
-        if not alike:
+        load, unit = multi.offered[0] / k, multi.offered[1]
+        alike = _comparable(single, multi)
+        one = _at_load(alike, load)
+        if one is None:
+            loads = [lv.offered[0] for lv in alike if lv.offered]
+            span = f"they span {loads[0]:g}–{loads[-1]:g} {unit}" if loads else (
+                "there are none of its workload"
+            )  # fmt: skip
+            notes.append(
+                f"{multi.run} ({k} replicas, {load:g} {unit} each): no single-replica run at "
+                f"that load to compare with ({span}); scaling not checked"
+            )
             continue
-        closest = min(alike, key=lambda lv: abs(lv.offered[0] - per_replica))  # type: ignore[index]
-        ratios.append(multi.rps / (multi.servers * closest.rps))
-    return min(ratios) if ratios else None
+        rps_one, passed_one = one
+        efficiency = multi.rps / (k * rps_one)
+        ratios.append(efficiency)
+        notes.append(
+            f"measured with {k} replicas at {load:g} {unit} each: {multi.rps:.2f} req/s, "
+            f"{efficiency:.0%} of {k} × one replica's {rps_one:.2f} req/s at that load"
+            + ("; the plan counts on it" if efficiency < 1 else "")
+        )
+        if passed_one and not multi.passed:
+            missed = "; ".join(_check_text(c) for c in multi.checks if not c["met"])
+            notes.append(
+                f"linear scaling did not hold at the SLO: {k} replicas at {load:g} {unit} each "
+                f"missed it ({missed or 'run ' + multi.state}) where one replica met it at that "
+                "load; plan with fewer requests per replica, or measure more multi-replica levels"
+            )
+    return (min(ratios) if ratios else None), notes
+
+
+def _comparable(single: list[Level], multi: Level) -> list[Level]:
+    """The single-replica levels of ``multi``'s workload and load unit, repeats merged, by
+    offered load."""
+    unit = multi.offered[1] if multi.offered else None
+    alike = [
+        lv
+        for lv in single
+        if lv.offered and lv.offered[1] == unit and lv.workload == multi.workload
+        and not math.isnan(lv.rps)
+    ]  # fmt: skip
+    return sorted(_merge_repeats(alike), key=lambda lv: lv.offered[0] if lv.offered else 0.0)
+
+
+def _at_load(levels: list[Level], load: float) -> tuple[float, bool] | None:
+    """One replica's throughput at ``load`` (linear between the levels around it) and whether
+    the SLO held there (both neighbours met it); None outside the levels' span."""
+    if not levels:
+        return None
+    loads = [lv.offered[0] for lv in levels]  # type: ignore[index]
+    if not loads[0] * (1 - SAME_LOAD) <= load <= loads[-1] * (1 + SAME_LOAD):
+        return None
+    if load <= loads[0]:
+        return levels[0].rps, levels[0].passed
+    if load >= loads[-1]:
+        return levels[-1].rps, levels[-1].passed
+    hi = next(i for i, x in enumerate(loads) if x >= load)
+    a, b = levels[hi - 1], levels[hi]
+    share = (load - loads[hi - 1]) / (loads[hi] - loads[hi - 1]) if loads[hi] > loads[hi - 1] else 0
+    return a.rps + share * (b.rps - a.rps), a.passed and b.passed
 
 
 def _plan_single(

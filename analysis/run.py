@@ -133,6 +133,9 @@ def summarize_loaded(
         **_offered(run.meta.get("traffic")),
     }
     head["gpus_per_replica"] = _gpus(profile)
+    if run.meta.get("metrics_from") and len(run.meta.get("urls") or ()) > 1:
+        # the sampler scrapes one server: its numbers are that replica's, not the deployment's
+        head["metrics_from"] = f"{run.meta['metrics_from']} only (of {len(run.meta['urls'])})"
     trace = run.meta.get("trace")
     if isinstance(trace, dict) and trace.get("implied_token_hit_rate") is not None:
         # what the trace's shared blocks imply, beside the server's prefix_cache_hit_rate

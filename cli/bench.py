@@ -14,7 +14,7 @@ import click
 
 from vprof.cli.options import FiniteFloat, OutDir, profile_override_options, profiles_dir_option
 from vprof.cli.output import HUMAN, Part, emit_parts, format_option
-from vprof.locustfiles.optiontable import DEFAULT_WORKLOAD
+from vprof.locustfiles.optiontable import BALANCE_CHOICES, DEFAULT_BALANCE, DEFAULT_WORKLOAD
 from vprof.runs.order import ORDERS
 
 _last_progress = [0.0]
@@ -82,8 +82,18 @@ def run_options(func):
         ),
         click.option(
             "--url",
+            "urls",
+            multiple=True,
+            help="Measure a server already running here instead of launching profiles; "
+            "repeat it for several replicas of one deployment (load is spread over them).",
+        ),
+        click.option(
+            "--balance",
+            type=click.Choice(BALANCE_CHOICES),
             default=None,
-            help="Measure a server already running here instead of launching profiles.",
+            help=f"With several --url: send each request to the replica with the fewest in "
+            f"flight (least-outstanding) or to each in turn (round-robin). [default: "
+            f"{DEFAULT_BALANCE}]",
         ),
         click.option(
             "--seed",
@@ -159,11 +169,14 @@ def run_options(func):
 def _spec(opts: dict[str, Any], **extra: Any):
     from vprof.runs import BenchSpec
 
+    if opts["balance"] and len(opts["urls"]) < 2:
+        click.echo("note: --balance applies only with several --url; ignored", err=True)
     return BenchSpec(
         traffic=tuple(opts["traffic"]),
         workload=opts["workload"],
         out_dir=opts["out_dir"],
-        url=opts["url"],
+        urls=tuple(opts["urls"]),
+        balance=opts["balance"] or DEFAULT_BALANCE,
         model_overridden=opts["model"] is not None,
         seed=opts["seed"],
         reuse_prefix_cache=opts["reuse_prefix_cache"],
@@ -249,6 +262,7 @@ def bench(profile_names: tuple[str, ...], fmt: str, **opts: Any) -> None:
       vprof bench chunked-256 baseline --traffic steady
       vprof bench chunked-256 --traffic steady --traffic spike --workload rag-shared-prefix
       vprof bench my-deployment --url http://10.0.0.5:8000 --traffic poisson
+      vprof bench my-deployment --url http://10.0.0.5:8000 --url http://10.0.0.6:8000
     """
     from vprof.runs import run_bench
 

@@ -24,6 +24,7 @@ import gevent
 from vprof.common.clock import wall_now
 from vprof.common.errors import VprofError
 from vprof.locustfiles import collect, testplan
+from vprof.locustfiles.balance import parse_hosts
 from vprof.locustfiles.options import effective_shape, opt
 from vprof.locustfiles.optiontable import STOP_TIMEOUT_S
 from vprof.locustfiles.shapes import TrafficShapeBase, drain
@@ -95,6 +96,7 @@ def _check_options(environment: Any) -> None:
     """Fail fast on a bad --workload or --traffic instead of failing every request."""
     try:
         effective_shape(environment)
+        parse_hosts(str(opt(environment, "hosts", "") or ""))
         testplan.state(environment).workload()
     except VprofError as exc:
         log.error("vprof: %s", exc.format())

@@ -19,6 +19,9 @@ DEFAULT_REQUEST_TIMEOUT_S = 300.0
 STOP_TIMEOUT_S = 60
 ENDPOINT_CHOICES = ("", "completions", "chat", "generate")
 ARRIVAL_CHOICES = ("", "constant", "poisson", "gamma")
+# How requests are spread over several servers (``--hosts``): see ``vprof.locustfiles.balance``.
+BALANCE_CHOICES = ("least-outstanding", "round-robin")
+DEFAULT_BALANCE = "least-outstanding"
 
 
 @dataclass(frozen=True)
@@ -96,6 +99,21 @@ OPTIONS: tuple[LoadOption, ...] = (
     ),
     LoadOption(
         "--max-in-flight", int, 0, "Open loop: at most this many requests at once (0: the shape's)."
+    ),
+    LoadOption(
+        "--hosts",
+        str,
+        "",
+        "Several servers (replicas) to spread requests over, comma-separated base URLs "
+        "(replaces -H for requests; empty: -H alone).",
+    ),
+    LoadOption(
+        "--balance",
+        str,
+        DEFAULT_BALANCE,
+        "With --hosts: the next request goes to the replica with the fewest in flight from "
+        "this process (least-outstanding) or to each in turn (round-robin).",
+        BALANCE_CHOICES,
     ),
 )
 BY_DEST: dict[str, LoadOption] = {option.dest: option for option in OPTIONS}

@@ -35,8 +35,9 @@ import gevent
 from vprof.common.clock import process_clock
 from vprof.common.errors import VprofError
 from vprof.locustfiles import collect
+from vprof.locustfiles.balance import Balancer, make_balancer, parse_hosts
 from vprof.locustfiles.options import opt
-from vprof.locustfiles.optiontable import DEFAULT_REQUEST_TIMEOUT_S
+from vprof.locustfiles.optiontable import DEFAULT_BALANCE, DEFAULT_REQUEST_TIMEOUT_S
 from vprof.locustfiles.stream import NdjsonScanner, SseScanner, StreamError, StreamResult
 from vprof.locustfiles.testplan import state
 from vprof.locustfiles.transport import ConnectError, Connection, ConnectTimeout, ResponseError
@@ -69,7 +70,9 @@ class _Prepared:
     index: int
     endpoint: str
     plan: Any = None
-    payload: bytes = b""  # the whole HTTP request
+    payload: bytes = b""  # the whole HTTP request (to the first replica)
+    path: str = ""  # with several replicas the request is framed for the one picked at send
+    body: bytes = b""
     prompt: str = ""  # /generate repeats it at the front of its text
     error: Exception | None = None
 
@@ -98,14 +101,23 @@ class LLMUser(User):
     """Extra HTTP headers on every request (an ``Authorization``, say)."""
 
     def on_start(self) -> None:
-        if not self.host:
+        try:
+            self._hosts = parse_hosts(str(opt(self.environment, "hosts", "") or ""))
+        except VprofError as exc:
+            raise StopUser(exc.format()) from None
+        self._hosts = self._hosts or ((str(self.host),) if self.host else ())
+        if not self._hosts:
             raise StopUser("no host: pass -H http://server:port (or set host on the class)")
         try:
-            self._conn = Connection(
-                str(self.host), connect_timeout_s=self.connect_timeout_s, headers=self.headers
-            )
+            # one keep-alive connection per replica; each opens on its first request
+            self._conns = [
+                Connection(host, connect_timeout_s=self.connect_timeout_s, headers=self.headers)
+                for host in self._hosts
+            ]
         except ValueError as exc:
-            raise StopUser(f"cannot send to {self.host}: {exc}") from None
+            raise StopUser(f"cannot send to {' or '.join(self._hosts)}: {exc}") from None
+        self._conn = self._conns[0]
+        self._balancer = _shared_balancer(self.environment, self._hosts)
         # closed loop: this user's session, its step's calls not yet sent, their answers
         self._session: Any = None
         self._pending: list[Any] = []
@@ -121,8 +133,7 @@ class LLMUser(User):
         if self._next is not None:
             self._next[1].kill(block=False)
             self._next = None
-        conn = getattr(self, "_conn", None)
-        if conn is not None:
+        for conn in getattr(self, "_conns", ()):
             conn.close()
 
     # -- what to send --------------------------------------------------------------------
@@ -160,7 +171,7 @@ class LLMUser(User):
             }
         else:
             body = {
-                "model": state(self.environment).model(self.host),
+                "model": state(self.environment).model(self._hosts[0]),
                 "stream": True,
                 "stream_options": {"include_usage": True},
                 "max_tokens": plan.max_tokens,
@@ -189,6 +200,7 @@ class LLMUser(User):
             prepared.prompt = body["prompt"] if endpoint == "generate" else ""
             encoded = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
             prepared.payload = self._conn.request_bytes(ENDPOINT_PATHS[endpoint], encoded)
+            prepared.path, prepared.body = ENDPOINT_PATHS[endpoint], encoded
         except Exception as exc:  # noqa: BLE001 - recorded (and re-raised) by send()
             prepared.error = exc
         return prepared
@@ -340,6 +352,7 @@ class LLMUser(User):
         timeout_s = self.request_timeout_s or float(
             opt(self.environment, "request_timeout_s", DEFAULT_REQUEST_TIMEOUT_S)
         )
+        replica = -1  # the replica picked for this request (several servers only)
         try:
             if prepared.error is not None:
                 raise prepared.error
@@ -353,12 +366,17 @@ class LLMUser(User):
             record.expected_prompt_tokens = plan.expected_prompt_tokens
             record.expected_output_tokens = plan.max_tokens if plan.ignore_eos else -1
             scanner = NdjsonScanner() if endpoint == "generate" else SseScanner()
+            conn, payload = self._conn, prepared.payload
+            if self._balancer is not None:  # several servers: pick one now, as a balancer would
+                replica = self._balancer.pick()
+                conn, record.replica = self._conns[replica], self._hosts[replica]
+                payload = conn.request_bytes(prepared.path, prepared.body)
             with gevent.Timeout(timeout_s, _RequestTimeout):
                 record.sent_at = clock.now()
                 if not open_loop:
                     record.idle_before_ms = (record.sent_at - self._last_finished_at) * 1000.0
                     self._prepare_next()  # runs once this greenlet waits for the answer
-                answer = self._conn.exchange(prepared.payload, scanner.feed, clock.now)
+                answer = conn.exchange(payload, scanner.feed, clock.now)
             record.finished_at = answer.finished_at
             record.http_status = answer.status
             if answer.status != 200:
@@ -390,6 +408,8 @@ class LLMUser(User):
             record.error = f"cut off: {type(exc).__name__}"
             raise
         finally:
+            if replica >= 0:
+                self._balancer.done(replica)  # type: ignore[union-attr]
             if math.isnan(record.finished_at):
                 record.finished_at = clock.now()
             if record.status != Status.OK.value and scanner is not None:
@@ -452,6 +472,19 @@ class LLMUser(User):
             url=name,
             exception=RuntimeError(record.error) if failed else None,
         )
+
+
+def _shared_balancer(environment: Any, hosts: tuple[str, ...]) -> Balancer | None:
+    """The one balancer of this process's users (``None`` for one server), so least-outstanding
+    counts every request in flight from this process, not just one user's."""
+    if len(hosts) < 2:
+        return None
+    policy = str(opt(environment, "balance", DEFAULT_BALANCE) or DEFAULT_BALANCE)
+    kept = getattr(environment, "_vprof_balancer", None)
+    if kept is None or kept.replicas != hosts or kept.policy != policy:
+        kept = make_balancer(policy, hosts)
+        environment._vprof_balancer = kept
+    return kept
 
 
 def _partial(scanner: SseScanner | NdjsonScanner) -> StreamResult:

@@ -202,6 +202,9 @@ RUN_FIELDS: dict[str, Check] = {
     "traffic": _obj(_TRAFFIC, or_text=True, null=True),
     "trace": _obj({"implied_token_hit_rate": _number(0, 1, null=True)}, null=True),
     "url": _text(null=True),
+    "urls": _items(_text(), limit=1000),  # several replicas (absent: one server)
+    "balance": _text(null=True),
+    "metrics_from": _text(null=True),  # the replica /metrics was sampled from
     "seed": _number(integer=True, null=True),
     "repeat": _number(1, 1e6, integer=True, null=True),
     "repeats": _number(1, 1e6, integer=True, null=True),

@@ -146,6 +146,8 @@ def run_key(
             "traffic": shape_to_json(shape),
             "seed": spec.seed,
             "url": spec.url,
+            # several replicas: all of them and how load is spread (one server: as before)
+            **({"urls": list(spec.urls), "balance": spec.balance} if len(spec.urls) > 1 else {}),
             "processes": spec.processes,
             "tokenizer": spec.tokenizer,
             "tokenizer_files": tokenizer_digest(spec.tokenizer or tokenizer_for(profile)),
@@ -284,9 +286,8 @@ class _Bench:
         if self.server is not None:
             return self.server
         profile = self.profiles[index]
-        self.say(
-            f"{profile.name}: " + ("starting its server" if not spec.url else f"using {spec.url}")
-        )
+        using = " and ".join(spec.urls) + (f" ({spec.balance})" if len(spec.urls) > 1 else "")
+        self.say(f"{profile.name}: " + (f"using {using}" if spec.url else "starting its server"))
         log_path = spec.out_dir / f"{_slug(profile.name)}.server.log"
         server = Server(profile, self.resolved.plans.get(profile.name), spec, log_path)
         self.starts += 1

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from vprof.locustfiles.optiontable import STOP_TIMEOUT_S, option_argv
+from vprof.locustfiles.optiontable import DEFAULT_BALANCE, STOP_TIMEOUT_S, option_argv
 from vprof.records.rundir import RunDir
 
 
@@ -31,7 +31,8 @@ class LoadSpec:
     """One headless Locust run: where to send, what, and where the records go.
 
     ``workload`` is a workload file and ``traffic`` a shape as JSON (``shape_to_json``): the
-    parent has resolved both, so the Locust side looks nothing up by name again.
+    parent has resolved both, so the Locust side looks nothing up by name again. With several
+    ``urls`` (replicas) requests are spread over them as ``balance`` says; ``url`` is the first.
     """
 
     url: str
@@ -43,6 +44,8 @@ class LoadSpec:
     model: str | None = None
     tokenizer: str | None = None
     processes: int = 1
+    urls: tuple[str, ...] = ()
+    balance: str = DEFAULT_BALANCE
 
     def options(self) -> dict[str, Any]:
         """vprof's own Locust options (by ``dest`` in ``optiontable.OPTIONS``)."""
@@ -54,6 +57,8 @@ class LoadSpec:
             "salt": self.salt,
             "model": self.model,
             "tokenizer": self.tokenizer,
+            "hosts": ",".join(self.urls) if len(self.urls) > 1 else "",
+            "balance": self.balance,
         }
 
     def argv(self) -> list[str]:

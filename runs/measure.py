@@ -75,6 +75,7 @@ class Server:
         self.started: StartedServer | None = None
         self.settings: dict[str, Any] = {}
         self.url = spec.url or ""
+        self.urls: tuple[str, ...] = spec.urls  # with --url: every replica (url is the first)
 
     @property
     def argv(self) -> list[str]:
@@ -88,8 +89,9 @@ class Server:
         from vprof.runs.warmup import warm_up
 
         if self.plan is None:
-            if problem := _health_problem(self.url):
-                raise LaunchError(problem)
+            for url in self.urls:  # every replica must answer before any load goes out
+                if problem := _health_problem(url):
+                    raise LaunchError(problem)
         else:
             from vprof.server import start_server
 
@@ -106,7 +108,7 @@ class Server:
             say(f"  healthy after {self.started.healthy_after_s:.1f} s")
         if workload is not None:
             self._check_context(workload, say)
-        self.settings["warmup_s"] = round(warm_up(self.url), 3)
+        self.settings["warmup_s"] = round(sum(warm_up(url) for url in self.urls or [self.url]), 3)
         say(f"  warmed up in {self.settings['warmup_s']:.1f} s")
 
     def _check_context(self, workload: Workload, say: Progress) -> None:
@@ -115,6 +117,10 @@ class Server:
         (a launched profile that set max-model-len was checked before its server started)."""
         from vprof.runs.warmup import served_models
 
+        if self.plan is None and len(self.urls) > 1:
+            for url in self.urls:  # each replica has its own limit; the first is recorded
+                self._check_served(url, workload, say)
+            return
         models = served_models(self.url)
         limit = models[0].get("max_model_len")
         if self.plan is None:
@@ -132,12 +138,25 @@ class Server:
         except RunError as exc:  # this profile cannot serve the workload; others may
             raise LaunchError(exc.message, hint=exc.hint) from None
 
+    def _check_served(self, url: str, workload: Workload, say: Progress) -> None:
+        from vprof.runs.warmup import served_models
+
+        models = served_models(url)
+        limit = models[0].get("max_model_len")
+        self.settings.setdefault("served_models", [str(m.get("id")) for m in models])
+        if isinstance(limit, int) and not isinstance(limit, bool) and limit >= 1:
+            self.settings.setdefault("served_max_model_len", limit)
+            check_fits(workload, limit, f"the server at {url}", say)
+
     def alive(self) -> bool:
-        return self.started.process.alive() if self.started else _health_ok(self.url)
+        if self.started:
+            return self.started.process.alive()
+        return all(_health_ok(url) for url in self.urls or [self.url])
 
     def death_note(self) -> str:
         if self.started is None:
-            return f"the server at {self.url} stopped answering"
+            down = [url for url in self.urls if not _health_ok(url)] or [self.url]
+            return f"the server at {' and '.join(down)} stopped answering"
         return self.started.process.death_report("during the run")
 
     def log_offset(self) -> int:
@@ -188,6 +207,7 @@ def _run_meta(
         "profile": described,
         "server": server.settings,
         "url": server.url,
+        **_replica_meta(server, spec),
         "workload": _asdict(workload),
         **_trace_meta(workload),
         "traffic": _asdict(shape),
@@ -204,6 +224,14 @@ def _run_meta(
         "command": sys.argv,
         **spec.extra_meta,
     }
+
+
+def _replica_meta(server: Server, spec: BenchSpec) -> dict[str, Any]:
+    """Several replicas: all of them, how load was spread, and which one /metrics is from (the
+    first: the sampler scrapes one server; the summary says so)."""
+    if server.plan is not None or len(spec.urls) < 2:
+        return {}
+    return {"urls": list(spec.urls), "balance": spec.balance, "metrics_from": spec.urls[0]}
 
 
 def _trace_meta(workload: Workload) -> dict[str, Any]:
@@ -267,6 +295,8 @@ def run_one(
             model=server.profile.engine_args.get("served-model-name"),
             tokenizer=spec.tokenizer or tokenizer_for(server.profile),
             processes=spec.processes,
+            urls=server.urls if server.plan is None and len(server.urls) > 1 else (),
+            balance=spec.balance,
         )
     )
     watch = ClientWatch(run)

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from vprof.locustfiles.optiontable import DEFAULT_WORKLOAD
+from vprof.locustfiles.optiontable import DEFAULT_BALANCE, DEFAULT_WORKLOAD
 from vprof.records.rundir import RunDir, RunState
 from vprof.runs.sampler import DEFAULT_INTERVAL_S
 
@@ -27,13 +27,17 @@ class BenchSpec:
     """What to run; the CLI builds one from its options.
 
     ``traffic`` holds shape preset names, YAML paths, or :class:`TrafficShape` objects (a
-    sweep's load levels).
+    sweep's load levels). ``urls`` are servers already running (``--url``, repeatable): with
+    more than one, every run spreads its requests over them as ``balance`` says. ``url`` is
+    the first of them (``None``: vprof launches each profile); give either.
     """
 
     traffic: tuple[str | TrafficShape, ...]
     workload: str = DEFAULT_WORKLOAD
     out_dir: Path = Path("vprof-runs")
-    url: str | None = None  # measure a server that is already running
+    url: str | None = None  # measure a server that is already running (the first of urls)
+    urls: tuple[str, ...] = ()  # several servers (replicas) of one deployment
+    balance: str = DEFAULT_BALANCE  # how requests are spread over urls: locustfiles.balance
     model_overridden: bool = False
     seed: int = 0
     reuse_prefix_cache: bool = False  # False: a fresh salt per run keeps warm caches out
@@ -54,10 +58,14 @@ class BenchSpec:
         # SLO must not cost a whole run, and an empty --url must not become a local launch.
         from vprof.analysis.slo import parse_slo
         from vprof.common.errors import WorkloadError
-        from vprof.common.urls import check_server_url
+        from vprof.locustfiles.balance import check_policy, check_replicas
 
-        if self.url is not None:
-            object.__setattr__(self, "url", check_server_url(self.url))
+        urls = tuple(self.urls) or ((self.url,) if self.url is not None else ())
+        if self.urls and self.url is not None and self.url != self.urls[0]:
+            raise ValueError("BenchSpec: give url or urls, not both")  # a caller's bug
+        object.__setattr__(self, "urls", check_replicas(urls))
+        object.__setattr__(self, "url", self.urls[0] if self.urls else None)
+        check_policy(self.balance)
         if self.slo is not None:
             parse_slo(self.slo)
         if self.tokenizer is not None and not Path(self.tokenizer).expanduser().exists():

@@ -152,6 +152,54 @@ def test_a_measured_multi_replica_run_checks_linear_scaling_and_the_plan_uses_it
     assert p.replicas == math.ceil(20 / (p.sustainable_rps * 0.9))
     assert p.gpus_per_replica == 2 and p.gpus == 2 * p.replicas
     assert "90% of that together" in p.message
-    assert any("measured with 2 replicas: 90%" in note for note in p.notes)
+    assert any(
+        "measured with 2 replicas at 4 req/s each: 7.20 req/s, 90% of 2 × one replica's 4.00"
+        in note
+        for note in p.notes
+    )
     (row,) = plan(levels, target_rps=20, slo="ttft_p95=500ms").rows()
     assert row["gpus"] == row["replicas"] * 2 and row["scaling_efficiency"] == pytest.approx(0.9)
+
+
+def _scaling(*multi, single=None, **kw):
+    single = single or [_offered("a@2", 2, 2.0, 100), _offered("a@4", 4, 3.8, 200),
+                        _offered("a@8", 8, 5.0, 900)]  # fmt: skip
+    (p,) = plan([*single, *multi], target_rps=20, slo="ttft_p95=500ms", headroom=0.0,
+                **kw).profiles  # fmt: skip
+    return p
+
+
+def test_scaling_compares_with_one_replica_interpolated_at_the_same_load_per_replica():
+    # 6 req/s per replica: one replica's rate there is 3.8 + (6 − 4)/(8 − 4) × 1.2 = 4.4
+    p = _scaling(_offered("a×2@12", 12, 8.0, 700, replicas=2))
+    assert p.scaling_efficiency == pytest.approx(8.0 / (2 * 4.4))
+    # throughput nearly scaled, but the SLO did not: one replica at 6 req/s sits between a
+    # level that met it and one that missed, so no claim is made about the SLO there
+    assert not any("did not hold at the SLO" in n for n in p.notes)
+
+
+def test_a_multi_replica_level_that_misses_the_slo_where_one_replica_met_it_is_named():
+    p = _scaling(_offered("a×2@8", 8, 7.6, 800, replicas=2))
+    assert p.scaling_efficiency == pytest.approx(1.0)  # the throughput scaled…
+    (flag,) = [n for n in p.notes if "did not hold at the SLO" in n]
+    assert "2 replicas at 4 req/s each missed it (ttft_p95 800.0 ms > 500 ms)" in flag
+
+
+def test_scaling_is_not_checked_outside_the_single_replica_levels_or_across_workloads():
+    far = _scaling(_offered("a×2@40", 40, 20.0, 400, replicas=2))
+    assert far.scaling_efficiency is None
+    assert any("no single-replica run at that load" in n and "span 2–8 req/s" in n
+               for n in far.notes)  # fmt: skip
+    other = _scaling(_offered("a×2@8", 8, 6.0, 300, replicas=2, workload="rag"))
+    assert other.scaling_efficiency is None
+    assert any("there are none of its workload" in n for n in other.notes)
+
+
+def test_only_multi_replica_levels_plan_on_the_rate_per_replica():
+    multi = [_offered("a×2@4", 4, 4.0, 100, replicas=2), _offered("a×2@8", 8, 8.0, 300, replicas=2),
+             _offered("a×2@16", 16, 10.0, 900, replicas=2)]  # fmt: skip
+    (p,) = plan(multi, target_rps=20, slo="ttft_p95=500ms", headroom=0.0).profiles
+    # per replica: 4 req/s (met at 300 ms) and 5 req/s (missed at 900 ms) → 4 + 200/600 × 1
+    assert p.sustainable_rps == pytest.approx(4 + 200 / 600)
+    assert p.replicas == math.ceil(20 / p.sustainable_rps)
+    assert any("measured only with several replicas" in n for n in p.notes)

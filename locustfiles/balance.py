@@ -1,0 +1,132 @@
+"""Spreading requests over several servers (replicas): which one gets the next request.
+
+Two policies, as load balancers in front of LLM servers offer them:
+
+- ``round-robin``: replica 0, 1, …, n−1, 0, … in turn, whatever they are doing;
+- ``least-outstanding``: the replica with the fewest requests in flight *from this process*
+  (ties go round-robin), so a slower replica is sent less. With a fixed number of closed-loop
+  users this keeps every replica equally busy, and each then serves requests in proportion
+  to its speed.
+
+A balancer is shared by every user of one Locust process (gevent runs them in one thread, so
+plain counters suffice). With ``--processes`` or Locust's distributed mode each process
+balances its own requests: least-outstanding then sees only its own share of the in-flight
+requests, as several independent balancers would.
+
+Nothing here imports Locust or gevent: the policies are plain objects with unit tests.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from vprof.common.errors import RunError
+from vprof.locustfiles.optiontable import BALANCE_CHOICES, DEFAULT_BALANCE
+
+LEAST_OUTSTANDING, ROUND_ROBIN = BALANCE_CHOICES
+POLICIES = BALANCE_CHOICES
+DEFAULT_POLICY = DEFAULT_BALANCE
+
+
+class Balancer:
+    """Hands out replica indices: ``pick()`` before a request, ``done(i)`` after it."""
+
+    policy = ""
+
+    def __init__(self, replicas: Sequence[str]) -> None:
+        if not replicas:
+            raise ValueError("a balancer needs at least one replica")
+        self.replicas = tuple(replicas)
+        self.in_flight = [0] * len(self.replicas)
+        self.sent = [0] * len(self.replicas)
+        self._next = 0  # round-robin position (ties of least-outstanding too)
+
+    def pick(self) -> int:
+        """The replica the next request goes to; counts it as in flight until ``done``."""
+        index = self._choose()
+        self._next = (index + 1) % len(self.replicas)
+        self.in_flight[index] += 1
+        self.sent[index] += 1
+        return index
+
+    def done(self, index: int) -> None:
+        """The request sent to ``index`` ended (answered, failed or cut off)."""
+        self.in_flight[index] = max(0, self.in_flight[index] - 1)
+
+    def _choose(self) -> int:
+        raise NotImplementedError
+
+
+class RoundRobin(Balancer):
+    """Each replica in turn."""
+
+    policy = ROUND_ROBIN
+
+    def _choose(self) -> int:
+        return self._next
+
+
+class LeastOutstanding(Balancer):
+    """The replica with the fewest requests in flight; ties in round-robin order."""
+
+    policy = LEAST_OUTSTANDING
+
+    def _choose(self) -> int:
+        n = len(self.replicas)
+        order = [(self._next + k) % n for k in range(n)]
+        return min(order, key=lambda i: self.in_flight[i])
+
+
+def make_balancer(policy: str, replicas: Sequence[str]) -> Balancer:
+    """The balancer for ``policy`` (one of :data:`POLICIES`) over ``replicas``."""
+    kinds: dict[str, type[Balancer]] = {
+        ROUND_ROBIN: RoundRobin,
+        LEAST_OUTSTANDING: LeastOutstanding,
+    }
+    return kinds[check_policy(policy)](replicas)
+
+
+def check_policy(policy: str, key: str = "--balance") -> str:
+    """``policy`` if it is one of :data:`POLICIES`; a clear error naming them otherwise."""
+    if policy in POLICIES:
+        return policy
+    from vprof.common.suggest import suggestion
+
+    raise RunError(
+        f"{policy!r} is not a balancing policy (choose {' or '.join(POLICIES)})",
+        key=key,
+        hint=suggestion(policy, POLICIES, f"e.g. {key} {DEFAULT_POLICY}"),
+    )
+
+
+def check_replicas(urls: Sequence[str], key: str = "--url") -> tuple[str, ...]:
+    """Every URL checked as a server's base address (``common.urls``), none given twice."""
+    from urllib.parse import urlsplit
+
+    from vprof.common.urls import check_server_url
+
+    checked: list[str] = []
+    seen: dict[tuple[Any, ...], str] = {}
+    for url in urls:
+        text = check_server_url(url, key=key)
+        parts = urlsplit(text)
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+        # the same server however it is spelt: scheme and host are case-blind, ports default
+        same = (parts.scheme.lower(), (parts.hostname or "").lower(), port, parts.path)
+        if same in seen:
+            raise RunError(
+                f"{url!r} names the same server as {seen[same]!r}: each replica once",
+                key=key,
+                hint="give each server's address once",
+            )
+        seen[same] = url
+        checked.append(text)
+    return tuple(checked)
+
+
+def parse_hosts(text: str, key: str = "--hosts") -> tuple[str, ...]:
+    """A comma-separated list of server URLs (``--hosts``), checked; ``()`` for none."""
+    if not text.strip():
+        return ()
+    return check_replicas([part for part in text.split(",")], key=key)
