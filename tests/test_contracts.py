@@ -69,16 +69,27 @@ def test_profiles_are_adapted_to_the_host_in_one_place():
     assert callers == ["server/start.py"]
 
 
+# Run in its own interpreter: importing Locust here would gevent-patch the test process, and
+# tests after it (emulators, sockets) would then depend on the order they run in.
+_LOCUST_PARSER = """
+import json, sys
+import locust  # gevent patching first, as the locustfile does
+from locust.argument_parser import get_parser
+import vprof.locustfiles.options  # registers on Locust's parser, as -f does
+parser = get_parser()  # fires init_command_line_parser: vprof's options are added
+argv = json.loads(sys.argv[1])
+registered = {flag: {"default": action.default, "dest": action.dest}
+              for action in parser._actions for flag in action.option_strings}
+print(json.dumps({"registered": registered, "parsed": vars(parser.parse_args(argv))},
+                 default=str))
+"""
+
+
 def test_every_option_the_parent_passes_is_registered_by_the_locust_side_with_its_default(
     tmp_path,
 ):
-    import locust  # noqa: F401  (gevent patching first, as the locustfile does)
-    from locust.argument_parser import get_parser
+    import json
 
-    import vprof.locustfiles.options  # noqa: F401  (registers on Locust's parser, as -f does)
-
-    parser = get_parser()  # fires init_command_line_parser: vprof's options are added
-    registered = {flag: action for action in parser._actions for flag in action.option_strings}
     spec = LoadSpec(
         url="http://127.0.0.1:9",
         run_dir=RunDir(tmp_path / "run"),
@@ -92,16 +103,21 @@ def test_every_option_the_parent_passes_is_registered_by_the_locust_side_with_it
     )
     argv = spec.argv()
     assert argv[1:3] == ["-m", "locust"]
+    out = subprocess.run(
+        [sys.executable, "-c", _LOCUST_PARSER, json.dumps(argv[3:])],
+        capture_output=True, text=True, timeout=120, check=True,
+    ).stdout  # fmt: skip
+    seen = json.loads(out)
+    registered, parsed = seen["registered"], seen["parsed"]
     flags = [token for token in argv[3:] if token.startswith("-")]
     unknown = [flag for flag in flags if flag not in registered]
     assert not unknown, f"the parent passes flags Locust does not register: {unknown}"
     for option in OPTIONS:
         action = registered[option.flag]
-        assert action.default == option.default, option.flag
-        assert action.dest == option.dest
-    parsed = parser.parse_args(argv[3:])
+        assert action["default"] == option.default, option.flag
+        assert action["dest"] == option.dest
     for dest, value in spec.options().items():
-        assert getattr(parsed, dest) == value, dest
+        assert parsed[dest] == value, dest
     # The stop timeout the parent passes is the one the locustfile uses when none is given.
-    assert parsed.stop_timeout == STOP_TIMEOUT_S
-    assert parsed.run_dir == str(spec.run_dir.path) and parsed.processes == 2
+    assert parsed["stop_timeout"] == STOP_TIMEOUT_S
+    assert parsed["run_dir"] == str(spec.run_dir.path) and parsed["processes"] == 2
