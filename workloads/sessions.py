@@ -72,17 +72,12 @@ class _AgentChain:
         self._synth = synth
         self._spec = spec
         self.session_id = session_id
-        rng = synth._lengths_rng("agent", session_id)
-        self.prefix_group = synth._choose_group(rng)
+        rng, self.prefix_group, self.messages, self.context_tokens = synth.session_opening(
+            "agent", session_id
+        )
         self.steps = spec.steps.sample(rng)
         self.step = 0
-        self.messages: list[dict[str, str]] = []
-        self.context_tokens = 0
         self._pending: list[dict[str, str]] = []  # the last step's call messages
-        lead = synth._lead_text(self.prefix_group, synth._text_rng("agent", session_id))
-        if lead:
-            self.messages.append({"role": "system", "content": lead})
-            self.context_tokens = w.prefix.length_tokens  # type: ignore[union-attr]
 
     def next_step(self, answers: list[str] | None) -> list[RequestPlan]:
         synth = self._synth

@@ -77,6 +77,14 @@ class FrozenParams(Mapping[str, float]):
         return repr(self._data)
 
 
+def _lognormal_mu(p: Mapping[str, float]) -> float:
+    """The log-space location of a lognormal given ``median`` or ``mean`` (with ``sigma``)."""
+    if "median" in p:
+        return math.log(p["median"])
+    # mean of a lognormal is exp(mu + sigma^2 / 2)
+    return math.log(p["mean"]) - p["sigma"] ** 2 / 2.0
+
+
 @dataclass(frozen=True)
 class Distribution:
     """A distribution of token counts: ``fixed``, ``uniform``, ``normal``, ``lognormal`` or
@@ -127,11 +135,7 @@ class Distribution:
         return min(max(n, 1), MAX_TOKENS)
 
     def _mu(self) -> float:
-        p = self.params
-        if "median" in p:
-            return math.log(p["median"])
-        # mean of a lognormal is exp(mu + sigma^2 / 2)
-        return math.log(p["mean"]) - p["sigma"] ** 2 / 2.0
+        return _lognormal_mu(self.params)
 
     def mean(self) -> float:
         """The expected length before clipping (used for summaries, not for sampling)."""
@@ -393,12 +397,7 @@ class ThinkTime:
         elif self.kind == "exponential":
             x = rng.expovariate(1.0 / p["mean"]) if p["mean"] > 0 else 0.0
         else:
-            mu = (
-                math.log(p["median"])
-                if "median" in p
-                else math.log(p["mean"]) - p["sigma"] ** 2 / 2.0
-            )
-            x = rng.lognormvariate(mu, p["sigma"])
+            x = rng.lognormvariate(_lognormal_mu(p), p["sigma"])
         return min(max(x, 0.0), p.get("max", MAX_THINK_S))
 
     def mean(self) -> float:

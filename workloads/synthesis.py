@@ -300,6 +300,20 @@ class RequestSynthesizer:
             self._prefix_texts[group] = text
         return text
 
+    def session_opening(
+        self, kind: str, session_id: int
+    ) -> tuple[random.Random, int, list[dict[str, str]], int]:
+        """How session ``session_id`` of ``kind`` begins: its lengths RNG (its prefix group
+        already drawn from it), that group, its opening messages (the shared prefix as the
+        system message, when the workload has one) and their token count."""
+        rng = self._lengths_rng(kind, session_id)
+        group = self._choose_group(rng)
+        lead = self._lead_text(group, self._text_rng(kind, session_id))
+        if not lead:
+            return rng, group, [], 0
+        tokens = self.workload.prefix.length_tokens  # type: ignore[union-attr]
+        return rng, group, [{"role": "system", "content": lead}], tokens
+
     def _lead_text(self, group: int, text_rng: random.Random) -> str:
         """The prefix part of a prompt: shared text, or unique text of the same length."""
         prefix = self.workload.prefix
@@ -434,16 +448,11 @@ class Conversation:
         assert spec is not None
         self._synth = synth
         self.conversation_id = conversation_id
-        rng = synth._lengths_rng("conversation", conversation_id)
-        self.prefix_group = synth._choose_group(rng)
+        rng, self.prefix_group, self.messages, self.context_tokens = synth.session_opening(
+            "conversation", conversation_id
+        )
         self.turns = spec.turns.sample(rng)
         self.turn = 0
-        self.messages: list[dict[str, str]] = []
-        self.context_tokens = 0
-        lead = synth._lead_text(self.prefix_group, synth._text_rng("conversation", conversation_id))
-        if lead:
-            self.messages.append({"role": "system", "content": lead})
-            self.context_tokens = synth.workload.prefix.length_tokens  # type: ignore[union-attr]
 
     def next_turn(self, last_assistant_text: str | None) -> RequestPlan | None:
         """The next request, after appending the assistant's reply to the previous one
