@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -378,17 +378,24 @@ def _read_prompts(path: Path) -> PromptDataset:
     return PromptDataset(str(path), tuple(prompts), tuple(outputs))
 
 
+def _known_keys(
+    value: Mapping, keys: tuple[str, ...], allowed: Sequence[str], loc: _Located
+) -> None:
+    """Refuse a key of section ``keys`` that is not one of ``allowed``, naming the closest."""
+    for key in value:
+        if key not in allowed:
+            raise loc.error(
+                keys + (str(key),),
+                f"unknown key{did_you_mean(key, allowed)}",
+                hint=f"{keys[0]} keys are {', '.join(allowed)}",
+            )
+
+
 def _prefix(value: Any, loc: _Located) -> PrefixSpec:
     keys = ("prefix",)
     if not isinstance(value, Mapping):
         raise loc.error(keys, "must be a mapping (groups, length_tokens, popularity, share)")
-    for key in value:
-        if key not in _PREFIX_KEYS:
-            raise loc.error(
-                keys + (str(key),),
-                f"unknown key{did_you_mean(key, _PREFIX_KEYS)}",
-                hint=f"prefix keys are {', '.join(_PREFIX_KEYS)}",
-            )
+    _known_keys(value, keys, _PREFIX_KEYS, loc)
     for key in ("groups", "length_tokens"):
         if key not in value:
             raise loc.error(keys + (key,), "missing")
@@ -408,13 +415,7 @@ def _conversation(value: Any, loc: _Located) -> ConversationSpec:
     keys = ("conversation",)
     if not isinstance(value, Mapping):
         raise loc.error(keys, "must be a mapping (turns, user_tokens, max_context_tokens)")
-    for key in value:
-        if key not in _CONVERSATION_KEYS:
-            raise loc.error(
-                keys + (str(key),),
-                f"unknown key{did_you_mean(key, _CONVERSATION_KEYS)}",
-                hint=f"conversation keys are {', '.join(_CONVERSATION_KEYS)}",
-            )
+    _known_keys(value, keys, _CONVERSATION_KEYS, loc)
     if "turns" not in value:
         raise loc.error(keys + ("turns",), "missing: how many turns a conversation has")
     turns = _distribution(value["turns"], keys + ("turns",), loc)
@@ -452,13 +453,7 @@ def _agent(value: Any, loc: _Located) -> AgentSpec:
     keys = ("agent",)
     if not isinstance(value, Mapping):
         raise loc.error(keys, f"must be a mapping ({', '.join(_AGENT_KEYS)})")
-    for key in value:
-        if key not in _AGENT_KEYS:
-            raise loc.error(
-                keys + (str(key),),
-                f"unknown key{did_you_mean(key, _AGENT_KEYS)}",
-                hint=f"agent keys are {', '.join(_AGENT_KEYS)}",
-            )
+    _known_keys(value, keys, _AGENT_KEYS, loc)
     for key, what in (("steps", "how many calls a session chains"),
                       ("tool_tokens", "how long each synthetic tool result is")):  # fmt: skip
         if key not in value:
