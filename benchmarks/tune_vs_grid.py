@@ -15,8 +15,10 @@ runs on a trial runner that answers any rate from the candidate's recorded ladde
 percentiles, throughput and flags interpolated linearly between the two recorded levels around
 it. Printed: both bests, tune's pick as the grid measured it (target: within 5 % of the grid's
 best), the servers each starts (target: tune at most a third of the grid's), and the wall time
-each would take from the recorded start-up and level times; then the same from every possible
-starting point.
+each would take from the recorded start-up and level times — once with no budget (the search
+runs until a pass finds nothing better) and once with ``--budget-trials`` set so the whole
+tune, its final ``--repeat`` check included, starts at most a third of the grid's servers;
+with ``--every-start``, each of those from every possible starting point too.
 
     python benchmarks/tune_vs_grid.py                       # replay the recorded grid
     flock /tmp/vprof-heavy.lock true; python benchmarks/tune_vs_grid.py --record
@@ -37,6 +39,7 @@ from typing import Any
 from vprof.analysis.plan import plan
 from vprof.analysis.slo import parse_slo
 from vprof.runs.tunesearch import (
+    MAX_CONTENDERS,
     Measurement,
     Objective,
     RateSearch,
@@ -427,10 +430,10 @@ def replay(data: dict, *, repeat: int, every_start: bool) -> None:
         f"{searched_levels} levels, ~{searched_min:.0f} min"
     )
 
-    def run_from(start: Candidate) -> dict[str, Any]:
+    def run_from(start: Candidate, budget: int | None) -> dict[str, Any]:
         runner = ReplayRunner(data, space)
         settings = SearchSettings(
-            start_rps=1.0, max_rps=max(data["ladder"]), repeat=repeat, budget_trials=None
+            start_rps=1.0, max_rps=max(data["ladder"]), repeat=repeat, budget_trials=budget
         )
         tuner = Tuner(
             space,
@@ -459,33 +462,41 @@ def replay(data: dict, *, repeat: int, every_start: bool) -> None:
             "stopped": result.stopped_by,
         }
 
+    # The budget that keeps a whole tune within a third of the grid's servers: the final
+    # check repeats the best and one near tie --repeat times, interleaved, the search's own
+    # run being the best's first repeat, so it starts up to repeat × 2 − 1 servers.
+    check_servers = repeat * (1 + MAX_CONTENDERS) - 1 if repeat > 1 else 0
+    budget = grid_servers // 3 - check_servers
     start = Candidate(tuple((k, data["start"][k]) for k in space.keys))
-    one = run_from(start)
-    ok_rate = one["ratio"] >= 0.95
-    ok_servers = one["servers"] <= grid_servers / 3
-    print(
-        f"tune from the profile's own settings ({start.label('pinned')}), --repeat {repeat}: "
-        f"picks {one['pick']} — {one['truth']:.2f} req/s as the grid measured it "
-        f"({one['ratio']:.1%} of the grid's best; claimed {one['claimed']:.2f}); "
-        f"{one['servers']} servers ({one['servers'] / grid_servers:.0%} of the grid's), "
-        f"{one['levels']} levels, ~{one['wall_s'] / 60:.0f} min; stopped: {one['stopped']}"
-    )
-    print(
-        f"  within 5 % of the grid's best: {'yes' if ok_rate else 'NO'}; at most a third of "
-        f"the servers: {'yes' if ok_servers else 'NO'} (search logic {one['search_s']:.2f} s)"
-    )
-    if every_start:
-        valid = [Candidate(_key(space, e["settings"])) for e in entries]
-        runs = [run_from(c) for c in valid]
-        ratios = [r["ratio"] for r in runs]
-        servers = [r["servers"] for r in runs]
+    for name, trials in (("no budget", None), (f"--budget-trials {budget}", budget)):
+        one = run_from(start, trials)
+        ok_rate = one["ratio"] >= 0.95
+        ok_servers = one["servers"] <= grid_servers / 3
         print(
-            f"from each of the {len(runs)} candidates as the start: share of the grid's best "
-            f"min {min(ratios):.1%}, median {statistics.median(ratios):.1%}; within 5 % in "
-            f"{sum(r >= 0.95 for r in ratios)} of {len(runs)}; servers min {min(servers)}, "
-            f"median {statistics.median(servers):g}, max {max(servers)} (a third: "
-            f"{grid_servers / 3:.0f})"
+            f"tune from the profile's own settings ({start.label('pinned')}), --repeat "
+            f"{repeat}, {name}: picks {one['pick']} — {one['truth']:.2f} req/s as the grid "
+            f"measured it ({one['ratio']:.1%} of the grid's best; claimed "
+            f"{one['claimed']:.2f}); {one['servers']} servers ({one['servers'] / grid_servers:.0%} "
+            f"of the grid's), {one['levels']} levels, ~{one['wall_s'] / 60:.0f} min; stopped: "
+            f"{one['stopped']}"
         )
+        print(
+            f"  within 5 % of the grid's best: {'yes' if ok_rate else 'NO'}; at most a third "
+            f"of the servers: {'yes' if ok_servers else 'NO'} (search logic "
+            f"{one['search_s']:.2f} s)"
+        )
+        if every_start:
+            valid = [Candidate(_key(space, e["settings"])) for e in entries]
+            runs = [run_from(c, trials) for c in valid]
+            ratios = [r["ratio"] for r in runs]
+            servers = [r["servers"] for r in runs]
+            print(
+                f"  from each of the {len(runs)} candidates as the start: share of the grid's "
+                f"best min {min(ratios):.1%}, median {statistics.median(ratios):.1%}; within "
+                f"5 % in {sum(r >= 0.95 for r in ratios)} of {len(runs)}; servers min "
+                f"{min(servers)}, median {statistics.median(servers):g}, max {max(servers)} "
+                f"(a third: {grid_servers / 3:.1f})"
+            )
 
 
 def _plain_search_levels(entry: dict, slo: Any, data: dict) -> int:

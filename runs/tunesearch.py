@@ -13,6 +13,10 @@ request rates, when a trial may stop, and which candidate wins. Trials are run b
   upward first, while each step improves; a server that fails to start or runs out of memory
   ends a climb, as preemptions do for memory-hungry keys (the guide's rule). Passes repeat
   while they find something better. Every candidate is measured at most once.
+- **Coupled keys** (``tunespace.COUPLED``: batched tokens and max-num-seqs) are not left to
+  one key at a time: each point of one's line that comes within ``noise`` of the best
+  without beating it has the other's line walked from it, closest first, so an optimum off
+  both lines through the best is still reached.
 - **Near ties** (within ``noise`` of the best) are measured again with ``repeat`` runs each,
   interleaved, at the best's rate; the answer then rests on those runs.
 """
@@ -26,7 +30,14 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from vprof.analysis.slo import Slo
-from vprof.runs.tunespace import BATCHED, MORE_MEMORY_WHEN_HIGHER, Candidate, Dim, Space
+from vprof.runs.tunespace import (
+    BATCHED,
+    COUPLED,
+    MORE_MEMORY_WHEN_HIGHER,
+    Candidate,
+    Dim,
+    Space,
+)
 
 OBJECTIVES = ("max-rate", "min-latency", "min-cost")
 # Two runs of one configuration on one server differ by 5–20 % (VLLM_CPU.md, and ±15–25 % on a
@@ -288,6 +299,29 @@ class Tuner:
         return self.best.candidate if self.best is not None else self.start
 
     def _line(
+        self, center: Candidate, dim: Dim, stage: str, *, walk_if_close: bool = False
+    ) -> None:
+        """Walk ``dim`` from ``center`` (see :meth:`_walk`); then, when ``dim`` is one of a
+        coupled pair, walk the other key of the pair from each point this walk measured that
+        came within noise of the best without beating it, the closest first. One key at a
+        time misses an optimum that lies off both lines: the best batched tokens at one
+        max-num-seqs is not the best at another."""
+        first = len(self.order)
+        self._walk(center, dim, stage, walk_if_close=walk_if_close)
+        partners = [
+            d for d in self.space.dims
+            if d.ordered and d.key != dim.key and frozenset((d.key, dim.key)) in COUPLED
+        ]  # fmt: skip
+        if not partners:
+            return
+        measured = [r for r in self.order[first:] if r.number is not None]
+        for result in sorted(measured, key=lambda r: -self._rank(r)):
+            if result is self.best or not self._close_to_best(result):
+                continue  # (the best may have moved on since this walk)
+            for other in partners:
+                self._walk(result.candidate, other, f"{stage} × {other.key}")
+
+    def _walk(
         self, center: Candidate, dim: Dim, stage: str, *, walk_if_close: bool = False
     ) -> None:
         """Walk ``dim`` from ``center``'s value: upward while each step improves, else

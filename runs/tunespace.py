@@ -41,6 +41,12 @@ STAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("prefix cache", (PREFIX,)),
     ("memory", (GPU_MEMORY, EAGER, MODEL_LEN)),
 )
+# Pairs of keys whose best values move together: each scheduler step's token budget
+# (max-num-batched-tokens) is shared by one decode token per running sequence (up to
+# max-num-seqs) and the prefill chunks, so the best budget depends on the concurrency and the
+# other way round. A point within noise of the best on one key's line has the other key's line
+# walked from it (benchmarks/tune_vs_grid.py: an optimum off both lines is missed otherwise).
+COUPLED = frozenset({frozenset({BATCHED, SEQS})})
 # Keys whose larger values need more memory: a candidate needing at least the memory of one
 # that ran out of memory at start-up is not started. (Eager mode needs less: no CUDA graphs.)
 MORE_MEMORY_WHEN_HIGHER = (BATCHED, SEQS, MODEL_LEN, GPU_MEMORY)

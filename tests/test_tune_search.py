@@ -216,6 +216,26 @@ def test_the_search_finds_the_grid_best_within_5_percent_starting_a_third_of_the
     assert len(runner.opened) == len(set(runner.opened)), "a candidate was measured twice"
 
 
+def test_an_optimum_off_both_lines_is_found_by_walking_the_coupled_key_from_a_near_tie():
+    # the best batched tokens grow with max-num-seqs (a ridge), and the ridge peaks at 4
+    # sequences: from 8 sequences, batched tokens then max-num-seqs one at a time stop at
+    # 93 % (bt 8192, seqs 8); bt 4096 at seqs 8 comes within noise, and max-num-seqs walked
+    # from there finds the peak
+    height = {1: 0.8, 2: 0.9, 4: 1.0, 8: 0.93}
+
+    def ridge(c: Candidate) -> float:
+        off = math.log2(c.get(BATCHED)) - (10 + math.log2(c.get(SEQS)))
+        return 10.0 * height[c.get(SEQS)] * math.exp(-(off**2) / 10)
+
+    sp = space(bt=(512, 1024, 2048, 4096, 8192), seqs=(1, 2, 4, 8))
+    runner = FakeRunner(ridge)
+    result = tuner(sp, runner, Candidate(((BATCHED, 512), (SEQS, 8)))).run()
+    assert result.best is not None
+    assert result.best.candidate == Candidate(((BATCHED, 4096), (SEQS, 4)))
+    assert result.best.stage == "prefill × max-num-seqs"
+    assert len(runner.opened) == len(set(runner.opened))
+
+
 def test_refused_candidates_are_never_started_and_say_why():
     runner = FakeRunner(landscape)
     start = Candidate(((CHUNKED, True), (BATCHED, 512), (SEQS, 256)))
