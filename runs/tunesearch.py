@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Protocol
 
 from vprof.analysis.slo import Slo
@@ -85,8 +85,8 @@ class Objective:
 
 
 @dataclass(frozen=True)
-class SearchSettings:
-    """How each trial's rate search runs and how many trials the budget allows."""
+class RateLimits:
+    """Where a trial's rate search starts, how it climbs and where it ends."""
 
     start_rps: float = 1.0
     max_rps: float = 10_000.0
@@ -94,6 +94,12 @@ class SearchSettings:
     growth: float = GROWTH
     resolution: float = RESOLUTION
     noise: float = NOISE
+
+
+@dataclass(frozen=True)
+class SearchSettings(RateLimits):
+    """How each trial's rate search runs and how many trials the budget allows."""
+
     repeat: int = 2  # runs per near tie in the final check (1: no check)
     budget_trials: int | None = 12
     budget_time_s: float | None = None
@@ -443,11 +449,8 @@ class Tuner:
         return best.sustainable_rps
 
     def _rate_search(self, trial: Trial, result: TrialResult) -> None:
-        s = self.settings
-        search = RateSearch(
-            start_rps=s.start_rps, max_rps=s.max_rps, min_rps=s.min_rps, growth=s.growth,
-            resolution=s.resolution, noise=s.noise, race_rps=self.race_rate(result.candidate),
-        )  # fmt: skip
+        limits = {f.name: getattr(self.settings, f.name) for f in fields(RateLimits)}
+        search = RateSearch(**limits, race_rps=self.race_rate(result.candidate))
         while True:
             rate, why = search.next_rate(self._met(result))
             if rate is None:
@@ -683,7 +686,7 @@ def round_rate(rate: float) -> float:
 
 
 @dataclass(frozen=True)
-class RateSearch:
+class RateSearch(RateLimits):
     """Where a trial's next level goes, from the levels so far (pure).
 
     Without a best to race: start at ``start_rps``, ×``growth`` while the SLO is met (÷ while
@@ -694,12 +697,6 @@ class RateSearch:
     below the best's rate it is a near tie, which the final check with repeats settles.
     """
 
-    start_rps: float = 1.0
-    max_rps: float = 10_000.0
-    min_rps: float = 0.05
-    growth: float = GROWTH
-    resolution: float = RESOLUTION
-    noise: float = NOISE
     race_rps: float | None = None
 
     def next_rate(self, met: Mapping[float, bool]) -> tuple[float | None, str]:
