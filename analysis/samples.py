@@ -161,7 +161,7 @@ def loadgen_stats(
             by_worker.setdefault(str(sample.get("worker", "")), []).append(sample)
     if not by_worker:
         return {}
-    per_worker = {worker: _worker_health(rows) for worker, rows in sorted(by_worker.items())}
+    per_worker = {worker: worker_health(rows) for worker, rows in sorted(by_worker.items())}
     has_lag = any(w["loop_lag_p99_ms"] is not None for w in per_worker.values())
     busy = [w for w, h in per_worker.items() if (h["lagging"] if has_lag else h["cpu_bound"])]
     peak = max(h["max_cpu_percent"] for h in per_worker.values())
@@ -232,7 +232,9 @@ def held_back(cpu_percent: float, wait_percent: float | None) -> bool:
     )
 
 
-def _worker_health(rows: list[Mapping[str, Any]]) -> dict[str, Any]:
+def worker_health(rows: list[Mapping[str, Any]]) -> dict[str, Any]:
+    """One Locust process's health over its samples: CPU, waiting for a core, event-loop lag,
+    and the verdicts on them (``starved``: held back by other processes; ``lagging``)."""
     # CPU is the main thread's share of one core; older files held the whole process's.
     cpu = [min(float(r["cpu_percent"]), 100.0) for r in rows if r.get("cpu_percent") is not None]
     p99s = [float(r["loop_lag_p99_ms"]) for r in rows if r.get("loop_probes")]

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from vprof.analysis.keys import CLIENT_FIX
-from vprof.analysis.samples import LAG_P99_LIMIT_MS, held_back
+from vprof.analysis.samples import LAG_P99_LIMIT_MS, worker_health
 from vprof.records.rundir import RunDir, read_json
 
 # Consecutive late samples (2 s each) before a warning: one busy moment is normal.
@@ -79,9 +79,7 @@ class ClientWatch:
 
 def _advice(late: list[dict]) -> str:
     """What to do about late samples: the same cause and advice the summary's verdict gives."""
-    cpu = [min(float(s["cpu_percent"]), 100.0) for s in late if s.get("cpu_percent") is not None]
-    wait = [float(s["wait_percent"]) for s in late if s.get("wait_percent") is not None]
-    if cpu and wait and held_back(sum(cpu) / len(cpu), sum(wait) / len(wait)):
+    if worker_health(late)["starved"]:
         return (
             "other processes on this machine held its core (it waited for one longer than it "
             "ran): give the load generator cores of its own"
