@@ -30,9 +30,11 @@ def number_hint(value: Any) -> str | None:
     """For text that is a number to Python but not to YAML 1.1 (``1e20``): how to write it."""
     if isinstance(value, str):
         try:
-            float(value)
+            number = float(value)
         except ValueError:
             return None
+        if not math.isfinite(number):
+            return None  # "nan", "inf": not a number to write differently
         return "YAML reads this as text: write exponents with a dot and a sign (1.0e+20)"
     return None
 

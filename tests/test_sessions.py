@@ -12,7 +12,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from locust_run import run_headless
+from locust_run import import_locust_unpatched, run_headless
 
 from vprof.analysis.summary import summarize
 from vprof.common.errors import WorkloadError
@@ -68,6 +68,19 @@ def test_bad_session_specs_fail_with_file_line_and_key(tmp_path, section, messag
         load_workload_file(_write(tmp_path, text))
     assert message in caught.value.format()
     assert str(tmp_path / "w.yaml") in caught.value.format()
+
+
+@pytest.mark.parametrize(("value", "hinted"), [("nan", False), ("inf", False), ("2e1", True)])
+def test_a_think_time_written_as_text_is_hinted_only_when_yaml_misread_a_number(
+    tmp_path, value, hinted
+):
+    text = "name: s\nendpoint: chat\nprompt_tokens: 16\noutput_tokens: 8\n"
+    text += f"conversation:\n  turns: 3\n  think_time_s: {value}\n"
+    with pytest.raises(WorkloadError) as caught:
+        load_workload_file(_write(tmp_path, text))
+    shown = caught.value.format()
+    assert "conversation.think_time_s: must be" in shown
+    assert ("write exponents" in shown) is hinted, shown
 
 
 def test_agent_sessions_need_the_chat_endpoint():
@@ -138,6 +151,7 @@ def test_an_agent_step_fans_out_and_the_next_step_sees_every_branch(tokenizer):
 
 
 def test_the_queue_schedules_a_later_step_think_time_after_its_last_answer(tokenizer):
+    import_locust_unpatched()  # the queues run on gevent; no sockets here
     from vprof.locustfiles.sessionqueue import SessionCall, SessionQueue
     from vprof.locustfiles.testplan import OpenLoopQueue
 
@@ -172,6 +186,7 @@ def test_the_queue_schedules_a_later_step_think_time_after_its_last_answer(token
 
 
 def test_a_step_that_cannot_be_planned_ends_its_session_and_keeps_the_answer(tokenizer, caplog):
+    import_locust_unpatched()
     from vprof.locustfiles.sessionqueue import SessionQueue
     from vprof.locustfiles.testplan import OpenLoopQueue
 
