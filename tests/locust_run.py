@@ -11,6 +11,21 @@ from pathlib import Path
 LOCUSTFILE = Path(__file__).resolve().parents[1] / "locustfiles" / "locustfile.py"
 
 
+def import_locust_unpatched() -> None:
+    """Import Locust into the test process without gevent's monkey patching, for tests that
+    use its classes but open no sockets through it. Earlier test modules of a session have
+    imported ssl (requests, aiohttp), and patching ssl after that recurses forever
+    (locust.md §6.1). The variable is restored at once, so the Locust subprocesses other
+    tests start are patched as usual."""
+    if "locust" in sys.modules:
+        return
+    os.environ["LOCUST_SKIP_MONKEY_PATCH"] = "1"
+    try:
+        import locust  # noqa: F401
+    finally:
+        del os.environ["LOCUST_SKIP_MONKEY_PATCH"]
+
+
 def run_headless(url: str, run_dir: Path, *args: str, timeout_s: float = 240) -> str:
     """``locust -f locustfile.py --headless -H URL --run-dir RUN_DIR ARGS``; its output.
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from locust_run import run_headless
+from locust_run import import_locust_unpatched, run_headless
 
 from vprof.emulator import Emulator, EmulatorConfig
 from vprof.records import read_records
@@ -141,17 +141,9 @@ def test_html_and_csv_count_each_request_once_and_hold_the_llm_statistics(
 
 
 def test_report_fires_one_request_event_per_request():
-    import os
-    import sys
     from types import SimpleNamespace
 
-    if "locust" not in sys.modules:
-        # As in test_webui: no sockets here, so no gevent patching (ssl may be imported).
-        os.environ["LOCUST_SKIP_MONKEY_PATCH"] = "1"
-        try:
-            import locust  # noqa: F401
-        finally:
-            del os.environ["LOCUST_SKIP_MONKEY_PATCH"]
+    import_locust_unpatched()  # no sockets here
     from locust import User, task
     from locust.env import Environment
     from locust.event import Events

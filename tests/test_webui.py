@@ -6,23 +6,13 @@ import csv
 import io
 import json
 import math
-import os
 import re
-import sys
 import time
 
 import pytest
+from locust_run import import_locust_unpatched
 
-if "locust" not in sys.modules:
-    # Earlier test modules in a full session have imported ssl (requests, aiohttp), and gevent
-    # patching ssl after that recurses forever (locust.md §6.1). These tests need no patching:
-    # they use Flask's test client, no sockets. Restore the variable at once so the Locust
-    # subprocesses other tests start are patched as usual.
-    os.environ["LOCUST_SKIP_MONKEY_PATCH"] = "1"
-    try:
-        import locust  # noqa: F401
-    finally:
-        del os.environ["LOCUST_SKIP_MONKEY_PATCH"]
+import_locust_unpatched()  # Flask's test client: no sockets, so no patching
 
 from locust import User, task  # noqa: E402
 from locust.env import Environment  # noqa: E402
