@@ -78,6 +78,21 @@ def display_names(summaries: Sequence[dict[str, Any]]) -> list[str]:
     return [f"{n}#{i + 1}" for i, n in enumerate(names)]
 
 
+def replica_rows(names: Sequence[str], summaries: Sequence[dict[str, Any]]) -> list[dict]:
+    """Runs that spread their load over several servers: one row per run and replica (its
+    requests, completed, throughput and TTFT percentiles), for tables."""
+    from vprof.analysis.keys import REPLICA_TABLE_KEYS
+    from vprof.analysis.keys import SummaryKey as K
+
+    rows = []
+    for name, summary in zip(names, summaries, strict=True):
+        for replica, stats in (summary.get(K.PER_REPLICA) or {}).items():
+            rows.append(
+                {"run": name, "replica": replica, **{k: stats.get(k) for k in REPLICA_TABLE_KEYS}}
+            )
+    return rows
+
+
 def load_run(path: str | Path) -> Run:
     """Read a run folder. Raises :class:`RunError` when it is not one, or when one of its files
     is not what vprof writes (naming the file, line and key)."""

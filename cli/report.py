@@ -32,7 +32,14 @@ def summary_parts(
     bottleneck is named on stderr first.
     """
     from vprof.analysis.keys import SHOWN_WHEN_NONZERO, SUMMARY_TABLE_KEYS
-    from vprof.analysis.run import display_names, json_safe, load_run, summarize_run, write_summary
+    from vprof.analysis.run import (
+        display_names,
+        json_safe,
+        load_run,
+        replica_rows,
+        summarize_run,
+        write_summary,
+    )
     from vprof.analysis.slo import parse_slo
     from vprof.analysis.summary import timeline
     from vprof.records import expand_runs
@@ -65,7 +72,7 @@ def summary_parts(
     else:
         rows = [json_safe(s) for s in summaries]
     parts: list[Part] = [("summaries", rows, None)]
-    if fmt in HUMAN and (by_replica := _replica_rows(names, summaries)):
+    if fmt in HUMAN and (by_replica := replica_rows(names, summaries)):
         parts.append(("per_replica", by_replica, None))  # JSON has it in each summary
     if timeline_interval_s:
         frames = []
@@ -76,20 +83,6 @@ def summary_parts(
             frames += json_safe(frame.to_dict("records"))
         parts.append(("timeline", frames, None))
     return parts
-
-
-def _replica_rows(names: Sequence[str], summaries: Sequence[dict[str, Any]]) -> list[dict]:
-    """Runs that spread their load over several servers: one row per run and replica."""
-    from vprof.analysis.keys import REPLICA_TABLE_KEYS
-    from vprof.analysis.keys import SummaryKey as K
-
-    rows = []
-    for name, summary in zip(names, summaries, strict=True):
-        for replica, stats in (summary.get(K.PER_REPLICA) or {}).items():
-            rows.append(
-                {"run": name, "replica": replica, **{k: stats.get(k) for k in REPLICA_TABLE_KEYS}}
-            )
-    return rows
 
 
 def comparison_parts(

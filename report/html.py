@@ -14,8 +14,9 @@ import re
 from importlib.resources import files
 from typing import Any
 
+from vprof.analysis.keys import REPLICA_TABLE_KEYS, stat_key
 from vprof.analysis.keys import SummaryKey as K
-from vprof.analysis.keys import stat_key
+from vprof.analysis.run import replica_rows
 
 SECTIONS = (
     ("overview", "Runs"),
@@ -152,6 +153,7 @@ def _view(data: dict[str, Any]) -> dict[str, Any]:
                 row |= {f"p{q}": dist["percentiles"].get(q) for q in PERCENTILES}
                 rows.append(row)
         percentile_rows.append(rows)
+    replicas = replica_rows([run["label"] for run in runs], [run["summary"] for run in runs])
     plan = capacity.get("plan")
     plan_columns = [c for c in PLAN_COLUMNS if plan and any(c in r for r in plan["rows"])]
     return {
@@ -162,6 +164,8 @@ def _view(data: dict[str, Any]) -> dict[str, Any]:
         "any_offered": bool(units),
         "single_levels": bool(capacity["profiles"])
         and all(len(p["levels"]) < 2 for p in capacity["profiles"]),
+        "replica_rows": replicas,
+        "replica_columns": ("run", "replica", *REPLICA_TABLE_KEYS),
         "plan_columns": plan_columns,
         "evidence_columns": EVIDENCE_COLUMNS,
         "cost_columns": COST_COLUMNS,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 
 import pytest
@@ -292,6 +293,35 @@ def test_summarize_shows_a_per_replica_table_and_json_stays_one_document(tmp_pat
     document = CliRunner().invoke(cli, ["summarize", str(run), "--format", "json"])
     (summary,) = json.loads(document.stdout)
     assert set(summary["per_replica"]) == {A, B} and summary["replicas"] == 2
+
+
+def test_the_report_has_a_replicas_table_and_names_where_server_metrics_came_from(tmp_path):
+    import html
+
+    from test_analysis_data import synth_records, write_run
+
+    from vprof.report import write_report
+
+    fast, slow = synth_records(60, seed=3, ttft_ms=40), synth_records(40, seed=4, ttft_ms=160)
+    for rec in fast:
+        rec.replica = A
+    for rec in slow:
+        rec.replica = B
+    run = write_run(tmp_path / "two", fast + slow)
+    meta = json.loads((run / "run.json").read_text())
+    meta |= {"url": A, "urls": [A, B], "balance": "least-outstanding", "metrics_from": A}
+    (run / "run.json").write_text(json.dumps(meta))
+    page = html.unescape(write_report([run], tmp_path / "report.html").read_text())
+    table = page[
+        page.index("<h3>Replicas</h3>") : page.index("</table>", page.index("<h3>Replicas"))
+    ]
+    rows = re.findall(r"<tr>(.*?)</tr>", table, re.S)
+    cells = [re.findall(r"<td[^>]*>(.*?)</td>", row) for row in rows[1:]]
+    assert [c[1] for c in cells] == [A, B]
+    assert [c[2] for c in cells] == ["60", "40"]  # requests, from the records that name them
+    assert f"/metrics) are from {A} only (of 2)" in page
+    single = write_run(tmp_path / "one", synth_records(20, seed=5))
+    assert "<h3>Replicas</h3>" not in write_report([single], tmp_path / "r1.html").read_text()
 
 
 def test_plan_checks_linear_scaling_against_the_measured_two_replica_run(open_loop):
