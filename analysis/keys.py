@@ -54,6 +54,8 @@ class SummaryKey(StrEnum):
     TOTAL_INPUT_TOKENS = "total_input_tokens"
     TOTAL_OUTPUT_TOKENS = "total_output_tokens"
     REQUEST_THROUGHPUT = "request_throughput"
+    ARRIVAL_RATE = "arrival_rate"
+    SERVED_RATE = "served_rate"
     OUTPUT_THROUGHPUT = "output_throughput"
     TOTAL_TOKEN_THROUGHPUT = "total_token_throughput"
     MAX_OUTPUT_TOKENS_PER_S = "max_output_tokens_per_s"
@@ -105,8 +107,8 @@ K = SummaryKey
 SUMMARY_TABLE_KEYS: tuple[str, ...] = (
     K.PROFILE, K.TRAFFIC, K.STATE, K.OPEN_LOOP, K.REPLICAS, K.REQUESTS, K.COMPLETED, K.FAILED,
     K.FAILURES_BY_CAUSE, K.CANCELLED, K.NOT_SENT, K.HELD_BACK, K.HELD_BACK_S, K.ERROR_RATE,
-    K.UNANSWERED_RATE, K.DURATION,
-    K.REQUEST_THROUGHPUT, K.OUTPUT_THROUGHPUT, K.TOTAL_TOKEN_THROUGHPUT, K.REQUEST_GOODPUT,
+    K.UNANSWERED_RATE, K.DURATION, K.REQUEST_THROUGHPUT, K.ARRIVAL_RATE, K.SERVED_RATE,
+    K.OUTPUT_THROUGHPUT, K.TOTAL_TOKEN_THROUGHPUT, K.REQUEST_GOODPUT,
     *_stats("ttft", "mean", "median", "p90", "p95", "p99", "p99.9"),
     *_stats("tpot", "mean", "median", "p95", "p99"),
     *_stats("itl", "mean", "median", "p95", "p99", "p99.9"),

@@ -6,6 +6,12 @@ sustainable per-replica rate lies between the last level that met the SLO and th
 that did not; it is interpolated linearly on the constraint that breaks first (the
 *binding* one). Replicas = ceil(target / sustainable × (1 + headroom)). When no level
 met the SLO the answer is unknown, and the plan says so instead of guessing.
+
+A level's rate is, in open loop, the rate its requests were answered at as they arrived
+(``served_rate``: the arrival rate over the measured window × the share answered), and
+otherwise the achieved ``request_throughput``. vllm bench serve's throughput divides by the
+time to the last answer, drain included, so in open loop it would understate what a replica
+sustains by the last answers' latency over the level's length.
 """
 
 from __future__ import annotations
@@ -194,7 +200,11 @@ def _level(summary: dict[str, Any], slo: Slo) -> Level:
     state = str(summary.get(K.STATE) or RunState.COMPLETED.value)
     client_limited = bool(summary.get(K.CLIENT_LIMITED) or summary.get(K.LOADGEN_SATURATED))
     passed = all(c["met"] for c in checks) and state != RunState.FAILED and not client_limited
-    rps = _num(summary.get(K.REQUEST_THROUGHPUT))
+    # Open loop: the rate the requests were answered at as they arrived; request_throughput
+    # (closed loop, older summaries) also counts the drain after the last send.
+    rps = _num(summary.get(K.SERVED_RATE))
+    if math.isnan(rps):
+        rps = _num(summary.get(K.REQUEST_THROUGHPUT))
     return Level(
         run=str(summary.get(K.RUN, "?")),
         rps=rps,

@@ -166,6 +166,25 @@ def test_open_loop_latency_from_the_schedule_includes_the_send_lag(tmp_path):
     assert s["p99_ttft_from_schedule_ms"] > s["p99_ttft_ms"]
 
 
+def test_open_loop_served_rate_is_the_arrival_rate_times_the_share_answered(tmp_path):
+    # 40 arrivals at 4 req/s whose answers take about 2 s (100 tokens at 20 ms): vllm's
+    # request_throughput divides by the time to the last answer, drain included
+    records = synth_records(40, open_loop=True, rate_rps=4.0, tokens=(100, 100), cancel_every=10)
+    s = summarize_run(write_run(tmp_path / "o", records, open_loop=True))
+    assert _close(s["arrival_rate"], 4.0)
+    assert _close(s["served_rate"], 4.0 * 36 / 40)  # every tenth was cancelled
+    assert s["request_throughput"] < 0.9 * s["served_rate"]  # 36 answers over 9.75 s + ~2 s
+    from vprof.analysis import plan
+
+    def level_rate(summary: dict) -> float:
+        return plan([summary], target_rps=1.0, slo="ttft_p95=100s").profiles[0].levels[0].rps
+
+    assert _close(level_rate(s), s["served_rate"])  # what the capacity plan reads
+    closed = summarize_run(write_run(tmp_path / "c", synth_records(40)))
+    assert "served_rate" not in closed
+    assert _close(level_rate(closed), closed["request_throughput"])
+
+
 def test_closed_loop_summary_has_no_schedule_keys(tmp_path):
     s = summarize_run(write_run(tmp_path / "c", synth_records(50)))
     assert s["open_loop"] is False

@@ -98,8 +98,29 @@ def test_the_written_profile_validates_launches_and_holds_its_claim(tuned, files
     assert checked.returncode == 0, checked.stdout + checked.stderr
     assert "ok    pinned-tuned" in checked.stdout
 
+    claim = float(state["sustainable_rps"])
+    measured, basis = _confirm(path, dirs, files, claim, "confirm")
+    if measured is None or abs(measured - claim) > 0.10 * claim:
+        # A server start on this shared machine is now and then 20–25 % slower than the next
+        # (three launches of one profile: p95 TTFT at 3.2 req/s 1.28–1.90 s; one in a CI
+        # dry run missed at 0.9× the claim): one disagreement is measured again on a fresh
+        # launch before it counts.
+        first = (measured, basis)
+        measured, basis = _confirm(path, dirs, files, claim, "confirm-again")
+        basis = f"{basis} (first launch: {first})"
+    assert measured is not None, basis
+    assert abs(measured - claim) <= 0.10 * claim, (claim, measured, basis)
+
+
+def _confirm(
+    path: Path, dirs: list[str], files: Path, claim: float, name: str
+) -> tuple[float | None, str]:
+    """Launch the written profile with `vprof launch`, run an independent `vprof sweep load`
+    around ``claim``, stop the server (checking nothing is left); the sweep's sustainable rate
+    and its basis."""
     port = free_port(lo=18800, hi=18899)
-    log = (files / "launch.log").open("w")
+    log_path = files / f"{name}.launch.log"
+    log = log_path.open("w")
     launch = subprocess.Popen(
         [sys.executable, "-m", "vprof.cli.main", "launch", str(path), *dirs, "--port", str(port)],
         stdout=log,
@@ -107,37 +128,20 @@ def test_the_written_profile_validates_launches_and_holds_its_claim(tuned, files
     )
     url = f"http://127.0.0.1:{port}"
     try:
-        _wait_healthy(url, launch, files / "launch.log", deadline_s=420)
-        claim = float(state["sustainable_rps"])
+        _wait_healthy(url, launch, log_path, deadline_s=420)
         # 0.9× must meet the SLO, and the interpolated answer lands within ±10 % unless the
         # claim is wrong: too high and 0.9× misses, too low and 1.1× meets too
         levels = ",".join(f"{claim * f:.3g}" for f in (0.9, 1.0, 1.1, 1.25))
+        # fmt: off
         sweep = vprof(
-            "sweep",
-            "load",
-            str(path),
-            *dirs,
-            "--url",
-            url,
-            "--workload",
-            str(files / "answers.yaml"),
-            "--traffic",
-            str(files / "level.yaml"),
-            "--levels",
-            levels,
-            "--slo",
-            SLO,
-            "--out",
-            str(files / "confirm"),
-            "--format",
-            "json",
+            "sweep", "load", str(path), *dirs, "--url", url,
+            "--workload", str(files / "answers.yaml"), "--traffic", str(files / "level.yaml"),
+            "--levels", levels, "--slo", SLO, "--out", str(files / name), "--format", "json",
             timeout_s=600,
         )
+        # fmt: on
         assert sweep.returncode == 0, sweep.stdout + sweep.stderr
         (plan,) = json.loads(sweep.stdout)["plan"]
-        measured = plan["sustainable_rps"]
-        assert measured is not None, plan
-        assert abs(measured - claim) <= 0.10 * claim, (claim, measured, plan["basis"])
     finally:
         # SIGTERM stops launch as Ctrl-C does (and a background job may ignore SIGINT)
         launch.terminate()
@@ -155,6 +159,7 @@ def test_the_written_profile_validates_launches_and_holds_its_claim(tuned, files
         and "vllm" in " ".join(p.info["cmdline"] or [])
     ]
     assert rc == 0 and children == []
+    return plan["sustainable_rps"], str(plan["basis"])
 
 
 def _kill_tree(pid: int) -> None:
