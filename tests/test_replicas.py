@@ -269,20 +269,27 @@ def test_round_robin_splits_evenly_in_open_loop_over_two_processes(open_loop, re
 
 
 # -- the summary table -----------------------------------------------------------------------
-def test_summarize_shows_a_per_replica_table_and_json_stays_one_document(tmp_path):
+def _two_replica_run(folder: Path, on_a: int, on_b: int) -> Path:
+    """A run folder of ``on_a`` requests answered by A (40 ms first tokens) and ``on_b`` by B
+    (160 ms), as a two-replica bench writes it."""
     from test_analysis_data import synth_records, write_run
 
-    from vprof.cli.main import cli
-
-    fast, slow = synth_records(100, seed=1, ttft_ms=40), synth_records(100, seed=2, ttft_ms=160)
+    fast, slow = synth_records(on_a, seed=1, ttft_ms=40), synth_records(on_b, seed=2, ttft_ms=160)
     for rec in fast:
         rec.replica = A
     for rec in slow:
         rec.replica = B
-    run = write_run(tmp_path / "two", fast + slow)
+    run = write_run(folder, fast + slow)
     meta = json.loads((run / "run.json").read_text())
     meta |= {"url": A, "urls": [A, B], "balance": "round-robin", "metrics_from": A}
     (run / "run.json").write_text(json.dumps(meta))
+    return run
+
+
+def test_summarize_shows_a_per_replica_table_and_json_stays_one_document(tmp_path):
+    from vprof.cli.main import cli
+
+    run = _two_replica_run(tmp_path / "two", 100, 100)
     table = CliRunner().invoke(cli, ["summarize", str(run)])
     assert table.exit_code == 0, table.output
     lines = table.output.splitlines()
@@ -302,19 +309,10 @@ def test_the_report_has_a_replicas_table_and_names_where_server_metrics_came_fro
 
     from vprof.report import write_report
 
-    fast, slow = synth_records(60, seed=3, ttft_ms=40), synth_records(40, seed=4, ttft_ms=160)
-    for rec in fast:
-        rec.replica = A
-    for rec in slow:
-        rec.replica = B
-    run = write_run(tmp_path / "two", fast + slow)
-    meta = json.loads((run / "run.json").read_text())
-    meta |= {"url": A, "urls": [A, B], "balance": "least-outstanding", "metrics_from": A}
-    (run / "run.json").write_text(json.dumps(meta))
+    run = _two_replica_run(tmp_path / "two", 60, 40)
     page = html.unescape(write_report([run], tmp_path / "report.html").read_text())
-    table = page[
-        page.index("<h3>Replicas</h3>") : page.index("</table>", page.index("<h3>Replicas"))
-    ]
+    start = page.index("<h3>Replicas</h3>")
+    table = page[start : page.index("</table>", start)]
     rows = re.findall(r"<tr>(.*?)</tr>", table, re.S)
     cells = [re.findall(r"<td[^>]*>(.*?)</td>", row) for row in rows[1:]]
     assert [c[1] for c in cells] == [A, B]
