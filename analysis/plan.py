@@ -200,11 +200,7 @@ def _level(summary: dict[str, Any], slo: Slo) -> Level:
     state = str(summary.get(K.STATE) or RunState.COMPLETED.value)
     client_limited = bool(summary.get(K.CLIENT_LIMITED) or summary.get(K.LOADGEN_SATURATED))
     passed = all(c["met"] for c in checks) and state != RunState.FAILED and not client_limited
-    # Open loop: the rate the requests were answered at as they arrived; request_throughput
-    # (closed loop, older summaries) also counts the drain after the last send.
-    rps = _num(summary.get(K.SERVED_RATE))
-    if math.isnan(rps):
-        rps = _num(summary.get(K.REQUEST_THROUGHPUT))
+    rps = level_rate(summary)
     return Level(
         run=str(summary.get(K.RUN, "?")),
         rps=rps,
@@ -221,6 +217,14 @@ def _level(summary: dict[str, Any], slo: Slo) -> Level:
             else None
         ),
     )
+
+
+def level_rate(summary: dict[str, Any]) -> float:
+    """The rate a load level served, as plans read it: in open loop its ``served_rate`` (the
+    rate requests were answered at as they arrived), else ``request_throughput``, which also
+    counts the drain after the last send (closed loop, and summaries older than served_rate)."""
+    rate = _num(summary.get(K.SERVED_RATE))
+    return rate if not math.isnan(rate) else _num(summary.get(K.REQUEST_THROUGHPUT))
 
 
 def _num(value: Any) -> float:

@@ -37,6 +37,7 @@ def capacity(
 ) -> dict[str, Any]:
     """Levels per profile for the curves, and the plan when an SLO was given."""
     from vprof.analysis import plan
+    from vprof.analysis.plan import level_rate
     from vprof.analysis.run import json_safe
 
     metrics = list(LATENCY_METRICS)
@@ -47,6 +48,7 @@ def capacity(
     for run_id, summary in zip(run_ids, summaries, strict=True):
         level = {"run_id": run_id, "run": summary.get(K.RUN)}
         level |= {k: summary.get(k) for k in _LEVEL_KEYS}
+        level["rate"] = level_rate(summary)  # the plan's x: sustainable rates are on its scale
         for metric in metrics:
             level |= _stats(summary, metric)
         by_profile.setdefault(str(summary.get(K.PROFILE) or summary.get(K.RUN)), []).append(level)

@@ -138,7 +138,7 @@
     DATA.capacity.profiles.forEach((p, i) => {
       qs.forEach((q, k) => {
         const key = pctKey(q) + "_" + metric + "_ms";
-        const points = p.levels.map((lv) => [num(lv.request_throughput), num(lv[key]), lv.run])
+        const points = p.levels.map((lv) => [num(lv.rate), num(lv[key]), lv.run])
           .filter((pt) => pt[0] !== null);
         if (!points.some((pt) => pt[1] !== null)) return;
         // One legend entry per profile (it toggles all its percentiles); the id keeps p.
@@ -165,11 +165,11 @@
             position: "insideStartTop", fontSize: 10, color: SLO_COLOR } })) } });
     }
     const key = qs.map((q) => "p" + q + " " + ({ 50: "dotted", 95: "solid", 99: "dashed" }[q] || "solid")).join(" · ");
-    const option = base(METRIC[metric] + " against achieved throughput", {
+    const option = base(METRIC[metric] + " against the rate served", {
       tooltip: { trigger: "axis", confine: true, axisPointer: { type: "cross" },
         formatter: (items) => [fmt(items[0] && items[0].value[0], "req/s")].concat(items.filter((it) => it.seriesId && it.value[1] !== null)
           .map((it) => it.marker + it.seriesId + ": " + fmt(it.value[1], "ms") + " (" + it.value[2] + ")")).join("<br>") },
-      xAxis: axis("achieved req/s"),
+      xAxis: axis("served req/s"),
       yAxis: axis(METRIC[metric] + " (ms)", { nameGap: 44, max: reach(series, targets.map((t) => t.threshold_ms)) }),
       series: series,
     });
