@@ -117,20 +117,15 @@ class Server:
         (a launched profile that set max-model-len was checked before its server started)."""
         from vprof.runs.warmup import served_models
 
-        if self.plan is None and len(self.urls) > 1:
-            for url in self.urls:  # each replica has its own limit; the first is recorded
+        if self.plan is None:
+            for url in self.urls or (self.url,):  # each has its own limit; the first is kept
                 self._check_served(url, workload, say)
             return
         models = served_models(self.url)
         limit = models[0].get("max_model_len")
-        if self.plan is None:
-            self.settings["served_models"] = [str(m.get("id")) for m in models]
         if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
             return
         self.settings["served_max_model_len"] = limit
-        if self.plan is None:
-            check_fits(workload, limit, f"the server at {self.url}", say)
-            return
         if "max-model-len" in self.profile.engine_args:
             return
         try:
@@ -139,6 +134,8 @@ class Server:
             raise LaunchError(exc.message, hint=exc.hint) from None
 
     def _check_served(self, url: str, workload: Workload, say: Progress) -> None:
+        """A server already running (``--url``): what it serves, and whether the workload fits
+        its max-model-len."""
         from vprof.runs.warmup import served_models
 
         models = served_models(url)
