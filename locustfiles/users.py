@@ -70,7 +70,7 @@ class _Prepared:
     index: int
     endpoint: str
     plan: Any = None
-    payload: bytes = b""  # the whole HTTP request (to the first replica)
+    payload: bytes = b""  # the whole HTTP request (one server; empty with several)
     path: str = ""  # with several replicas the request is framed for the one picked at send
     body: bytes = b""
     prompt: str = ""  # /generate repeats it at the front of its text
@@ -199,8 +199,9 @@ class LLMUser(User):
             prepared.plan = plan
             prepared.prompt = body["prompt"] if endpoint == "generate" else ""
             encoded = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
-            prepared.payload = self._conn.request_bytes(ENDPOINT_PATHS[endpoint], encoded)
             prepared.path, prepared.body = ENDPOINT_PATHS[endpoint], encoded
+            if self._balancer is None:  # several servers: framed for the one picked at send
+                prepared.payload = self._conn.request_bytes(prepared.path, encoded)
         except Exception as exc:  # noqa: BLE001 - recorded (and re-raised) by send()
             prepared.error = exc
         return prepared
