@@ -25,8 +25,6 @@ from vprof.common.errors import RunError
 from vprof.locustfiles.optiontable import BALANCE_CHOICES, DEFAULT_BALANCE
 
 LEAST_OUTSTANDING, ROUND_ROBIN = BALANCE_CHOICES
-POLICIES = BALANCE_CHOICES
-DEFAULT_POLICY = DEFAULT_BALANCE
 
 
 class Balancer:
@@ -79,7 +77,7 @@ class LeastOutstanding(Balancer):
 
 
 def make_balancer(policy: str, replicas: Sequence[str]) -> Balancer:
-    """The balancer for ``policy`` (one of :data:`POLICIES`) over ``replicas``."""
+    """The balancer for ``policy`` (one of ``BALANCE_CHOICES``) over ``replicas``."""
     kinds: dict[str, type[Balancer]] = {
         ROUND_ROBIN: RoundRobin,
         LEAST_OUTSTANDING: LeastOutstanding,
@@ -88,15 +86,15 @@ def make_balancer(policy: str, replicas: Sequence[str]) -> Balancer:
 
 
 def check_policy(policy: str, key: str = "--balance") -> str:
-    """``policy`` if it is one of :data:`POLICIES`; a clear error naming them otherwise."""
-    if policy in POLICIES:
+    """``policy`` if it is one of ``BALANCE_CHOICES``; a clear error naming them otherwise."""
+    if policy in BALANCE_CHOICES:
         return policy
     from vprof.common.suggest import suggestion
 
     raise RunError(
-        f"{policy!r} is not a balancing policy (choose {' or '.join(POLICIES)})",
+        f"{policy!r} is not a balancing policy (choose {' or '.join(BALANCE_CHOICES)})",
         key=key,
-        hint=suggestion(policy, POLICIES, f"e.g. {key} {DEFAULT_POLICY}"),
+        hint=suggestion(policy, BALANCE_CHOICES, f"e.g. {key} {DEFAULT_BALANCE}"),
     )
 
 
