@@ -225,6 +225,11 @@ LOCUST_FIELDS: dict[str, Check] = {
     "open_loop": _flag,
     "records": COUNT,
 }
+# What a resumed tune reads back from its tune.json (the rest is for people and the report).
+TUNE_FIELDS: dict[str, Check] = {
+    "profile": _text(null=True),
+    "start_failures": _values(_text()),  # candidate label: why its server did not start
+}
 # One line of metrics.jsonl: a time and the server's metric values (NaN samples are dropped
 # when scraped, so every value is finite).
 METRICS_LINE: dict[str, Check] = {

@@ -28,7 +28,13 @@ from typing import TYPE_CHECKING, Any
 from vprof.analysis.keys import K
 from vprof.common.errors import LaunchError, ProfileError, RunError, WorkloadError
 from vprof.common.numbers import check_number, parse_number
-from vprof.records.rundir import TUNE_FILE, read_json, tune_manifest, write_json_atomic
+from vprof.records.rundir import (
+    TUNE_FIELDS,
+    TUNE_FILE,
+    read_json,
+    tune_manifest,
+    write_json_atomic,
+)
 from vprof.runs.tunesearch import (
     OBJECTIVES,
     Measurement,
@@ -448,7 +454,9 @@ def run_prepared(prepared: Prepared, say: Say = print) -> TuneOutcome:
     request = p.request
     folder = request.out_dir
     folder.mkdir(parents=True, exist_ok=True)
-    earlier = read_json(tune_manifest(folder), strict=False)
+    # vprof writes tune.json atomically: a damaged one is foreign, and resuming from it would
+    # forget which candidates failed to start
+    earlier = read_json(tune_manifest(folder), fields=TUNE_FIELDS)
     if earlier.get("profile") not in (None, p.base.name):
         say(f"warning: {folder} holds a tune of {earlier['profile']}; its runs stay beside these")
     failures: dict[str, str] = dict(earlier.get("start_failures") or {})

@@ -195,6 +195,31 @@ def test_servers_that_did_not_start_are_results_and_not_retried_on_resume(tmp_pa
     )
 
 
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ('{"profile": "chunked-512", "start_failures": {', "not valid JSON (line 1"),
+        ('[1, 2]', "expected a JSON object, found list"),
+        ('{\n  "start_failures": {"chunked-512@seqs8": 5}\n}',
+         "tune.json:2: start_failures.chunked-512@seqs8: expected text"),
+    ],
+)
+def test_a_damaged_tune_json_is_an_error_and_is_left_as_it_was(no_server, tmp_path, text, message):
+    """Resuming from a damaged tune.json would forget which candidates failed to start and then
+    overwrite it: it is an error naming the file, before any server starts."""
+    from vprof.common.errors import RunError
+
+    out = tmp_path / "t"
+    out.mkdir()
+    (out / "tune.json").write_text(text)
+    request = TuneRequest(profile="chunked-512", slo="ttft_p95=1000ms", workload="tiny-smoke",
+                          space=("max-num-seqs=8,16",), out_dir=out)  # fmt: skip
+    with pytest.raises(RunError) as caught:
+        run_prepared(prepare(request), lambda _: None)
+    assert str(out / "tune.json") in str(caught.value) and message in str(caught.value)
+    assert (out / "tune.json").read_text() == text
+
+
 def test_a_client_limited_level_is_measured_again_up_to_a_bound(no_server, tmp_path):
     """A level the load generator could not keep up with says nothing of the server: the trial
     runs it again (a further repeat of the level) and stops once a run keeps time."""
