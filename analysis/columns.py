@@ -23,6 +23,7 @@ FLOAT_COLUMNS = (
     "tpot_ms",
     "schedule_lag_ms",
     "idle_before_ms",
+    "think_ms",
 )
 INT_COLUMNS = (
     "prompt_tokens",

@@ -248,13 +248,15 @@ def _held_back(cols: Columns, keep: Any, cap: int | None) -> dict[str, Any]:
 
 # Closed loop: a mean in flight below this share of the users asked for means users sat idle
 # between one answer and their next request, and the server saw less load than was asked for.
+# A session's think time is not idleness: it counts beside the requests in flight.
 IN_FLIGHT_SHARE_LIMIT = 0.97
 
 
 def _in_flight(cols: Columns, keep: Any, users: int | None, reasons: list[str]) -> dict:
     """Closed loop: requests in flight on average over the measured window — from the first
-    send after the warm-up to the last send, while every user was sending — against the
-    ``users`` asked for; appends the verdict to ``reasons`` when it falls short of them."""
+    send after the warm-up to the last send, while every user was sending — and sessions
+    thinking (from a user's last answer to the next step's intended send time), against the
+    ``users`` asked for; appends the verdict to ``reasons`` when they fall short of them."""
     import numpy as np
 
     f = cols.floats
@@ -262,21 +264,39 @@ def _in_flight(cols: Columns, keep: Any, users: int | None, reasons: list[str]) 
     ends = np.where(np.isnan(f["finished_at"]), f["last_token_at"], f["finished_at"])
     t0, t1 = _nanmin(sent[keep]), _nanmax(sent[keep])
     good = np.isfinite(sent) & np.isfinite(ends)  # warm-up requests still in flight count too
-    overlap = np.minimum(ends[good], t1) - np.maximum(sent[good], t0)
-    mean = float(np.clip(overlap, 0, None).sum() / (t1 - t0)) if t1 > t0 else math.nan
+    mean = _mean_overlap(sent[good], ends[good], t0, t1)
+    # a think time runs from the user's last answer (its send less the idle before it) for
+    # as long as the session thought, or until the send if that came first (older files: 0)
+    idle_s = f["idle_before_ms"] / 1000.0
+    think_s = np.nan_to_num(f["think_ms"], nan=0.0) / 1000.0
+    thought = np.isfinite(idle_s) & np.isfinite(sent) & (think_s > 0)
+    previous = (sent - idle_s)[thought]
+    thinking = _mean_overlap(previous, previous + np.minimum(think_s, idle_s)[thought], t0, t1)
     idle = f["idle_before_ms"][keep & np.isfinite(f["idle_before_ms"])]
     out: dict[str, Any] = {
         "mean_in_flight": mean,
+        "mean_thinking": thinking,
         "users_asked": users,
         "in_flight_share": mean / users if users else None,
         "mean_idle_before_ms": float(idle.mean()) if idle.size else math.nan,
     }
-    if users and mean < IN_FLIGHT_SHARE_LIMIT * users:  # NaN (no sends): no verdict
+    if users and mean + thinking < IN_FLIGHT_SHARE_LIMIT * users:  # NaN (no sends): no verdict
+        also = f" and {thinking:.2f} sessions thinking" if thinking > 0 else ""
         reasons.append(
-            f"the closed loop kept {mean:.2f} requests in flight on average, of the {users} "
-            f"users asked for (below {IN_FLIGHT_SHARE_LIMIT:g}): the server saw less load"
+            f"the closed loop kept {mean:.2f} requests in flight on average{also}, of the "
+            f"{users} users asked for (below {IN_FLIGHT_SHARE_LIMIT:g}): the server saw less load"
         )
     return out
+
+
+def _mean_overlap(starts: Any, ends: Any, t0: float, t1: float) -> float:
+    """How many of the intervals [starts, ends) were open on average over [t0, t1]."""
+    import numpy as np
+
+    if not t1 > t0:
+        return math.nan
+    overlap = np.minimum(ends, t1) - np.maximum(starts, t0)
+    return float(np.clip(overlap, 0, None).sum() / (t1 - t0))
 
 
 # The one limit that leaves a run's medians usable: its loop woke late only now and then

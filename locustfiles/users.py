@@ -75,6 +75,7 @@ class _Prepared:
     body: bytes = b""
     prompt: str = ""  # /generate repeats it at the front of its text
     error: Exception | None = None
+    think_s: float = 0.0  # closed-loop sessions: due this long after the user's last answer
 
 
 class LLMUser(User):
@@ -142,24 +143,29 @@ class LLMUser(User):
         name = self.endpoint or str(opt(self.environment, "endpoint", "") or "")
         return name or str(run.workload().endpoint)
 
-    def _next_plan(self, index: int) -> Any:
+    def _next_plan(self, index: int) -> tuple[Any, float]:
+        """The next request's plan and the think time it is due after this user's last
+        answer (0: at once)."""
         run = state(self.environment)
         synth = run.synthesizer()
         if not synth.workload.sessions or run.open_loop:
             # Open-loop sessions are planned by their SessionQueue, which hands its calls in.
-            return synth.plan(index)
+            return synth.plan(index), 0.0
         # Closed loop: keep one session per user until it ends, sending its calls one after
-        # another (a fan-out step's calls in turn); a failed call's answer counts as empty.
+        # another (a fan-out step's calls in turn, the step's think time before the first);
+        # a failed call's answer counts as empty. A new session starts at once.
         if self._session is not None:
             self._answers.append(self._last_text or "")
+            think_s = 0.0
             if not self._pending:
                 self._pending, self._answers = self._session.next_step(self._answers), []
+                think_s = self._session.think_s() if self._pending else 0.0
             if self._pending:
-                return self._pending.pop(0)
+                return self._pending.pop(0), think_s
         self._session, self._answers = start_session(synth, index), []
         self._pending = self._session.next_step(None)
         self._last_text = None
-        return self._pending.pop(0)
+        return self._pending.pop(0), 0.0
 
     def body(self, plan: Any, endpoint: str) -> dict[str, Any]:
         """The JSON body: always streaming, usage requested, fixed lengths when asked."""
@@ -194,7 +200,8 @@ class LLMUser(User):
         endpoint = self._endpoint()
         prepared = _Prepared(index, endpoint)
         try:
-            plan = plan if plan is not None else self._next_plan(index)
+            if plan is None:
+                plan, prepared.think_s = self._next_plan(index)
             body = self.body(plan, endpoint)
             prepared.plan = plan
             prepared.prompt = body["prompt"] if endpoint == "generate" else ""
@@ -264,6 +271,12 @@ class LLMUser(User):
                 return
         else:
             prepared = self._take_next()
+            if prepared.think_s > 0 and math.isfinite(self._last_finished_at):
+                # a session's later step: due its think time after this user's last answer,
+                # which is its intended send time (the record's scheduled_at, as in open loop)
+                scheduled_at = self._last_finished_at + prepared.think_s
+                if not self._sleep_until(scheduled_at):
+                    return  # stopping while the session thought
         record = self.send(prepared.index, scheduled_at, open_loop=run.open_loop,
                            salt=config.salt, prepared=prepared)  # fmt: skip
         if not run.open_loop:  # open-loop arrivals keep their schedule; lag records the delay
@@ -346,6 +359,7 @@ class LLMUser(User):
             worker=self._worker,
             open_loop=open_loop,
             scheduled_at=scheduled_at,
+            think_ms=prepared.think_s * 1000.0,
         )
         scanner: SseScanner | NdjsonScanner | None = None
         result: StreamResult | None = None

@@ -61,6 +61,9 @@ class RequestRecord:
     # closed loop: from this user's previous answer (its last byte) to this send; NaN for a
     # user's first request and for open-loop ones
     idle_before_ms: float = NAN
+    # closed-loop sessions: the think time this step was due after the previous answer (its
+    # scheduled_at is that answer's end plus this); 0: sent at once
+    think_ms: float = 0.0
     itl_ms: list[float] = field(default_factory=list)
     prompt_tokens: int = -1  # from the server's usage; -1 when not reported
     completion_tokens: int = -1

@@ -412,26 +412,33 @@ def test_load_spread_over_replicas_is_summarised_per_replica(tmp_path):
     assert total == pytest.approx(s["request_throughput"])
 
 
-def _closed_loop(users: int, seconds: float, busy_s: float, idle_s: float) -> list:
-    """Each user sends back to back: ``busy_s`` per answer, then ``idle_s`` before the next."""
+def _closed_loop(
+    users: int, seconds: float, busy_s: float, idle_s: float, think_s: float = 0.0
+) -> list:
+    """Each user sends back to back: ``busy_s`` per answer, then ``idle_s`` before the next;
+    with ``think_s``, the next is due that long after the answer (its ``scheduled_at``), and
+    ``idle_s`` is how late it is sent after that."""
     from vprof.records.schema import RequestRecord
 
     records = []
     for user in range(users):
-        t, previous_end = T0 + 0.01 * user, math.nan
+        t, previous_end, due = T0 + 0.01 * user, math.nan, math.nan
         while t < T0 + seconds:
             end = t + busy_s
             r = RequestRecord(
                 request_id=f"{user}-{len(records)}",
                 sent_at=t,
+                scheduled_at=due,
                 first_token_at=t + 0.05,
                 last_token_at=end,
                 finished_at=end,
                 completion_tokens=8,
                 idle_before_ms=(t - previous_end) * 1e3,
+                think_ms=think_s * 1e3 if math.isfinite(due) else 0.0,
             )
             records.append(r.finalize())  # fmt: skip
-            previous_end, t = end, end + idle_s
+            due = end + think_s if think_s else math.nan
+            previous_end, t = end, end + think_s + idle_s
     return records
 
 
@@ -461,6 +468,27 @@ def test_closed_loop_mean_in_flight_is_held_against_the_users_asked_for(tmp_path
     old = idle.drop(columns=["idle_before_ms"])
     s = summarize(old, users=4)
     assert math.isnan(s["mean_idle_before_ms"]) and s["client_limited"]
+
+
+def test_closed_loop_think_time_counts_beside_the_requests_in_flight():
+    """A session's think time is not a user sitting idle: a user thinking 0.5 s after each
+    1 s answer keeps the load asked for; one that also sends 0.3 s late does not."""
+    import pandas as pd
+
+    thinking = pd.DataFrame([r.to_dict() for r in _closed_loop(4, 30, 1.0, 0.0, think_s=0.5)])
+    s = summarize(thinking, users=4)
+    assert s["mean_in_flight"] == pytest.approx(4 / 1.5, rel=0.03)
+    assert s["mean_thinking"] == pytest.approx(4 * 0.5 / 1.5, rel=0.03)
+    assert s["mean_in_flight"] + s["mean_thinking"] == pytest.approx(4.0, abs=0.02)
+    assert not s["client_limited"], s["client_limited_by"]
+
+    late = pd.DataFrame([r.to_dict() for r in _closed_loop(4, 30, 1.0, 0.3, think_s=0.5)])
+    s = summarize(late, users=4)
+    assert s["mean_thinking"] == pytest.approx(4 * 0.5 / 1.8, rel=0.03)
+    assert s["client_limited"]
+    assert any("sessions thinking, of the 4 users" in r for r in s["client_limited_by"])
+    assert summarize(pd.DataFrame([r.to_dict() for r in _closed_loop(4, 30, 1.0, 0.0)]),
+                     users=4)["mean_thinking"] == 0.0  # fmt: skip
 
 
 def test_a_records_file_written_before_idle_before_ms_still_summarises(tmp_path):

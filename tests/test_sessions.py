@@ -355,3 +355,31 @@ def test_closed_loop_users_send_an_agent_chain_one_call_after_another(emulator, 
         if len(calls) == 5:  # the last step's context holds both branches of the one before
             step1 = calls[calls.turn == 1].expected_prompt_tokens
             assert (calls[calls.turn == 2].expected_prompt_tokens > step1.max() + 12).all()
+
+
+@pytest.mark.parametrize("emulator", [18165], indirect=True)
+def test_closed_loop_users_think_between_turns_and_the_load_is_still_what_was_asked(
+    emulator, tmp_path
+):
+    """Closed loop, a user sends a session's next turn its think time after the answer (the
+    intended send time is its scheduled_at); thinking is not idleness, so two users thinking
+    0.3 s between turns still count as the load asked for."""
+    workload = ("name: s\nendpoint: chat\nprompt_tokens: 16\noutput_tokens: 8\n"
+                "conversation:\n  turns: 3\n  think_time_s: 0.3\n")  # fmt: skip
+    df = _run(emulator, tmp_path, workload, "-u", "2", "-r", "2", "-t", "4s")
+    ok = df[df.status == "ok"].sort_values("sent_at")
+    assert not df.open_loop.any() and {0, 1, 2} <= set(ok.turn)
+    first, later = ok[ok.turn == 0], ok[ok.turn > 0]
+    assert (first.think_ms == 0).all() and (later.think_ms == 300).all()
+    by_turn = ok.set_index(["conversation_id", "turn"])
+    for row in later.itertuples():
+        before = by_turn.loc[(row.conversation_id, row.turn - 1)]
+        assert row.scheduled_at == pytest.approx(before.finished_at + 0.3, abs=1e-6)
+        assert row.sent_at >= row.scheduled_at
+    assert later.idle_before_ms.min() >= 300 and later.schedule_lag_ms.median() < 20
+    # a new session starts at once after the last one's final answer
+    assert first.idle_before_ms.dropna().median() < 20
+    summary = summarize(df, users=2)
+    assert summary["mean_thinking"] > 0.3, summary["mean_thinking"]
+    assert summary["mean_in_flight"] + summary["mean_thinking"] >= 0.97 * 2
+    assert not any("requests in flight" in r for r in summary["client_limited_by"])

@@ -70,3 +70,39 @@ def test_open_loop_conversations_send_every_turn_and_report_latency_from_schedul
           f"session e2e p50 {summary['median_session_e2el_ms']:.0f} ms")  # fmt: skip
     assert summary["sessions_completed"] > 0
     assert summary["median_session_e2el_ms"] > 0
+
+
+def test_closed_loop_conversations_think_between_turns_and_keep_the_load_asked(
+    vllm_server, tmp_path
+):
+    """Closed loop, each user sends its session's next turn the think time after the answer;
+    the load check counts the thinking users as busy, so the run is not called client-limited
+    for the idle time it asked for."""
+    users, think_s = 4, 0.4
+    workload = tmp_path / "closed.yaml"
+    workload.write_text(
+        "name: closed-sessions-e2e\nendpoint: chat\nseed: 5\nprompt_tokens: 32\n"
+        f"output_tokens: 16\nconversation:\n  turns: {TURNS}\n  think_time_s: {think_s}\n"
+    )
+    run_dir = tmp_path / "run"
+    run_headless(vllm_server.url, run_dir, "--workload", str(workload), "-u", str(users),
+                 "-r", str(users), "-t", "10s", "--model", vllm_server.model,
+                 "--tokenizer", str(vllm_server.model_dir), "--master-bind-port",
+                 str(MASTER_PORT + 1), timeout_s=90)  # fmt: skip
+    df = read_records(run_dir)
+    assert not df.open_loop.any() and df.request_id.is_unique
+    ok = df[df.status == "ok"]
+    later = ok[ok.turn > 0]
+    assert len(later) > 0 and (later.think_ms == think_s * 1000).all()
+    by_turn = ok.set_index(["conversation_id", "turn"])
+    for row in later.itertuples():
+        before = by_turn.loc[(row.conversation_id, row.turn - 1)]
+        assert row.scheduled_at == pytest.approx(before.finished_at + think_s, abs=1e-6)
+        assert row.sent_at >= row.scheduled_at
+    summary = summarize(df, users=users)
+    print(f"\nclosed-loop conversations: {len(ok)} answers, in flight "
+          f"{summary['mean_in_flight']:.2f} + thinking {summary['mean_thinking']:.2f} of {users}, "
+          f"later turns' schedule lag p50 {later.schedule_lag_ms.median():.2f} ms")  # fmt: skip
+    assert summary["mean_thinking"] > 0.5
+    assert summary["mean_in_flight"] + summary["mean_thinking"] >= 0.97 * users
+    assert not any("requests in flight" in r for r in summary["client_limited_by"])
