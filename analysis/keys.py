@@ -34,7 +34,7 @@ class SummaryKey(StrEnum):
     REPLICAS = "replicas"  # servers a run spread its load over (absent: one)
     PER_REPLICA = "per_replica"
     GPUS_PER_REPLICA = "gpus_per_replica"
-    METRICS_FROM = "metrics_from"  # several replicas: the one /metrics was sampled from
+    METRICS_FROM = "metrics_from"  # older runs over several replicas: /metrics from one only
     # requests
     REQUESTS = "requests"
     EXCLUDED_WARMUP = "excluded_warmup"
@@ -134,6 +134,7 @@ SHOWN_WHEN_NONZERO = frozenset(
 # The columns of the per-replica table (after run and replica), from a summary's per_replica.
 REPLICA_TABLE_KEYS: tuple[str, ...] = (
     K.REQUESTS, K.COMPLETED, K.REQUEST_THROUGHPUT, K.MEDIAN_TTFT_MS, K.P95_TTFT_MS, "p99_ttft_ms",
+    K.NUM_PREEMPTIONS, K.MAX_KV_CACHE_USAGE_PERC, K.PREFIX_CACHE_HIT_RATE,
 )  # fmt: skip
 
 

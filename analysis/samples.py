@@ -45,12 +45,76 @@ def server_stats(
 
     Counters are differenced from the last sample at or before ``start_s`` (so the window
     is covered) to the last sample at or before ``end_s``; gauges are read inside the window.
+    Samples of several replicas (their ``replica``) are reduced per replica, then counted for
+    the deployment: counters and mean queues add up, peaks are the busiest replica's; the
+    replicas' own figures are under ``per_replica_server``.
     """
-    ordered = sorted((s for s in samples if "t" in s), key=lambda s: float(s["t"]))
-    if not ordered:
-        return {"metrics_samples": 0}
     lo = -math.inf if start_s is None or math.isnan(start_s) else start_s
     hi = math.inf if end_s is None or math.isnan(end_s) else end_s
+    timed = [s for s in samples if "t" in s]
+    groups: dict[str, list[Mapping[str, Any]]] = {}
+    for sample in timed:
+        groups.setdefault(str(sample.get("replica") or ""), []).append(sample)
+    if not groups:
+        return {"metrics_samples": 0}
+    per = {name: _one_server(group, lo, hi) for name, group in groups.items()}
+    if len(per) == 1:
+        (out,) = per.values()
+    else:
+        out = {"metrics_samples": sum(p["metrics_samples"] for p in per.values())}
+        for key in ("num_preemptions", "mean_num_requests_waiting", "_hits", "_queries"):
+            seen = [p[key] for p in per.values() if p[key] is not None]
+            out[key] = sum(seen) if seen else None
+        for key in ("max_kv_cache_usage_perc", "max_num_requests_waiting",
+                    "max_num_requests_running"):  # fmt: skip
+            seen = [p[key] for p in per.values() if p[key] is not None]
+            out[key] = max(seen) if seen else None
+        out["prefix_cache_hit_rate"] = _hit_rate(out["_hits"], out["_queries"])
+        out["per_replica_server"] = {
+            name: {k: p[k] for k in REPLICA_SERVER_KEYS} for name, p in per.items()
+        }
+    for key in ("_hits", "_queries"):
+        out.pop(key, None)
+        for p in per.values():
+            p.pop(key, None)
+    out.update(_scrape_stats(sorted(timed, key=lambda s: float(s["t"])), lo, hi))
+    return out
+
+
+def deployment_samples(samples: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Samples of several replicas (each line naming its ``replica``) merged into one per
+    pass, in time order: values add up across the replicas (counters, requests running and
+    waiting), except KV-cache use, the busiest replica's; a pass is timed by its last line.
+    Samples of one server come back as they are, in time order."""
+    ordered = sorted((s for s in samples if "t" in s), key=lambda s: float(s["t"]))
+    if not any(s.get("replica") for s in ordered):
+        return [dict(s) for s in ordered]
+    passes: list[dict[str, Any]] = []
+    seen: set[str] = set()
+    for sample in ordered:
+        replica = str(sample.get("replica") or "")
+        if not passes or replica in seen:  # a replica again: the next pass began
+            passes.append({"t": sample["t"], "values": {}})
+            seen = set()
+        seen.add(replica)
+        merged = passes[-1]
+        merged["t"] = sample["t"]
+        for name, value in (sample.get("values") or {}).items():
+            known = merged["values"].get(name)
+            if known is None:
+                merged["values"][name] = value
+            else:
+                merged["values"][name] = max(known, value) if name == KV_USAGE else known + value
+    return passes
+
+
+# What the summary shows of each replica's own /metrics beside its requests.
+REPLICA_SERVER_KEYS = ("num_preemptions", "max_kv_cache_usage_perc", "prefix_cache_hit_rate")
+
+
+def _one_server(samples: Sequence[Mapping[str, Any]], lo: float, hi: float) -> dict[str, Any]:
+    """One server's figures over [lo, hi] (``_hits`` and ``_queries`` for the caller to add)."""
+    ordered = sorted(samples, key=lambda s: float(s["t"]))
     before = [s for s in ordered if float(s["t"]) <= lo]
     window = [s for s in ordered if lo <= float(s["t"]) <= hi] or ordered
     first = before[-1] if before else window[0]
@@ -62,8 +126,8 @@ def server_stats(
         # A restarted server resets its counters; a negative delta would be nonsense.
         return None if a is None or b is None else max(b - a, 0.0)
 
-    hits, queries = delta(HITS), delta(QUERIES)
-    out["prefix_cache_hit_rate"] = (hits / queries) if hits is not None and queries else None
+    out["_hits"], out["_queries"] = delta(HITS), delta(QUERIES)
+    out["prefix_cache_hit_rate"] = _hit_rate(out["_hits"], out["_queries"])
     preemptions = delta(PREEMPTIONS)
     out["num_preemptions"] = int(preemptions) if preemptions is not None else None
     for key, name, reduce in (
@@ -74,8 +138,11 @@ def server_stats(
     ):
         seen = [v for s in window if (v := _value(s.get("values", {}), name)) is not None]
         out[key] = reduce(seen) if seen else None
-    out.update(_scrape_stats(ordered, lo, hi))
     return out
+
+
+def _hit_rate(hits: float | None, queries: float | None) -> float | None:
+    return hits / queries if hits is not None and queries else None
 
 
 # A scrape that takes longer stalls vLLM's API server long enough to show in latencies.

@@ -116,6 +116,10 @@ def summarize(
         out.update(_in_flight(cols, keep, users, out["client_limited_by"]))
     out["client_limited"] = bool(out["client_limited_by"])
     out.update(_per_replica(cols, keep, ok, out["duration"]))
+    # each replica's own /metrics beside its requests
+    for name, stats in (out.pop("per_replica_server", None) or {}).items():
+        if name in out.get("per_replica", {}):
+            out["per_replica"][name].update(stats)
     out.update(_sessions(cols, keep, ok, percentiles, out["open_loop"]))
     return out
 

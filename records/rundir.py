@@ -204,7 +204,7 @@ RUN_FIELDS: dict[str, Check] = {
     "url": _text(null=True),
     "urls": _items(_text(), limit=1000),  # several replicas (absent: one server)
     "balance": _text(null=True),
-    "metrics_from": _text(null=True),  # the replica /metrics was sampled from
+    "metrics_from": _text(null=True),  # older runs: the one replica /metrics was sampled from
     "seed": _number(integer=True, null=True),
     "repeat": _number(1, 1e6, integer=True, null=True),
     "repeats": _number(1, 1e6, integer=True, null=True),
@@ -236,6 +236,7 @@ METRICS_LINE: dict[str, Check] = {
     "t": SAMPLED_AT,
     "scrape_s": _number(0, 1e6),  # how long the scrape took
     "values": _values(_number()),
+    "replica": _text(),  # several replicas: whose /metrics (its base URL); absent: one server
 }
 # One line of loadgen.jsonl (a Locust process's health sample).
 LOADGEN_LINE: dict[str, Check] = {

@@ -14,7 +14,13 @@ from typing import Any
 
 from vprof.analysis import Run
 from vprof.analysis.keys import SummaryKey as K
-from vprof.analysis.samples import KV_USAGE, RUNNING, SATURATED_CPU_PERCENT, WAITING
+from vprof.analysis.samples import (
+    KV_USAGE,
+    RUNNING,
+    SATURATED_CPU_PERCENT,
+    WAITING,
+    deployment_samples,
+)
 from vprof.report.series import (
     binned_percentiles,
     cdf_curve,
@@ -130,9 +136,8 @@ def timelines(run: Run, summary: dict[str, Any], cols: dict[str, Any]) -> dict[s
 
 
 def _server(run: Run, t0: float) -> dict[str, Any]:
-    samples = sorted(
-        (s for s in run.metrics if _finite(s.get("t")) and isinstance(s.get("values"), dict)),
-        key=lambda s: float(s["t"]),
+    samples = deployment_samples(
+        [s for s in run.metrics if _finite(s.get("t")) and isinstance(s.get("values"), dict)]
     )
     if not samples:
         return {"empty": "no /metrics samples (metrics.jsonl is missing or empty)"}

@@ -224,11 +224,10 @@ def _run_meta(
 
 
 def _replica_meta(server: Server, spec: BenchSpec) -> dict[str, Any]:
-    """Several replicas: all of them, how load was spread, and which one /metrics is from (the
-    first: the sampler scrapes one server; the summary says so)."""
+    """Several replicas: all of them and how load was spread (/metrics is sampled from each)."""
     if server.plan is not None or len(spec.urls) < 2:
         return {}
-    return {"urls": list(spec.urls), "balance": spec.balance, "metrics_from": spec.urls[0]}
+    return {"urls": list(spec.urls), "balance": spec.balance}
 
 
 def _trace_meta(workload: Workload) -> dict[str, Any]:
@@ -277,8 +276,9 @@ def run_one(
     salt = spec.extra_meta.get("salt") or ("" if spec.reuse_prefix_cache else secrets.token_hex(4))
     run.create(_run_meta(server, spec, workload, shape, salt, repeat))
     log_start = server.log_offset()
+    replicas = server.urls if server.plan is None and len(server.urls) > 1 else ()
     sampler = MetricsSampler(
-        server.url, run.metrics_jsonl, spec.metrics_interval_s, enabled=spec.metrics
+        replicas or server.url, run.metrics_jsonl, spec.metrics_interval_s, enabled=spec.metrics
     )
     sampler.start()
     load = LoadProcess(
@@ -292,7 +292,7 @@ def run_one(
             model=server.profile.engine_args.get("served-model-name"),
             tokenizer=spec.tokenizer or tokenizer_for(server.profile),
             processes=spec.processes,
-            urls=server.urls if server.plan is None and len(server.urls) > 1 else (),
+            urls=replicas,
             balance=spec.balance,
         )
     )

@@ -6,13 +6,16 @@ the sampler scrapes once when the run starts and once when it ends (the counters
 tokens, prefix-cache hits, preemptions — need only those two), and in between samples the
 gauges (requests running and waiting, KV-cache use) every ``interval_s``, backing off so that
 scraping never takes more than ``MAX_SHARE`` of the wall time. Each line records how long its
-scrape took, so the summary can say whether sampling could have disturbed the run.
+scrape took, so the summary can say whether sampling could have disturbed the run. With
+several replicas every pass scrapes each of them, one line per replica (its ``replica``: the
+base URL, as records name it), so the summary's counters are the deployment's.
 """
 
 from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from vprof.records.rundir import append_jsonl
@@ -22,16 +25,23 @@ MAX_SHARE = 0.02  # at most this share of the time is spent scraping
 
 
 class MetricsSampler:
-    """A background thread appending one JSON line per successful scrape.
+    """A background thread appending one JSON line per successful scrape of each server.
 
-    ``consecutive_failures`` lets the orchestrator notice a server that stopped answering;
-    ``enabled=False`` scrapes nothing at all (``--no-metrics``).
+    ``urls``: one server's base URL, or several replicas'. ``consecutive_failures`` lets the
+    orchestrator notice a server that stopped answering (passes in a row in which one did
+    not); ``last_values`` are the last pass's values summed over the replicas; ``enabled=False``
+    scrapes nothing at all (``--no-metrics``).
     """
 
     def __init__(
-        self, url: str, path: Path, interval_s: float = DEFAULT_INTERVAL_S, *, enabled: bool = True
+        self,
+        urls: str | Sequence[str],
+        path: Path,
+        interval_s: float = DEFAULT_INTERVAL_S,
+        *,
+        enabled: bool = True,
     ) -> None:
-        self.url = url
+        self.urls = (urls,) if isinstance(urls, str) else tuple(urls)
         self.path = Path(path)
         self.interval_s = interval_s
         self.enabled = enabled
@@ -48,20 +58,34 @@ class MetricsSampler:
         return self
 
     def sample_once(self) -> bool:
+        """One pass over the servers; True when every one answered."""
         from vprof.server.metrics import scrape
 
-        started = time.monotonic()
-        try:
-            values = scrape(self.url)
-        except Exception:  # a dead or busy server: counted, never fatal here
+        lines: list[dict] = []
+        totals: dict[str, float] = {}
+        slowest = 0.0
+        for url in self.urls:
+            started = time.monotonic()
+            try:
+                values = scrape(url)
+            except Exception:  # a dead or busy server: counted, never fatal here
+                continue
+            took = time.monotonic() - started
+            slowest = max(slowest, took)
+            line = {"t": time.time(), "scrape_s": round(took, 6), "values": values}
+            if len(self.urls) > 1:
+                line["replica"] = url
+            lines.append(line)
+            for name, value in values.items():
+                totals[name] = totals.get(name, 0.0) + value
+        append_jsonl(self.path, lines)
+        if len(lines) < len(self.urls):
             self.consecutive_failures += 1
             return False
-        self.last_scrape_s = time.monotonic() - started
+        self.last_scrape_s = slowest
         self.consecutive_failures = 0
-        self.last_values = values
+        self.last_values = totals
         self.samples += 1
-        sample = {"t": time.time(), "scrape_s": round(self.last_scrape_s, 6), "values": values}
-        append_jsonl(self.path, [sample])
         return True
 
     def next_wait_s(self) -> float:

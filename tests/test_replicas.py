@@ -216,6 +216,7 @@ def _bench(tmp_path: Path, urls: tuple[str, ...], shape: str, *args: str) -> dic
     return {
         "summary": summary,
         "meta": run.meta(),
+        "metrics": run.metric_samples(),
         "replicas": table.column("replica").to_pylist(),
         "ok_per_replica": [pc.sum(pc.equal(ok.column("replica"), u)).as_py() for u in urls],
         # the emulators' own count: 4 warm-up requests each, then the run's answers
@@ -227,9 +228,16 @@ def _check_replicas(run: dict, urls: tuple[str, str]) -> tuple[dict, dict]:
     summary = run["summary"]
     assert set(run["replicas"]) == set(urls)  # every record names its replica
     assert run["ok_per_replica"] == pytest.approx(run["served"], abs=1)  # as the servers saw
-    assert run["meta"]["urls"] == list(urls) and run["meta"]["metrics_from"] == urls[0]
-    assert summary["replicas"] == 2
+    assert run["meta"]["urls"] == list(urls) and "metrics_from" not in run["meta"]
+    # /metrics from each replica, each line naming its own; the run's counters are the sum
+    lines = {url: [m for m in run["metrics"] if m["replica"] == url] for url in urls}
+    assert all(len(mine) >= 2 for mine in lines.values()) and len(run["metrics"]) == sum(
+        map(len, lines.values())
+    )
+    assert summary["replicas"] == 2 and "metrics_from" not in summary
+    assert summary["num_preemptions"] == 0
     fast, slow = (summary["per_replica"][url] for url in urls)
+    assert fast["num_preemptions"] == slow["num_preemptions"] == 0
     assert FAST_MS <= fast["median_ttft_ms"] < FAST_MS + 15
     assert SLOW_MS <= slow["median_ttft_ms"] < SLOW_MS + 15
     total = fast["request_throughput"] + slow["request_throughput"]

@@ -130,6 +130,77 @@ def test_the_metrics_sampler_backs_off_after_a_slow_scrape_and_can_be_off(tmp_pa
     assert not (tmp_path / "off.jsonl").exists() and off.samples == 0
 
 
+def test_the_metrics_sampler_scrapes_every_replica_and_counts_one_that_stops(tmp_path):
+    from vprof.emulator.config import EmulatorConfig
+    from vprof.emulator.server import Emulator
+    from vprof.records.rundir import METRICS_LINE, read_jsonl
+    from vprof.runs.sampler import MetricsSampler
+    from vprof.server.process import free_port
+
+    with Emulator(EmulatorConfig(model="a")) as a, Emulator(EmulatorConfig(model="b")) as b:
+        path = tmp_path / "m.jsonl"
+        sampler = MetricsSampler((a.url, b.url), path)
+        assert sampler.sample_once() and sampler.samples == 1
+        lines = read_jsonl(path, fields=METRICS_LINE)
+        assert [line["replica"] for line in lines] == [a.url, b.url]
+        running = "vllm:num_requests_running"
+        assert sampler.last_values[running] == sum(line["values"][running] for line in lines)
+        gone = f"http://127.0.0.1:{free_port()}"
+        sampler = MetricsSampler((a.url, gone), path)
+        assert not sampler.sample_once() and not sampler.sample_once()
+        assert sampler.consecutive_failures == 2 and sampler.samples == 0
+        assert [line["replica"] for line in read_jsonl(path)] == [a.url, b.url, a.url, a.url]
+        one = tmp_path / "one.jsonl"
+        assert MetricsSampler(a.url, one).sample_once()
+        assert "replica" not in read_jsonl(one)[0]  # one server: lines as before
+
+
+def test_server_stats_of_several_replicas_add_counters_and_keep_the_busiest_peak():
+    from vprof.analysis.samples import server_stats
+
+    def line(replica, t, hits, queries, preempted, kv, waiting):
+        values = {"vllm:prefix_cache_hits_total": hits, "vllm:prefix_cache_queries_total":
+                  queries, "vllm:num_preemptions_total": preempted,
+                  "vllm:kv_cache_usage_perc": kv, "vllm:num_requests_waiting": waiting}  # fmt: skip
+        return {"t": t, "scrape_s": 0.001, "values": values, "replica": replica}
+
+    samples = [
+        line("A", 10, 0, 0, 0, 0.1, 0), line("A", 20, 50, 100, 0, 0.2, 2),
+        line("A", 30, 80, 200, 0, 0.3, 0), line("B", 10, 0, 0, 1, 0.1, 0),
+        line("B", 20, 0, 100, 2, 0.9, 6), line("B", 30, 20, 200, 4, 0.5, 4),
+    ]  # fmt: skip
+    stats = server_stats(samples, 10.0, 30.0)
+    assert stats["num_preemptions"] == 3  # B's 1 → 4; A's none
+    assert stats["prefix_cache_hit_rate"] == pytest.approx((80 + 20) / (200 + 200))
+    assert stats["max_kv_cache_usage_perc"] == 0.9 and stats["max_num_requests_waiting"] == 6
+    assert stats["mean_num_requests_waiting"] == pytest.approx(2 / 3 + 10 / 3)
+    assert stats["metrics_samples"] == 6
+    by = stats["per_replica_server"]
+    assert by["A"] == {"num_preemptions": 0, "max_kv_cache_usage_perc": 0.3,
+                       "prefix_cache_hit_rate": 0.4}  # fmt: skip
+    assert by["B"]["num_preemptions"] == 3 and by["B"]["prefix_cache_hit_rate"] == 0.1
+    one = server_stats([{k: v for k, v in s.items() if k != "replica"} for s in samples[3:]])
+    assert one["num_preemptions"] == 3 and "per_replica_server" not in one
+
+
+def test_replicas_samples_merge_into_one_per_pass_for_the_deployment_charts():
+    from vprof.analysis.samples import KV_USAGE, RUNNING, deployment_samples
+
+    lines = [
+        {"t": 1.0, "values": {RUNNING: 2, KV_USAGE: 0.2}, "replica": "A"},
+        {"t": 1.1, "values": {RUNNING: 3, KV_USAGE: 0.7}, "replica": "B"},
+        {"t": 6.0, "values": {RUNNING: 1, KV_USAGE: 0.1}, "replica": "A"},
+        {"t": 6.2, "values": {RUNNING: 0, KV_USAGE: 0.0}, "replica": "B"},
+        {"t": 11.0, "values": {RUNNING: 4, KV_USAGE: 0.4}, "replica": "A"},  # B did not answer
+    ]
+    merged = deployment_samples(list(reversed(lines)))
+    assert [(m["t"], m["values"][RUNNING], m["values"][KV_USAGE]) for m in merged] == [
+        (1.1, 5, 0.7), (6.2, 1, 0.1), (11.0, 4, 0.4),
+    ]  # fmt: skip
+    one = [{k: v for k, v in line.items() if k != "replica"} for line in lines[:2]]
+    assert deployment_samples(one) == one
+
+
 def test_slow_scrapes_are_reported_and_warned_about():
     from vprof.analysis.samples import server_stats
 
