@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -86,8 +87,15 @@ def vllm_server(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> I
             url=external.rstrip("/"), model=TINY_MODEL_NAME, model_dir=tiny_model, log_path=None
         )
         return
+    with running_vllm_server(tiny_model, tmp_path_factory.mktemp("vllm")) as server:
+        yield server
+
+
+@contextmanager
+def running_vllm_server(tiny_model: Path, log_dir: Path) -> Iterator[VllmServer]:
+    """Start a real vLLM CPU server on the tiny model, wait until it is healthy, stop it after."""
     port = _test_port()
-    log_path = tmp_path_factory.mktemp("vllm") / "vllm-server.log"
+    log_path = log_dir / "vllm-server.log"
     server = ServerProcess(
         vllm_test_argv(tiny_model, port),
         log_path=log_path,
