@@ -7,7 +7,7 @@ they are short (one sample every few seconds), so plain Python is the right tool
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from vprof.records.schema import LOOP_LAG_BUCKETS_MS
@@ -57,28 +57,38 @@ def server_stats(
         groups.setdefault(str(sample.get("replica") or ""), []).append(sample)
     if not groups:
         return {"metrics_samples": 0}
-    per = {name: _one_server(group, lo, hi) for name, group in groups.items()}
-    if len(per) == 1:
-        (out,) = per.values()
+    reduced = {name: _one_server(group, lo, hi) for name, group in groups.items()}
+    if len(reduced) == 1:
+        ((out, _),) = reduced.values()
     else:
-        out = {"metrics_samples": sum(p["metrics_samples"] for p in per.values())}
-        for key in ("num_preemptions", "mean_num_requests_waiting", "_hits", "_queries"):
-            seen = [p[key] for p in per.values() if p[key] is not None]
-            out[key] = sum(seen) if seen else None
-        for key in ("max_kv_cache_usage_perc", "max_num_requests_waiting",
-                    "max_num_requests_running"):  # fmt: skip
-            seen = [p[key] for p in per.values() if p[key] is not None]
-            out[key] = max(seen) if seen else None
-        out["prefix_cache_hit_rate"] = _hit_rate(out["_hits"], out["_queries"])
-        out["per_replica_server"] = {
-            name: {k: p[k] for k in REPLICA_SERVER_KEYS} for name, p in per.items()
-        }
-    for key in ("_hits", "_queries"):
-        out.pop(key, None)
-        for p in per.values():
-            p.pop(key, None)
+        out = _deployment(reduced)
     out.update(_scrape_stats(sorted(timed, key=lambda s: float(s["t"])), lo, hi))
     return out
+
+
+def _deployment(
+    reduced: Mapping[str, tuple[dict[str, Any], tuple[float | None, float | None]]],
+) -> dict[str, Any]:
+    """Several replicas' figures (and hits and queries) as the deployment's: counters and mean
+    queues add up, peaks are the busiest replica's; each one's own under ``per_replica_server``."""
+    per = {name: figures for name, (figures, _) in reduced.items()}
+    out: dict[str, Any] = {"metrics_samples": sum(p["metrics_samples"] for p in per.values())}
+    for key in ("num_preemptions", "mean_num_requests_waiting"):
+        out[key] = _total(p[key] for p in per.values())
+    for key in ("max_kv_cache_usage_perc", "max_num_requests_waiting", "max_num_requests_running"):
+        seen = [p[key] for p in per.values() if p[key] is not None]
+        out[key] = max(seen) if seen else None
+    hits = _total(h for _, (h, _) in reduced.values())
+    out["prefix_cache_hit_rate"] = _hit_rate(hits, _total(q for _, (_, q) in reduced.values()))
+    out["per_replica_server"] = {
+        name: {k: p[k] for k in REPLICA_SERVER_KEYS} for name, p in per.items()
+    }
+    return out
+
+
+def _total(values: Iterable[float | None]) -> float | None:
+    seen = [v for v in values if v is not None]
+    return sum(seen) if seen else None
 
 
 def deployment_samples(samples: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
@@ -112,8 +122,11 @@ def deployment_samples(samples: Sequence[Mapping[str, Any]]) -> list[dict[str, A
 REPLICA_SERVER_KEYS = ("num_preemptions", "max_kv_cache_usage_perc", "prefix_cache_hit_rate")
 
 
-def _one_server(samples: Sequence[Mapping[str, Any]], lo: float, hi: float) -> dict[str, Any]:
-    """One server's figures over [lo, hi] (``_hits`` and ``_queries`` for the caller to add)."""
+def _one_server(
+    samples: Sequence[Mapping[str, Any]], lo: float, hi: float
+) -> tuple[dict[str, Any], tuple[float | None, float | None]]:
+    """One server's figures over [lo, hi], and its prefix-cache hits and queries (for a
+    deployment's hit rate)."""
     ordered = sorted(samples, key=lambda s: float(s["t"]))
     before = [s for s in ordered if float(s["t"]) <= lo]
     window = [s for s in ordered if lo <= float(s["t"]) <= hi] or ordered
@@ -126,8 +139,8 @@ def _one_server(samples: Sequence[Mapping[str, Any]], lo: float, hi: float) -> d
         # A restarted server resets its counters; a negative delta would be nonsense.
         return None if a is None or b is None else max(b - a, 0.0)
 
-    out["_hits"], out["_queries"] = delta(HITS), delta(QUERIES)
-    out["prefix_cache_hit_rate"] = _hit_rate(out["_hits"], out["_queries"])
+    hits, queries = delta(HITS), delta(QUERIES)
+    out["prefix_cache_hit_rate"] = _hit_rate(hits, queries)
     preemptions = delta(PREEMPTIONS)
     out["num_preemptions"] = int(preemptions) if preemptions is not None else None
     for key, name, reduce in (
@@ -138,7 +151,7 @@ def _one_server(samples: Sequence[Mapping[str, Any]], lo: float, hi: float) -> d
     ):
         seen = [v for s in window if (v := _value(s.get("values", {}), name)) is not None]
         out[key] = reduce(seen) if seen else None
-    return out
+    return out, (hits, queries)
 
 
 def _hit_rate(hits: float | None, queries: float | None) -> float | None:
