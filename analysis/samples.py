@@ -92,22 +92,16 @@ def _total(values: Iterable[float | None]) -> float | None:
 
 
 def deployment_samples(samples: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """Samples of several replicas (each line naming its ``replica``) merged into one per
-    pass, in time order: values add up across the replicas (counters, requests running and
-    waiting), except KV-cache use, the busiest replica's; a pass is timed by its last line.
+    """Samples of several replicas (each line naming its ``replica`` and ``pass``) merged into
+    one per pass, in time order: values add up across the replicas (counters, requests running
+    and waiting), except KV-cache use, the busiest replica's; a pass is timed by its last line.
     Samples of one server come back as they are, in time order."""
     ordered = sorted((s for s in samples if "t" in s), key=lambda s: float(s["t"]))
     if not any(s.get("replica") for s in ordered):
         return [dict(s) for s in ordered]
-    passes: list[dict[str, Any]] = []
-    seen: set[str] = set()
+    passes: dict[Any, dict[str, Any]] = {}
     for sample in ordered:
-        replica = str(sample.get("replica") or "")
-        if not passes or replica in seen:  # a replica again: the next pass began
-            passes.append({"t": sample["t"], "values": {}})
-            seen = set()
-        seen.add(replica)
-        merged = passes[-1]
+        merged = passes.setdefault(sample.get("pass"), {"t": sample["t"], "values": {}})
         merged["t"] = sample["t"]
         for name, value in (sample.get("values") or {}).items():
             known = merged["values"].get(name)
@@ -115,7 +109,7 @@ def deployment_samples(samples: Sequence[Mapping[str, Any]]) -> list[dict[str, A
                 merged["values"][name] = value
             else:
                 merged["values"][name] = max(known, value) if name == KV_USAGE else known + value
-    return passes
+    return sorted(passes.values(), key=lambda s: float(s["t"]))
 
 
 # What the summary shows of each replica's own /metrics beside its requests.

@@ -237,6 +237,7 @@ METRICS_LINE: dict[str, Check] = {
     "scrape_s": _number(0, 1e6),  # how long the scrape took
     "values": _values(_number()),
     "replica": _text(),  # several replicas: whose /metrics (its base URL); absent: one server
+    "pass": COUNT,  # several replicas: the sampler's pass, which scraped each replica once
 }
 # One line of loadgen.jsonl (a Locust process's health sample).
 LOADGEN_LINE: dict[str, Check] = {

@@ -8,7 +8,8 @@ gauges (requests running and waiting, KV-cache use) every ``interval_s``, backin
 scraping never takes more than ``MAX_SHARE`` of the wall time. Each line records how long its
 scrape took, so the summary can say whether sampling could have disturbed the run. With
 several replicas every pass scrapes each of them, one line per replica (its ``replica``: the
-base URL, as records name it), so the summary's counters are the deployment's.
+base URL, as records name it; its ``pass``: the pass's number), so the summary's counters are
+the deployment's.
 """
 
 from __future__ import annotations
@@ -48,7 +49,8 @@ class MetricsSampler:
         self.consecutive_failures = 0
         self.last_values: dict[str, float] = {}
         self.last_scrape_s = 0.0
-        self.samples = 0
+        self.samples = 0  # passes every server answered
+        self.passes = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="vprof-metrics", daemon=True)
 
@@ -74,11 +76,12 @@ class MetricsSampler:
             slowest = max(slowest, took)
             line = {"t": time.time(), "scrape_s": round(took, 6), "values": values}
             if len(self.urls) > 1:
-                line["replica"] = url
+                line["replica"], line["pass"] = url, self.passes
             lines.append(line)
             for name, value in values.items():
                 totals[name] = totals.get(name, 0.0) + value
         append_jsonl(self.path, lines)
+        self.passes += 1
         if len(lines) < len(self.urls):
             self.consecutive_failures += 1
             return False

@@ -142,7 +142,7 @@ def test_the_metrics_sampler_scrapes_every_replica_and_counts_one_that_stops(tmp
         sampler = MetricsSampler((a.url, b.url), path)
         assert sampler.sample_once() and sampler.samples == 1
         lines = read_jsonl(path, fields=METRICS_LINE)
-        assert [line["replica"] for line in lines] == [a.url, b.url]
+        assert [(line["replica"], line["pass"]) for line in lines] == [(a.url, 0), (b.url, 0)]
         running = "vllm:num_requests_running"
         assert sampler.last_values[running] == sum(line["values"][running] for line in lines)
         gone = f"http://127.0.0.1:{free_port()}"
@@ -187,15 +187,15 @@ def test_replicas_samples_merge_into_one_per_pass_for_the_deployment_charts():
     from vprof.analysis.samples import KV_USAGE, RUNNING, deployment_samples
 
     lines = [
-        {"t": 1.0, "values": {RUNNING: 2, KV_USAGE: 0.2}, "replica": "A"},
-        {"t": 1.1, "values": {RUNNING: 3, KV_USAGE: 0.7}, "replica": "B"},
-        {"t": 6.0, "values": {RUNNING: 1, KV_USAGE: 0.1}, "replica": "A"},
-        {"t": 6.2, "values": {RUNNING: 0, KV_USAGE: 0.0}, "replica": "B"},
-        {"t": 11.0, "values": {RUNNING: 4, KV_USAGE: 0.4}, "replica": "A"},  # B did not answer
+        {"t": 1.0, "values": {RUNNING: 2, KV_USAGE: 0.2}, "replica": "A", "pass": 0},
+        {"t": 1.1, "values": {RUNNING: 3, KV_USAGE: 0.7}, "replica": "B", "pass": 0},
+        {"t": 6.2, "values": {RUNNING: 0, KV_USAGE: 0.0}, "replica": "B", "pass": 1},  # A did not
+        {"t": 11.0, "values": {RUNNING: 1, KV_USAGE: 0.1}, "replica": "A", "pass": 2},
+        {"t": 11.1, "values": {RUNNING: 4, KV_USAGE: 0.4}, "replica": "B", "pass": 2},
     ]
     merged = deployment_samples(list(reversed(lines)))
     assert [(m["t"], m["values"][RUNNING], m["values"][KV_USAGE]) for m in merged] == [
-        (1.1, 5, 0.7), (6.2, 1, 0.1), (11.0, 4, 0.4),
+        (1.1, 5, 0.7), (6.2, 0, 0.0), (11.1, 5, 0.4),
     ]  # fmt: skip
     one = [{k: v for k, v in line.items() if k != "replica"} for line in lines[:2]]
     assert deployment_samples(one) == one
