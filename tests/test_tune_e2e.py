@@ -99,17 +99,18 @@ def test_a_small_tune_finishes_and_says_what_it_measured(tuned):
 def test_the_written_profile_validates_launches_and_holds_its_claim(tuned, files):
     """The claim and its check are measured minutes apart, and this host's own speed drifts
     that much: a loop pinned to core 0 of the idle machine ran at 0.49–0.87 of its best pace
-    in consecutive 10 s windows (0.60–0.83 over whole minutes). A claim and its check once
-    came out 14 % and then 21 % apart on two launches although nothing was wrong, and 10 %
-    apart in a run that passed. So a disagreement is measured again as a whole, a new tune
-    and a new launch, up to ``ATTEMPTS`` times; a claim that is really wrong (a bias, not the
-    host's drift) misses in every attempt."""
-    out, state, _ = tuned
+    in consecutive 10 s windows (0.60–0.83 over whole minutes; benchmarks/host_steadiness.py),
+    and a server's rate follows: within one 10 s level it went from about 2.5 to 3.3 req/s.
+    In a CI run a claim and its check came out 14 % and then 21 % apart on two launches, and
+    10 % apart in a run that passed. So a disagreement is measured again as a whole, a new
+    tune and a new launch, up to ``ATTEMPTS`` times; a claim that is really wrong (a bias,
+    not the host's drift) misses in every attempt."""
+    _, state, _ = tuned
     dirs = ["--profiles-dir", str(files / "profiles")]
     attempts = []
     for attempt in range(1, ATTEMPTS + 1):
         if attempt > 1:
-            out, state, _ = _tune(files, f"tune-{attempt}")
+            _, state, _ = _tune(files, f"tune-{attempt}")
         path = Path(state["profile_path"])
         checked = vprof("validate", str(path), *dirs, timeout_s=120)
         assert checked.returncode == 0, checked.stdout + checked.stderr
