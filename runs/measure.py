@@ -78,6 +78,11 @@ class Server:
         self.urls: tuple[str, ...] = spec.urls  # with --url: every replica (url is the first)
 
     @property
+    def replicas(self) -> tuple[str, ...]:
+        """Servers already running that each run spreads its load over (empty: one server)."""
+        return self.urls if self.plan is None and len(self.urls) > 1 else ()
+
+    @property
     def argv(self) -> list[str]:
         return list(self.plan.argv) if self.plan else []
 
@@ -225,9 +230,9 @@ def _run_meta(
 
 def _replica_meta(server: Server, spec: BenchSpec) -> dict[str, Any]:
     """Several replicas: all of them and how load was spread (/metrics is sampled from each)."""
-    if server.plan is not None or len(spec.urls) < 2:
+    if not server.replicas:
         return {}
-    return {"urls": list(spec.urls), "balance": spec.balance}
+    return {"urls": list(server.replicas), "balance": spec.balance}
 
 
 def _trace_meta(workload: Workload) -> dict[str, Any]:
@@ -276,9 +281,11 @@ def run_one(
     salt = spec.extra_meta.get("salt") or ("" if spec.reuse_prefix_cache else secrets.token_hex(4))
     run.create(_run_meta(server, spec, workload, shape, salt, repeat))
     log_start = server.log_offset()
-    replicas = server.urls if server.plan is None and len(server.urls) > 1 else ()
     sampler = MetricsSampler(
-        replicas or server.url, run.metrics_jsonl, spec.metrics_interval_s, enabled=spec.metrics
+        server.replicas or server.url,
+        run.metrics_jsonl,
+        spec.metrics_interval_s,
+        enabled=spec.metrics,
     )
     sampler.start()
     load = LoadProcess(
@@ -292,7 +299,7 @@ def run_one(
             model=server.profile.engine_args.get("served-model-name"),
             tokenizer=spec.tokenizer or tokenizer_for(server.profile),
             processes=spec.processes,
-            urls=replicas,
+            urls=server.replicas,
             balance=spec.balance,
         )
     )

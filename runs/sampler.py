@@ -30,8 +30,9 @@ class MetricsSampler:
 
     ``urls``: one server's base URL, or several replicas'. ``consecutive_failures`` lets the
     orchestrator notice a server that stopped answering (passes in a row in which one did
-    not); ``last_values`` are the last pass's values summed over the replicas; ``enabled=False``
-    scrapes nothing at all (``--no-metrics``).
+    not); ``last_values`` are the last pass's values for the deployment (``deployment_samples``:
+    summed over the replicas, KV-cache use the busiest one's); ``enabled=False`` scrapes nothing
+    at all (``--no-metrics``).
     """
 
     def __init__(
@@ -61,10 +62,10 @@ class MetricsSampler:
 
     def sample_once(self) -> bool:
         """One pass over the servers; True when every one answered."""
+        from vprof.analysis.samples import deployment_samples
         from vprof.server.metrics import scrape
 
         lines: list[dict] = []
-        totals: dict[str, float] = {}
         slowest = 0.0
         for url in self.urls:
             started = time.monotonic()
@@ -78,8 +79,6 @@ class MetricsSampler:
             if len(self.urls) > 1:
                 line["replica"], line["pass"] = url, self.passes
             lines.append(line)
-            for name, value in values.items():
-                totals[name] = totals.get(name, 0.0) + value
         append_jsonl(self.path, lines)
         self.passes += 1
         if len(lines) < len(self.urls):
@@ -87,7 +86,8 @@ class MetricsSampler:
             return False
         self.last_scrape_s = slowest
         self.consecutive_failures = 0
-        self.last_values = totals
+        (merged,) = deployment_samples(lines)  # the deployment's, as the report shows it
+        self.last_values = merged["values"]
         self.samples += 1
         return True
 
