@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from vprof.analysis import designs
 from vprof.analysis.bootstrap import STAT, all_bootstraps
 from vprof.analysis.keys import CLIENT_FIX
 from vprof.analysis.keys import SummaryKey as K
@@ -73,10 +74,14 @@ TABLE_COLUMNS = (
     "diff_pct",
     "ci_low_pct",
     "ci_high_pct",
+    "detectable_pct",
     "verdict",
 )
 METHOD_RUNS = "Welch t over per-run values"
+METHOD_PAIRED = "paired t over interleaved repeats"
 METHOD_REQUESTS = "request bootstrap within one run (request noise only)"
+# Methods whose intervals include the variation between runs: only they can be significant.
+VERDICT_METHODS = (METHOD_RUNS, METHOD_PAIRED)
 
 
 # A held-back run's medians are judged only while its loop's median lag stays this small.
@@ -174,14 +179,18 @@ def compare(
     seed: int = 0,
     slo: str | None = None,
     summaries: Mapping[Path, dict[str, Any]] | None = None,
+    detect: float | None = None,
 ) -> Any:
     """Compare groups of runs with the first group as baseline; one row per (metric, group).
 
     ``runs`` is a list of runs (repeats of one configuration are grouped, see
     :func:`group_runs`) or a list of explicit groups (lists of runs). Columns: ``metric``,
     ``baseline``, ``baseline_value``, ``run``, ``value``, ``diff_pct``, ``ci_low_pct``,
-    ``ci_high_pct``, ``runs`` (how many on each side), ``method``, ``significant``,
-    ``stable``, ``suspect``, ``better`` and a plain ``verdict``. The frame's
+    ``ci_high_pct``, ``detectable_pct`` (the smallest change the design would have found with
+    80 % power; NaN with one run a side), ``runs`` (how many on each side), ``method`` (the
+    design: paired t over interleaved repeats, Welch t, or a request bootstrap),
+    ``significant``, ``stable``, ``suspect``, ``better`` and a plain ``verdict``; with
+    ``detect`` (a shift in %) also ``power_pct``, the power at that shift. The frame's
     ``attrs["notes"]`` says what the reader must know (different workloads, say).
     ``summaries`` (by run path) are reused instead of summarising those runs again.
 
@@ -209,7 +218,7 @@ def compare(
                 row = _between_runs(metric, base, other)
             else:
                 row = _within_run(metric, base, other, boots[0].get(metric), boots[i].get(metric))
-            rows.append(_judge(row, base, other))
+            rows.append(_judge(row, base, other, detect))
     frame = pd.DataFrame(rows)
     frame.attrs["notes"] = _notes(groups)
     if open_loop:
@@ -298,12 +307,6 @@ def _values(group: Group, metric: str) -> list[float]:
     return [v for s in group.summaries if math.isfinite(v := _number(s.get(metric)))]
 
 
-def _t_quantile(df: float) -> float:
-    from scipy.special import stdtrit
-
-    return float(stdtrit(df, 0.5 + CONFIDENCE / 2))
-
-
 def _spread_ok(values: Sequence[float]) -> bool:
     positive = [v for v in values if v > 0]
     if len(positive) < 2:
@@ -312,36 +315,62 @@ def _spread_ok(values: Sequence[float]) -> bool:
 
 
 def _between_runs(metric: str, base: Group, other: Group) -> dict[str, Any]:
-    """Welch's t over per-run values: on logs when every value is positive (a ratio), else on
-    the values (a difference, shown as a share of the baseline's mean)."""
-    import numpy as np
-
-    a, b = _values(base, metric), _values(other, metric)
-    row = _row(metric, base, other, method=METHOD_RUNS)
-    if len(a) < 2 or len(b) < 2:
+    """Per-run values of each side: paired by repeat when the runs were made in A B A B
+    order (slow drift cancels within a pair), else Welch's t over independent values."""
+    pairs = _repeat_pairs(metric, base, other)
+    if pairs is not None:
+        a, b = pairs
+        row = _row(metric, base, other, method=METHOD_PAIRED)
+        row["evidence"] = f"{len(a)} interleaved pairs of runs"
+        interval = designs.paired(a, b)
+    else:
+        a, b = _values(base, metric), _values(other, metric)
+        row = _row(metric, base, other, method=METHOD_RUNS)
+        row["evidence"] = f"{len(a)} vs {len(b)} runs"
+        interval = designs.welch(a, b)
+    if interval is None:
         return {**row, "missing": True}
     row["stable"] = _spread_ok(a) and _spread_ok(b)
     row["spread"] = (min(a), max(a), min(b), max(b))
-    logs = all(v > 0 for v in a + b)
-    xa, xb = (np.log(a), np.log(b)) if logs else (np.asarray(a), np.asarray(b))
-    va, vb = xa.var(ddof=1) / xa.size, xb.var(ddof=1) / xb.size
-    d = float(xb.mean() - xa.mean())
-    se = math.sqrt(va + vb)
-    if se > 0:
-        df = (va + vb) ** 2 / (va**2 / (xa.size - 1) + vb**2 / (xb.size - 1))
-        half = _t_quantile(df) * se
-    else:
-        half = 0.0  # every repeat gave the same value on each side
-    if logs:
-        base_value, value = float(np.exp(xa.mean())), float(np.exp(xb.mean()))
-        to_pct = [(math.exp(x) - 1.0) * 100.0 for x in (d, d - half, d + half)]
-    else:
-        base_value, value = float(xa.mean()), float(xb.mean())
-        scale = 100.0 / base_value if base_value else math.nan
-        to_pct = [x * scale for x in (d, d - half, d + half)]
-    row.update(baseline_value=base_value, value=value, diff_pct=to_pct[0])
-    row.update(ci_low_pct=to_pct[1], ci_high_pct=to_pct[2], has_ci=True)
-    return row
+    return {**row, **interval_fields(interval)}
+
+
+def interval_fields(interval: designs.Interval) -> dict[str, Any]:
+    """A comparison row's numbers from an interval (its design's own columns)."""
+    return {
+        "baseline_value": interval.base_value,
+        "value": interval.value,
+        "diff_pct": interval.diff_pct,
+        "ci_low_pct": interval.low_pct,
+        "ci_high_pct": interval.high_pct,
+        "detectable_pct": interval.detectable_pct,
+        "has_ci": True,
+        "interval": interval,
+    }
+
+
+def _repeat_pairs(metric: str, base: Group, other: Group) -> tuple[list[float], list[float]] | None:
+    """The two sides' values paired by repeat, when both were run interleaved in one bench
+    (A1 B1 A2 B2 …) and every repeat has a value on both sides; else ``None``."""
+    sides = []
+    for group in (base, other):
+        by_repeat: dict[int, float] = {}
+        for run, summary in zip(group.runs, group.summaries, strict=True):
+            if run.meta.get("order") != "interleaved":
+                return None
+            value = _number(summary.get(metric))
+            if not math.isfinite(value):
+                return None
+            by_repeat[repeat_of(run)] = value
+        if len(by_repeat) != len(group.runs):
+            return None
+        sides.append(by_repeat)
+    if set(sides[0]) != set(sides[1]) or len(sides[0]) < 2:
+        return None
+    if {r.path.parent for r in base.runs} != {r.path.parent for r in other.runs}:
+        return None  # pairs are runs made beside each other, in one bench
+    order = sorted(sides[0])
+    return [sides[0][r] for r in order], [sides[1][r] for r in order]
 
 
 def _within_run(
@@ -389,6 +418,7 @@ def _row(metric: str, base: Group, other: Group, *, method: str) -> dict[str, An
         "diff_pct": math.nan,
         "ci_low_pct": math.nan,
         "ci_high_pct": math.nan,
+        "detectable_pct": math.nan,
         "runs": f"{len(base.runs)} vs {len(other.runs)}",
         "method": method,
         "stable": True,
@@ -411,17 +441,24 @@ def _fmt_value(value: float) -> str:
     return f"{value:,.0f}" if abs(value) >= 100 else f"{value:.3g}"
 
 
-def _judge(row: dict[str, Any], base: Group, other: Group) -> dict[str, Any]:
-    """Significance, direction and the one-sentence verdict."""
+def _judge(
+    row: dict[str, Any], base: Group, other: Group, detect: float | None = None
+) -> dict[str, Any]:
+    """Significance, direction, what the design could have seen, and the one-sentence
+    verdict. ``detect``: a shift (%) whose power is reported too (``power_pct``)."""
     metric, name = row["metric"], other.label
     label = _label(metric)
     diff, low, high = row["diff_pct"], row["ci_low_pct"], row["ci_high_pct"]
-    by_runs = row["method"] == METHOD_RUNS
+    by_runs = row["method"] in VERDICT_METHODS
     suspect = base.suspect_for(metric) + other.suspect_for(metric)
     has_ci = row.pop("has_ci")
     spread = row.pop("spread", None)
     missing = row.pop("missing", False)
+    found: designs.Interval | None = row.pop("interval", None)
+    evidence = row.pop("evidence", None) or f"{row['runs']} runs"
     significant = by_runs and has_ci and row["stable"] and not suspect and (low > 0 or high < 0)
+    if detect is not None:
+        row["power_pct"] = found.power_at(detect) * 100.0 if found is not None else math.nan
     interval = f"[{low:+.1f} %, {high:+.1f} %]" if has_ci else ""
     if row["baseline_value"] == row["value"] and not missing:
         verdict, row["diff_pct"] = f"{label}: identical", 0.0
@@ -444,25 +481,40 @@ def _judge(row: dict[str, Any], base: Group, other: Group) -> dict[str, Any]:
         detail = f"{diff:+.1f} % {interval}".strip()
         verdict = (
             f"{label}: {detail} within one run each — request noise only, not a verdict "
-            "(use --repeat 2 or more)"
+            "(use --repeat 2 or more, or --alternate)"
         )
     elif not significant:
+        seen = _could_see(row, detect)
         verdict = (
-            f"{label}: no significant difference ({diff:+.1f} % {interval}, {row['runs']} runs)"
+            f"{label}: no significant difference ({diff:+.1f} % {interval}, {evidence}; {seen})"
         )
     else:
         direction = "lowers" if diff < 0 else "raises"
         a, b = sorted((abs(low), abs(high)))
         verdict = (
             f"{name} {direction} {label} by {_fmt(abs(diff))} % [{_fmt(a)} %, {_fmt(b)} %] "
-            f"({row['runs']} runs)"
+            f"({evidence})"
         )
     higher_better = any(word in metric for word in _HIGHER_IS_BETTER)
     better = ""
     if significant and diff != 0:
         better = "better" if (diff > 0) == higher_better else "worse"
-    return {**row, "significant": significant, "suspect": bool(suspect), "better": better,
-            "verdict": verdict}  # fmt: skip
+    return {
+        **row,
+        "significant": significant,
+        "suspect": bool(suspect),
+        "better": better,
+        "verdict": verdict,
+    }
+
+
+def _could_see(row: dict[str, Any], detect: float | None) -> str:
+    """What a design that found nothing could have found: the smallest change it detects with
+    80 % power, and the power at ``detect`` when asked."""
+    seen = f"could not have seen a change under ±{_fmt(row['detectable_pct'])} %"
+    if detect is not None and math.isfinite(row.get("power_pct", math.nan)):
+        seen += f"; power at ±{_fmt(detect)} %: {row['power_pct']:.0f} %"
+    return seen
 
 
 def _notes(groups: Sequence[Group]) -> list[str]:

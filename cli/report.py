@@ -93,6 +93,7 @@ def comparison_parts(
     n_boot: int | None = None,
     seed: int = 0,
     only_if_several: bool = False,
+    detect: float | None = None,
 ) -> list[Part]:
     """The comparison of ``runs`` against the first group as output parts; also used by bench
     (``only_if_several``: nothing when the runs are all one configuration's repeats).
@@ -100,7 +101,7 @@ def comparison_parts(
     A literal ``vs`` among ``runs`` separates explicit groups; otherwise repeats of one
     configuration are grouped. Notes for the reader go to stderr.
     """
-    from vprof.analysis.compare import DEFAULT_METRICS, DEFAULT_N_BOOT, METHOD_RUNS, cell_key
+    from vprof.analysis.compare import DEFAULT_METRICS, DEFAULT_N_BOOT, cell_key
     from vprof.analysis.compare import TABLE_COLUMNS as COMPARE_TABLE_COLUMNS
     from vprof.analysis.compare import compare as compare_runs
     from vprof.analysis.run import json_safe
@@ -111,22 +112,25 @@ def comparison_parts(
     if only_if_several and len(sides) == 1 and len({cell_key(p) for p in groups}) < 2:
         return []
     frame = compare_runs(
-        groups, metrics=metrics or DEFAULT_METRICS, n_boot=n_boot or DEFAULT_N_BOOT, seed=seed
+        groups,
+        metrics=metrics or DEFAULT_METRICS,
+        n_boot=n_boot or DEFAULT_N_BOOT,
+        seed=seed,
+        detect=detect,
     )
     rows = json_safe(frame.to_dict("records"))
     for note in frame.attrs.get("notes", []):
         click.echo(f"note: {note}", err=True)
     if fmt not in HUMAN or not rows:
         return [("comparison", rows, None)]
-    how = (
-        "95 % intervals from repeated runs (Welch t over per-run values)"
-        if all(r["method"] == METHOD_RUNS for r in rows)
-        else "95 % request-noise intervals (one run a side: no verdicts)"
-    )
+    how = "95 % intervals by " + ", ".join(dict.fromkeys(r["method"] for r in rows))
+    columns = list(COMPARE_TABLE_COLUMNS)
+    if detect is not None:
+        columns.insert(columns.index("detectable_pct") + 1, "power_pct")
     # The verdict already says better/worse and whether it is significant; tables stay narrow.
     return [
         ("comparison_method", f"Against {rows[0]['baseline']} (the first), {how}:", None),
-        ("comparison", rows, COMPARE_TABLE_COLUMNS),
+        ("comparison", rows, columns),
     ]
 
 
@@ -190,16 +194,30 @@ def summarize(
     help="Bootstrap resamples for one-run-a-side intervals (default: compare's).",
 )
 @click.option("--seed", default=0, show_default=True, help="Bootstrap seed.")
+@click.option(
+    "--detect",
+    "detect",
+    default=None,
+    metavar="SHIFT%",
+    help="Also print each comparison's power to find a change of this size (e.g. 10%).",
+)
 def compare(
-    runs: tuple[str, ...], fmt: str, metrics: tuple[str, ...], n_boot: int | None, seed: int
+    runs: tuple[str, ...],
+    fmt: str,
+    metrics: tuple[str, ...],
+    n_boot: int | None,
+    seed: int,
+    detect: str | None,
 ) -> None:
     """Runs side by side; the first configuration is the baseline.
 
     Repeats of one configuration (`vprof bench --repeat N`) are grouped; with two or more runs
-    on each side the 95 % intervals include run-to-run variation (Welch t over per-run
-    values) and a difference whose interval excludes zero is called significant. With one run
-    a side the interval covers request noise only and nothing is called significant. Give
-    explicit groups with `vs` between them.
+    on each side the 95 % intervals include run-to-run variation and a difference whose
+    interval excludes zero is called significant: repeats made in A B A B order are paired
+    (the interval is over the within-pair differences, so slow drift cancels), others are
+    compared with Welch's t. Every row says the smallest change its design would have found
+    with 80 % power (detectable_pct). With one run a side the interval covers request noise
+    only and nothing is called significant. Give explicit groups with `vs` between them.
 
     \b
     Example:
@@ -208,7 +226,11 @@ def compare(
       vprof compare out/a--chat--steady--1a2b3c4d out/a--chat--steady--1a2b3c4d--r2 \\
           vs out/a--chat--steady--1a2b3c4d--r3 out/a--chat--steady--1a2b3c4d--r4
     """
-    emit_parts(comparison_parts(runs, fmt=fmt, metrics=metrics, n_boot=n_boot, seed=seed), fmt)
+    from vprof.analysis.designs import parse_shift
+
+    shift = parse_shift(detect) if detect is not None else None
+    parts = comparison_parts(runs, fmt=fmt, metrics=metrics, n_boot=n_boot, seed=seed, detect=shift)
+    emit_parts(parts, fmt)
 
 
 def plan_parts(

@@ -82,8 +82,10 @@ def write_run(
     open_loop: bool = False,
     metrics: list[dict[str, Any]] | None = None,
     loadgen: list[dict[str, Any]] | None = None,
+    meta: dict[str, Any] | None = None,
 ) -> Path:
-    """A run folder as the bench orchestrator and the Locust side write it."""
+    """A run folder as the bench orchestrator and the Locust side write it (``meta``: more
+    keys of run.json)."""
     path.mkdir(parents=True, exist_ok=True)
     with RecordWriter(path / "records.arrow", batch_size=64) as writer:
         writer.extend(records)
@@ -95,6 +97,7 @@ def write_run(
         "seed": 0,
         "open_loop": open_loop,
         "vllm_version": "0.32.0",
+        **(meta or {}),
     }
     (path / "run.json").write_text(json.dumps(run))
     locust = {"started_at": T0, "warmup_until": warmup_until, "open_loop": open_loop}

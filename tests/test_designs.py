@@ -1,0 +1,129 @@
+"""Comparison designs: Welch and paired intervals match textbook t-tests, the detectable change
+is where the power reaches 80 %, and pairing repeats made A B A B cancels drift."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from scipy import stats
+from test_analysis_data import synth_records, write_run
+
+from vprof.analysis import compare
+from vprof.analysis.designs import paired, parse_shift, welch
+from vprof.common.errors import RunError
+
+
+def test_welch_interval_is_scipys_on_logs():
+    a, b = [100.0, 110.0, 96.0, 104.0], [120.0, 131.0, 118.0]
+    got = welch(a, b)
+    assert got is not None and got.logs and got.design == "welch"
+    want = stats.ttest_ind(np.log(b), np.log(a), equal_var=False).confidence_interval(0.95)
+    assert got.diff - got.half == pytest.approx(want.low, rel=1e-9)
+    assert got.diff + got.half == pytest.approx(want.high, rel=1e-9)
+    assert got.low_pct == pytest.approx((math.exp(want.low) - 1) * 100)
+
+
+def test_paired_interval_is_scipys_over_differences():
+    a, b = [100.0, 140.0, 90.0, 120.0, 105.0], [111.0, 152.0, 99.0, 133.0, 114.0]
+    got = paired(a, b)
+    assert got is not None and got.design == "paired" and got.n == 5 and got.df == 4
+    want = stats.ttest_rel(np.log(b), np.log(a)).confidence_interval(0.95)
+    assert got.diff - got.half == pytest.approx(want.low, rel=1e-9)
+    assert got.diff + got.half == pytest.approx(want.high, rel=1e-9)
+    assert got.significant  # ~ +10 % in every pair, although the pairs spread by ±25 %
+
+
+def test_values_with_zeros_are_compared_on_their_scale():
+    got = welch([0.0, 0.01, 0.02], [0.03, 0.04, 0.05])
+    assert got is not None and not got.logs
+    assert got.diff_pct == pytest.approx((0.04 - 0.01) / 0.01 * 100)
+
+
+def test_the_detectable_change_is_where_power_reaches_80_percent():
+    got = paired([100.0, 104.0, 98.0, 101.0, 97.0, 103.0], [101.0, 103.0, 99.0, 104.0, 96.0, 104.0])
+    assert got is not None
+    assert got.power_at(got.detectable_pct) == pytest.approx(0.80, abs=0.03)
+    assert got.power_at(got.detectable_pct * 2) > 0.99
+    assert got.power_at(0.5 * got.detectable_pct) < 0.5
+    # a decrease of the same log size is as easy to see
+    shrink = (1 / (1 + got.detectable_pct / 100) - 1) * 100
+    assert got.power_at(shrink) == pytest.approx(got.power_at(got.detectable_pct), abs=1e-9)
+
+
+def test_too_few_values_give_no_interval():
+    assert welch([1.0], [1.0, 2.0]) is None
+    assert paired([1.0], [2.0]) is None
+    with pytest.raises(ValueError):
+        paired([1.0, 2.0], [1.0])
+
+
+@pytest.mark.parametrize("text,value", [("10%", 10.0), ("2.5 %", 2.5), ("7", 7.0)])
+def test_detect_shift_parses(text, value):
+    assert parse_shift(text) == value
+
+
+@pytest.mark.parametrize("text", ["", "ten", "0%", "-5%", "nan", "inf%", "5000%"])
+def test_detect_shift_refuses_nonsense(text):
+    with pytest.raises(RunError):
+        parse_shift(text)
+
+
+def _interleaved(folder, drift, *, order="interleaved", shift=1.0, seed=0):
+    """Repeats of a and b made A1 B1 A2 B2 …: each repeat shares a drift factor (the host got
+    slower), b's latency is ``shift`` × a's."""
+    paths = []
+    for k, factor in enumerate(drift, start=1):
+        suffix = "" if k == 1 else f"--r{k}"
+        for name, scale in (("a", 1.0), ("b", shift)):
+            records = synth_records(
+                800, seed=seed + 10 * k + (name == "b"), ttft_ms=100 * factor * scale
+            )
+            paths.append(
+                write_run(
+                    folder / f"{name}--chat--steady--0000abcd{suffix}",
+                    records,
+                    profile=name,
+                    meta={"order": order, "repeat": k},
+                )
+            )
+    return paths
+
+
+DRIFT = (0.8, 1.0, 1.25, 1.5)  # the host slows down by half over the bench
+
+
+def test_interleaved_repeats_are_paired_and_drift_cancels(tmp_path):
+    runs = _interleaved(tmp_path / "ab", DRIFT, shift=1.10)
+    row = compare(runs, metrics=["median_ttft_ms"], detect=10.0).iloc[0]
+    assert row["method"].startswith("paired") and row["significant"], row["verdict"]
+    assert row["ci_low_pct"] < 10 < row["ci_high_pct"]
+    assert "4 interleaved pairs of runs" in row["verdict"]
+    assert row["power_pct"] > 50
+
+
+def test_the_same_runs_in_blocked_order_are_welch_and_see_less(tmp_path):
+    blocked = compare(
+        _interleaved(tmp_path / "bl", DRIFT, order="blocked", shift=1.10),
+        metrics=["median_ttft_ms"],
+    ).iloc[0]
+    paired_row = compare(
+        _interleaved(tmp_path / "il", DRIFT, shift=1.10), metrics=["median_ttft_ms"]
+    ).iloc[0]
+    assert blocked["method"].startswith("Welch") and not blocked["significant"]
+    assert "could not have seen a change under ±" in blocked["verdict"]
+    assert blocked["detectable_pct"] > 3 * paired_row["detectable_pct"]
+
+
+def test_interleaved_a_a_is_no_difference_and_says_what_it_could_see(tmp_path):
+    row = compare(_interleaved(tmp_path / "aa", DRIFT), metrics=["median_ttft_ms"]).iloc[0]
+    assert row["method"].startswith("paired") and not row["significant"], row["verdict"]
+    assert 0 < row["detectable_pct"] < 20
+    assert f"under ±{row['detectable_pct']:.1f} %" in row["verdict"] or "under ±" in row["verdict"]
+
+
+def test_one_run_a_side_has_no_detectable_change(tmp_path):
+    runs = _interleaved(tmp_path / "one", DRIFT[:1])
+    row = compare(runs, metrics=["median_ttft_ms"]).iloc[0]
+    assert math.isnan(row["detectable_pct"]) and not row["significant"]
