@@ -34,6 +34,7 @@ INT_COLUMNS = (
     "conversation_id",
     "turn",
     "session_last",
+    "slice",
 )
 
 

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from vprof.analysis import designs
+from vprof.analysis.alternation import alternation, is_alternating, paired_blocks, side_views
 from vprof.analysis.bootstrap import STAT, all_bootstraps
 from vprof.analysis.keys import CLIENT_FIX
 from vprof.analysis.keys import SummaryKey as K
@@ -63,7 +64,8 @@ DEFAULT_N_BOOT = 1000
 # Repeats of one configuration whose values differ by more than this factor do not measure one
 # thing: the statistic is unstable (bimodal), and a % change of it would be noise.
 UNSTABLE_RATIO = 3.0
-_REPEAT_SUFFIX = re.compile(r"--r\d+$")
+# a repeat (--r2, …) or the second phase of a swapped alternating run (--p2)
+_REPEAT_SUFFIX = re.compile(r"--[rp]\d+$")
 
 # The columns a terminal table shows (the verdict says better/worse and significance).
 TABLE_COLUMNS = (
@@ -79,9 +81,10 @@ TABLE_COLUMNS = (
 )
 METHOD_RUNS = "Welch t over per-run values"
 METHOD_PAIRED = "paired t over interleaved repeats"
+METHOD_SLICES = "paired t over alternating slices"
 METHOD_REQUESTS = "request bootstrap within one run (request noise only)"
 # Methods whose intervals include the variation between runs: only they can be significant.
-VERDICT_METHODS = (METHOD_RUNS, METHOD_PAIRED)
+VERDICT_METHODS = (METHOD_RUNS, METHOD_PAIRED, METHOD_SLICES)
 
 
 # A held-back run's medians are judged only while its loop's median lag stays this small.
@@ -199,7 +202,11 @@ def compare(
     """
     import pandas as pd
 
-    groups = _load_groups(runs, slo, summaries or {})
+    explicit = bool(runs) and all(isinstance(r, (list, tuple)) for r in runs)
+    flat = [_load(r) for group in runs for r in group] if explicit else [_load(r) for r in runs]  # type: ignore[union-attr]
+    if any(is_alternating(r) for r in flat):
+        return _compare_alternating(flat, metrics, slo, detect)
+    groups = _load_groups(flat if not explicit else runs, slo, summaries or {})
     if len(groups) < 2:
         raise RunError(
             "compare needs at least two runs or groups (the first is the baseline)",
@@ -227,6 +234,65 @@ def compare(
             "time (the *_from_schedule_ms metrics), so a client that held requests back cannot "
             "hide the wait"
         )
+    return frame
+
+
+def _compare_alternating(
+    phases: Sequence[Run], metrics: Sequence[str], slo: str | None, detect: float | None
+) -> Any:
+    """Sides of one alternating run (its phases): a paired t over the blocks' differences."""
+    import pandas as pd
+
+    if not all(is_alternating(r) for r in phases):
+        raise RunError(
+            "an alternating run cannot be compared with ordinary runs",
+            hint="compare an alternating run on its own: its sides are the groups",
+        )
+    if len({cell_key(r.path) for r in phases}) > 1:
+        raise RunError(
+            "these are several alternating runs: compare one at a time (with its --p2 phase)",
+            hint="vprof compare OUT/alt--… ",
+        )
+    views = [side_views(r) for r in phases]
+    names = [v.profile for v in views[0]]
+    groups = []
+    for name in names:
+        runs = tuple(phase[[v.profile for v in phase].index(name)] for phase in views)
+        groups.append(Group(name, runs, tuple(summarize_loaded(r, slo=slo) for r in runs)))
+    open_loop = all(s.get(K.OPEN_LOOP) for g in groups for s in g.summaries)
+    if open_loop:
+        metrics = [_from_schedule(m) for m in metrics]
+    order, blocks = paired_blocks(phases, metrics)
+    base = groups[0]
+    rows = []
+    for metric in metrics:
+        for other in groups[1:]:
+            pairs = [
+                (b[base.label][metric], b[other.label][metric])
+                for b in blocks
+                if all(math.isfinite(b[g.label][metric]) for g in (base, other))
+            ]
+            row = _row(metric, base, other, method=METHOD_SLICES)
+            row["runs"] = f"{len(pairs)} blocks"
+            row["evidence"] = f"{len(pairs)} paired slices"
+            interval = designs.paired([a for a, _ in pairs], [b for _, b in pairs])
+            if interval is None:
+                row["missing"] = True
+            else:
+                row.update(interval_fields(interval))
+            rows.append(_judge(row, base, other, detect))
+    frame = pd.DataFrame(rows)
+    alt = alternation(phases[0])
+    assert alt is not None
+    swapped = " (the servers swapped profiles halfway)" if len(phases) > 1 else ""
+    frame.attrs["notes"] = [
+        f"alternating slices: {len(blocks)} blocks of {' / '.join(order)} "
+        f"({alt.schedule.slice_s:g} s slices, the first {alt.schedule.warmup_s:g} s of each "
+        f"not measured, ABBA order){swapped}; each interval is over the blocks' paired "
+        "differences, so drift and host state shared within a block cancel"
+    ]
+    if len(blocks) < 2:
+        frame.attrs["notes"].append("fewer than two whole blocks: no interval")
     return frame
 
 

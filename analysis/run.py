@@ -31,6 +31,9 @@ class Run:
     metrics: tuple[dict[str, Any], ...] = ()
     loadgen: tuple[dict[str, Any], ...] = ()
     records_note: str = ""  # how much of a damaged records file was readable ("": all of it)
+    # one side of an alternating run: the length of its measured slices (throughputs divide by
+    # it instead of first send → last answer, which spans the other sides' slices too)
+    measured_s: float | None = None
 
     @property
     def name(self) -> str:
@@ -166,6 +169,7 @@ def summarize_loaded(
         loadgen=run.loadgen,
         in_flight_cap=_in_flight_cap(run.meta.get("traffic") or run.locust.get("traffic")),
         users=_closed_loop_users(run.meta.get("traffic") or run.locust.get("traffic")),
+        measured_s=run.measured_s,
     )
     open_loop = run.meta.get("open_loop", run.locust.get("open_loop"))
     if open_loop is not None:

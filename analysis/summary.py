@@ -42,6 +42,7 @@ def summarize(
     loadgen: Sequence[Mapping[str, Any]] | None = None,
     in_flight_cap: int | None = None,
     users: int | None = None,
+    measured_s: float | None = None,
 ) -> dict[str, Any]:
     """Summarise per-request records (a DataFrame from ``read_records`` or an Arrow table).
 
@@ -49,7 +50,9 @@ def summarize(
     :class:`Slo` or text such as ``"ttft_p95=500ms"``) adds goodput and SLO checks;
     ``metrics`` and ``loadgen`` are the parsed lines of ``metrics.jsonl``/``loadgen.jsonl``;
     ``in_flight_cap`` is an open-loop shape's ``max_in_flight``; ``users`` the closed-loop
-    users the shape asked for, which the mean in flight is held against.
+    users the shape asked for, which the mean in flight is held against; ``measured_s`` the
+    time the records were measured over when it is not first send → last answer (one side of
+    an alternating run: its slices), which throughputs then divide by.
 
     Example:
         >>> summarize(read_records(run_dir), slo="ttft_p95=500ms")["p95_ttft_ms"]  # doctest: +SKIP
@@ -79,7 +82,7 @@ def summarize(
 
     first_send = _nanmin(f["sent_at"][keep])
     ends = np.where(np.isnan(f["finished_at"]), f["last_token_at"], f["finished_at"])
-    duration = _nanmax(ends[keep]) - first_send
+    duration = measured_s if measured_s else _nanmax(ends[keep]) - first_send
     out["duration"] = duration if duration > 0 else math.nan
     out.update(_tokens(cols, ok, out["duration"]))
 
@@ -98,7 +101,7 @@ def summarize(
 
     out["open_loop"] = bool(cols.open_loop[keep].any())
     if out["open_loop"]:
-        out.update(_served_rate(cols, keep, ok))
+        out.update(_served_rate(cols, keep, ok, measured_s))
         out.update(_from_schedule(cols, keep, ok, percentiles))
         out.update(_held_back(cols, keep, in_flight_cap))
     if slo is not None:
@@ -504,7 +507,9 @@ def _bin_chunks(bins: Any, gaps: Any, lengths: Any, first_s: Any, scratch: Any) 
     np.add.at(bins, np.clip(bin_idx, 0, bins.size - 1), counts)
 
 
-def _served_rate(cols: Columns, keep: Any, ok: Any) -> dict[str, float]:
+def _served_rate(
+    cols: Columns, keep: Any, ok: Any, measured_s: float | None = None
+) -> dict[str, float]:
     """Open loop: the rate requests arrived at over the measured window ((N − 1) / the span
     of their N intended send times) and the rate they were answered at (that times the share
     answered) — what the capacity plan reads. ``request_throughput`` (vllm bench serve's)
@@ -515,6 +520,11 @@ def _served_rate(cols: Columns, keep: Any, ok: Any) -> dict[str, float]:
     scheduled = cols.floats["scheduled_at"][keep]
     scheduled = scheduled[np.isfinite(scheduled)]
     span = float(scheduled.max() - scheduled.min()) if scheduled.size >= 2 else 0.0
+    if measured_s:  # measured in windows (alternating slices): arrivals over their length
+        return {
+            "arrival_rate": scheduled.size / measured_s,
+            "served_rate": int(ok.sum()) / measured_s,
+        }
     if not span > 0:
         return {"arrival_rate": math.nan, "served_rate": math.nan}
     arrival = (scheduled.size - 1) / span

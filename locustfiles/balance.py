@@ -40,9 +40,10 @@ class Balancer:
         self.sent = [0] * len(self.replicas)
         self._next = 0  # round-robin position (ties of least-outstanding too)
 
-    def pick(self) -> int:
-        """The replica the next request goes to; counts it as in flight until ``done``."""
-        index = self._choose()
+    def pick(self, among: Sequence[int] | None = None) -> int:
+        """The replica the next request goes to (one of ``among``, when given: alternating
+        servers load one side at a time); counts it as in flight until ``done``."""
+        index = self._choose(among if among is not None else range(len(self.replicas)))
         self._next = (index + 1) % len(self.replicas)
         self.in_flight[index] += 1
         self.sent[index] += 1
@@ -52,7 +53,13 @@ class Balancer:
         """The request sent to ``index`` ended (answered, failed or cut off)."""
         self.in_flight[index] = max(0, self.in_flight[index] - 1)
 
-    def _choose(self) -> int:
+    def _turn(self, among: Sequence[int]) -> list[int]:
+        """``among`` in round-robin order, starting from the next replica's turn."""
+        n = len(self.replicas)
+        allowed = set(among)
+        return [i for i in ((self._next + k) % n for k in range(n)) if i in allowed]
+
+    def _choose(self, among: Sequence[int]) -> int:
         raise NotImplementedError
 
 
@@ -61,8 +68,8 @@ class RoundRobin(Balancer):
 
     policy = ROUND_ROBIN
 
-    def _choose(self) -> int:
-        return self._next
+    def _choose(self, among: Sequence[int]) -> int:
+        return self._turn(among)[0]
 
 
 class LeastOutstanding(Balancer):
@@ -70,10 +77,8 @@ class LeastOutstanding(Balancer):
 
     policy = LEAST_OUTSTANDING
 
-    def _choose(self) -> int:
-        n = len(self.replicas)
-        order = [(self._next + k) % n for k in range(n)]
-        return min(order, key=lambda i: self.in_flight[i])
+    def _choose(self, among: Sequence[int]) -> int:
+        return min(self._turn(among), key=lambda i: self.in_flight[i])
 
 
 def make_balancer(policy: str, replicas: Sequence[str]) -> Balancer:

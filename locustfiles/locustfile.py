@@ -97,6 +97,7 @@ def _check_options(environment: Any) -> None:
     try:
         effective_shape(environment)
         parse_hosts(str(opt(environment, "hosts", "") or ""))
+        testplan.check_slices(environment)
         testplan.state(environment).workload()
     except VprofError as exc:
         log.error("vprof: %s", exc.format())
@@ -130,6 +131,7 @@ def _on_test_start(environment: Any, **_: Any) -> None:
             started_at=config.started_at,
             stopped_at=None,
             warmup_until=config.epoch + warmup_s,
+            slices=config.slices,
             options={
                 k: v
                 for k, v in vars(environment.parsed_options or {}).items()
@@ -152,6 +154,7 @@ def _on_test_stop(environment: Any, **_: Any) -> None:
         else:
             untaken = [(str(i), -1, 0, at) for i, at in st.queue.untaken()]
         for request_id, session_id, turn, scheduled_at in untaken:
+            slice_k = st.slice_of(int(request_id)) if session_id < 0 else -1
             if scheduled_at <= now:
                 record = RequestRecord(
                     request_id=request_id,
@@ -161,6 +164,7 @@ def _on_test_stop(environment: Any, **_: Any) -> None:
                     conversation_id=session_id,
                     turn=turn,
                     scheduled_at=scheduled_at,
+                    slice=slice_k,
                     status=Status.CANCELLED.value,
                     error="not sent: the test ended before a user was free",
                 )

@@ -22,6 +22,9 @@ ARRIVAL_CHOICES = ("", "constant", "poisson", "gamma")
 # How requests are spread over several servers (``--hosts``): see ``vprof.locustfiles.balance``.
 BALANCE_CHOICES = ("least-outstanding", "round-robin")
 DEFAULT_BALANCE = "least-outstanding"
+# Alternating servers (--sides): how long each side gets the load, and its unmeasured start.
+DEFAULT_SLICE_S = 20.0
+DEFAULT_SLICE_WARMUP_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -114,6 +117,25 @@ OPTIONS: tuple[LoadOption, ...] = (
         "With --hosts: the next request goes to the replica with the fewest in flight from "
         "this process (least-outstanding) or to each in turn (round-robin).",
         BALANCE_CHOICES,
+    ),
+    LoadOption(
+        "--sides",
+        str,
+        "",
+        "Alternate the load between groups of --hosts: the side of each host, comma-separated "
+        "(e.g. 0,1); empty: no alternation.",
+    ),
+    LoadOption(
+        "--slice-s",
+        float,
+        DEFAULT_SLICE_S,
+        "With --sides: seconds each side gets the load in turn.",
+    ),
+    LoadOption(
+        "--slice-warmup-s",
+        float,
+        DEFAULT_SLICE_WARMUP_S,
+        "With --sides: the first seconds of each slice are not measured (the last side drains).",
     ),
 )
 BY_DEST: dict[str, LoadOption] = {option.dest: option for option in OPTIONS}

@@ -19,6 +19,7 @@ from locust.runners import (
 import gc
 import logging
 import secrets
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,7 @@ from vprof.locustfiles.collect import finished_workers, ship_to_master
 from vprof.locustfiles.options import effective_shape, opt
 from vprof.locustfiles.sessionqueue import SessionQueue
 from vprof.traffic.shape import TrafficShape, arrival_offsets, partition
+from vprof.traffic.slices import STRIDE, SliceSchedule, alternating_arrivals, parse_sides
 
 RUN_MESSAGE = "vprof_run"
 DRAIN_MESSAGE = "vprof_drain"
@@ -43,11 +45,12 @@ log = logging.getLogger("vprof")
 
 @dataclass
 class OpenLoopQueue:
-    """This process's share of the open-loop schedule, handed out in order."""
+    """This process's share of the open-loop schedule, handed out in order: ``indices`` in
+    time order, ``offsets[index]`` each one's intended time from ``epoch``."""
 
     epoch: float
-    offsets: list[float]
-    indices: range
+    offsets: Sequence[float] | Mapping[int, float]
+    indices: Sequence[int]
     position: int = 0
     returned: list[int] = field(default_factory=list)
 
@@ -92,6 +95,7 @@ class TestPlan:
     shape: dict[str, Any] | None
     epoch: float
     started_at: float
+    slices: dict[str, Any] | None = None  # alternating servers: a SliceSchedule as a dict
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -108,6 +112,10 @@ class ProcessState:
         self.queue: OpenLoopQueue | None = None
         # open loop with a conversation or agent workload: sessions over the arrivals in queue
         self.sessions: SessionQueue | None = None
+        # alternating servers: which slice loads which side, and each block's synthesizer
+        self.slices: SliceSchedule | None = None
+        self._block_synths: dict[int, Any] = {}
+        self._slice = -1  # closed loop: the slice next_index counts in
         self._counter = 0
         self._synth: Any = None
         self._workload: Any = None
@@ -124,20 +132,35 @@ class ProcessState:
         self.workers = max(1, len(config.workers))
         self.worker_index = config.workers.index(me) if me in config.workers else 0
         self._counter = 0
+        self._slice = -1
         self._synth = None
+        self._block_synths = {}
         self._model = None
         self.queue = None
         self.sessions = None
+        self.slices = SliceSchedule.from_dict(config.slices) if config.slices else None
         if config.shape and config.shape.get("kind") == "open-loop":
             shape = TrafficShape(**config.shape)
-            offsets = arrival_offsets(shape, config.seed)
-            self.queue = OpenLoopQueue(
-                config.epoch, offsets, partition(len(offsets), self.worker_index, self.workers)
-            )
+            if self.slices is not None:
+                self.queue = self._alternating_queue(shape, config)
+            else:
+                offsets = arrival_offsets(shape, config.seed)
+                self.queue = OpenLoopQueue(
+                    config.epoch, offsets, partition(len(offsets), self.worker_index, self.workers)
+                )
             if self.workload().sessions:
                 self.sessions = SessionQueue(self.queue, self._start_session)
         self.config = config
         gevent.spawn(self._get_ready)
+
+    def _alternating_queue(self, shape: TrafficShape, config: TestPlan) -> OpenLoopQueue:
+        """Open loop over alternating slices: each block's arrivals, repeated in each of its
+        slices; this process takes every ``workers``-th arrival."""
+        assert self.slices is not None
+        slices = max(1, round(shape.duration_s / self.slices.slice_s))
+        arrivals = alternating_arrivals(shape, config.seed, self.slices, slices)
+        mine = arrivals[self.worker_index :: self.workers]
+        return OpenLoopQueue(self.slices.epoch, dict(mine), [i for i, _ in mine])
 
     def _get_ready(self) -> None:
         """Build what requests need (tokenizer, synthesizer, the served model's name) as soon
@@ -178,10 +201,35 @@ class ProcessState:
         return self.queue is not None
 
     def next_index(self) -> int:
-        """Closed loop: the next request index of this process (disjoint across processes)."""
-        index = self.worker_index + self.workers * self._counter
+        """Closed loop: the next request index of this process (disjoint across processes).
+        With alternating slices the count starts again in every slice, from the slice's own
+        indices, so every slice of a block sends the same requests in the same order."""
+        base = 0
+        if self.slices is not None:
+            k = max(0, self.slices.slice_at(wall_now()))
+            if k != self._slice:
+                self._slice, self._counter = k, 0
+            base = k * STRIDE
+        index = base + self.worker_index + self.workers * self._counter
         self._counter += 1
         return index
+
+    def slice_of(self, index: int) -> int:
+        """The slice request ``index`` belongs to (-1 without alternating slices)."""
+        return index // STRIDE if self.slices is not None else -1
+
+    def plan(self, index: int) -> Any:
+        """The plan of single request ``index``: with alternating slices, its block's request
+        (the same in every slice of the block) in its block's salt."""
+        if self.slices is None:
+            return self.synthesizer().plan(index)
+        block = self.slices.block_of(index // STRIDE)
+        synth = self._block_synths.get(block)
+        if synth is None:
+            base = self.synthesizer()
+            synth = base.resalted(self.slices.salt(base.salt, index // STRIDE))
+            self._block_synths = {block: synth}  # earlier blocks are over
+        return synth.plan(self.slices.plan_index(index))
 
     # -- what requests need ----------------------------------------------------------------
     def workload(self) -> Any:
@@ -268,7 +316,44 @@ def decide(environment: Any) -> TestPlan:
         shape=shape.to_dict() if shape else None,
         epoch=epoch,
         started_at=now,
+        slices=_slices(environment, epoch),
     )
+
+
+def check_slices(environment: Any) -> None:
+    """Refuse alternating options that cannot make a schedule, before the test starts; and
+    workloads and shapes alternation does not handle (sessions span sides, a trace has its own
+    clock)."""
+    if _slices(environment, 0.0) is None:
+        return
+    shape = effective_shape(environment)
+    if shape is not None and shape.open_loop and shape.process == "trace":
+        raise VprofError("a trace's own times cannot alternate between servers", key="--sides")
+    if state(environment).workload().sessions:
+        raise VprofError(
+            "conversations and agent sessions cannot alternate between servers (a session's "
+            "later turns belong to the server that holds its context)",
+            key="--sides",
+        )
+
+
+def _slices(environment: Any, epoch: float) -> dict[str, Any] | None:
+    """Alternating servers (``--sides``): the slice schedule, from the test's epoch."""
+    hosts = str(opt(environment, "hosts", "") or "")
+    sides = parse_sides(str(opt(environment, "sides", "") or ""), len(hosts.split(",")))
+    if not sides:
+        return None
+    try:
+        schedule = SliceSchedule(
+            epoch=epoch,
+            slice_s=float(opt(environment, "slice_s", 0.0)),
+            warmup_s=float(opt(environment, "slice_warmup_s", 0.0)),
+            sides=max(sides) + 1,
+        )
+    except ValueError as exc:
+        hint = "e.g. --slice-s 20 --slice-warmup-s 5"
+        raise VprofError(str(exc), key="--slice-s", hint=hint) from None
+    return schedule.to_dict()
 
 
 def install(environment: Any) -> None:

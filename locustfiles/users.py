@@ -32,7 +32,7 @@ from typing import Any, ClassVar
 
 import gevent
 
-from vprof.common.clock import process_clock
+from vprof.common.clock import process_clock, wall_now
 from vprof.common.errors import VprofError
 from vprof.locustfiles import collect
 from vprof.locustfiles.balance import Balancer, make_balancer, parse_hosts
@@ -42,6 +42,7 @@ from vprof.locustfiles.stream import NdjsonScanner, SseScanner, StreamError, Str
 from vprof.locustfiles.testplan import state
 from vprof.locustfiles.transport import ConnectError, Connection, ConnectTimeout, ResponseError
 from vprof.records.schema import FIELDS, RequestRecord, Status
+from vprof.traffic.slices import parse_sides
 from vprof.workloads.sessions import start_session
 
 ENDPOINT_PATHS = {
@@ -119,6 +120,14 @@ class LLMUser(User):
             raise StopUser(f"cannot send to {' or '.join(self._hosts)}: {exc}") from None
         self._conn = self._conns[0]
         self._balancer = _shared_balancer(self.environment, self._hosts)
+        try:  # alternating servers: the hosts of each side
+            sides = parse_sides(str(opt(self.environment, "sides", "") or ""), len(self._hosts))
+        except VprofError as exc:
+            raise StopUser(exc.format()) from None
+        self._side_hosts = [
+            [i for i, side in enumerate(sides) if side == s]
+            for s in range(max(sides, default=-1) + 1)
+        ]
         # closed loop: this user's session, its step's calls not yet sent, their answers
         self._session: Any = None
         self._pending: list[Any] = []
@@ -150,7 +159,7 @@ class LLMUser(User):
         synth = run.synthesizer()
         if not synth.workload.sessions or run.open_loop:
             # Open-loop sessions are planned by their SessionQueue, which hands its calls in.
-            return synth.plan(index), 0.0
+            return run.plan(index), 0.0
         # Closed loop: keep one session per user until it ends, sending its calls one after
         # another (a fan-out step's calls in turn, the step's think time before the first);
         # a failed call's answer counts as empty. A new session starts at once.
@@ -236,6 +245,11 @@ class LLMUser(User):
         if self._next is None:
             return self._prepare(state(self.environment).next_index())
         (index, pending), self._next = self._next, None
+        run = state(self.environment)
+        if run.slices is not None and run.slice_of(index) != run.slices.slice_at(wall_now()):
+            # prepared during the last slice: this slice sends its own requests
+            pending.kill(block=False)
+            return self._prepare(run.next_index())
         if not pending.ready():
             pending.kill()  # still waiting for an idle moment: prepare it now
         if isinstance(pending.value, _Prepared):  # a killed greenlet's value is its GreenletExit
@@ -383,7 +397,12 @@ class LLMUser(User):
             scanner = NdjsonScanner() if endpoint == "generate" else SseScanner()
             conn, payload = self._conn, prepared.payload
             if self._balancer is not None:  # several servers: pick one now, as a balancer would
-                replica = self._balancer.pick()
+                among = None
+                if self._side_hosts:  # alternating: the side whose slice this request is in
+                    run = state(self.environment)
+                    record.slice = run.slice_of(index)
+                    among = self._side_hosts[run.slices.side_of(max(record.slice, 0))]  # type: ignore[union-attr]
+                replica = self._balancer.pick(among)
                 conn, record.replica = self._conns[replica], self._hosts[replica]
                 payload = conn.request_bytes(prepared.path, prepared.body)
             with gevent.Timeout(timeout_s, _RequestTimeout):

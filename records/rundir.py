@@ -224,6 +224,15 @@ LOCUST_FIELDS: dict[str, Check] = {
     "stopped_at": EPOCH_S,
     "open_loop": _flag,
     "records": COUNT,
+    "slices": _obj(  # alternating servers: the slice schedule (traffic.slices)
+        {
+            "epoch": SAMPLED_AT,
+            "slice_s": _number(0, 1e6),
+            "warmup_s": _number(0, 1e6),
+            "sides": _number(2, 1000, integer=True),
+        },
+        null=True,
+    ),
 }
 # What a resumed tune reads back from its tune.json (the rest is for people and the report).
 TUNE_FIELDS: dict[str, Check] = {

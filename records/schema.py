@@ -49,6 +49,7 @@ class RequestRecord:
     conversation_id: int = -1  # -1: single-turn; else the session (conversation, agent chain)
     turn: int = 0  # the session's step: a conversation's turn, an agent's call
     session_last: bool = False  # open loop: this answer completed its session
+    slice: int = -1  # alternating servers (bench --alternate): the slice it was sent in
     scheduled_at: float = NAN
     sent_at: float = NAN
     first_token_at: float = NAN
@@ -127,6 +128,7 @@ def arrow_schema():  # -> pyarrow.Schema, imported lazily
         "expected_prompt_tokens",
         "expected_output_tokens",
         "http_status",
+        "slice",
     ):
         types[name] = pa.int64()
     for f in fields(RequestRecord):
@@ -215,6 +217,7 @@ _INT_RANGES = {
     "prefix_group": (-1, 10**12),
     "conversation_id": (-1, 10**12),
     "turn": (0, 10**9),
+    "slice": (-1, 10**9),
     "http_status": (0, 999),
     **{
         name: (-1, 10**9)  # token counts; -1: not reported

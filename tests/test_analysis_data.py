@@ -83,6 +83,7 @@ def write_run(
     metrics: list[dict[str, Any]] | None = None,
     loadgen: list[dict[str, Any]] | None = None,
     meta: dict[str, Any] | None = None,
+    locust: dict[str, Any] | None = None,
 ) -> Path:
     """A run folder as the bench orchestrator and the Locust side write it (``meta``: more
     keys of run.json)."""
@@ -100,10 +101,66 @@ def write_run(
         **(meta or {}),
     }
     (path / "run.json").write_text(json.dumps(run))
-    locust = {"started_at": T0, "warmup_until": warmup_until, "open_loop": open_loop}
-    (path / "locust.json").write_text(json.dumps(locust))
+    info = {
+        "started_at": T0,
+        "warmup_until": warmup_until,
+        "open_loop": open_loop,
+        **(locust or {}),
+    }
+    (path / "locust.json").write_text(json.dumps(info))
     (path / "status.json").write_text(json.dumps({"state": state, "reason": ""}))
     for file, rows in (("metrics.jsonl", metrics), ("loadgen.jsonl", loadgen)):
         if rows is not None:
             (path / file).write_text("".join(json.dumps(r) + "\n" for r in rows))
     return path
+
+
+def synth_alternating(
+    path: Path,
+    *,
+    blocks: int,
+    shift: float = 1.0,
+    drift_per_slice: float = 0.0,
+    slice_noise: float = 0.05,
+    slice_s: float = 20.0,
+    warmup_s: float = 5.0,
+    rate_rps: float = 8.0,
+    seed: int = 0,
+    names: tuple[str, str] = ("a", "b"),
+    stop_early_s: float = 0.0,
+) -> Path:
+    """An alternating run of two sides (as ``bench --alternate`` writes one): ABBA slices,
+    every latency of a slice scaled by a shared drift (``drift_per_slice`` per slice, so the
+    host slows steadily), a per-slice factor (``slice_noise``) and, on side b, ``shift``."""
+    from vprof.traffic.slices import SliceSchedule
+
+    rng = np.random.default_rng(seed)
+    schedule = SliceSchedule(epoch=T0, slice_s=slice_s, warmup_s=warmup_s, sides=2)
+    urls = ("http://127.0.0.1:1", "http://127.0.0.1:2")
+    records: list[RequestRecord] = []
+    slices = blocks * 2
+    for k in range(slices):
+        side = schedule.side_of(k)
+        factor = (1 + drift_per_slice) ** k * float(rng.lognormal(0, slice_noise))
+        factor *= shift if side == 1 else 1.0
+        batch = synth_records(
+            int(rate_rps * slice_s),
+            seed=seed * 1000 + k,
+            rate_rps=rate_rps,
+            ttft_ms=80.0 * factor,
+            itl_ms=20.0 * factor,
+            start=schedule.start(k),
+        )
+        for i, rec in enumerate(batch):
+            rec.request_id, rec.slice, rec.replica = f"{k * 1_000_000 + i}", k, urls[side]
+        records += batch
+    sides = [
+        {"name": name, "urls": [url], "profile": {"name": name, "identity": f"{name}-x"}}
+        for name, url in zip(names, urls, strict=True)
+    ]
+    return write_run(
+        path,
+        records,
+        meta={"alternate": {"sides": sides, "phase": 1, "swapped": False}},
+        locust={"slices": schedule.to_dict(), "stopped_at": T0 + slices * slice_s - stop_early_s},
+    )

@@ -15,6 +15,7 @@ hold the builder falls back to ``vllm bench``'s decode, re-encode and trim/pad l
 from __future__ import annotations
 
 import bisect
+import copy
 import functools
 import os
 import random
@@ -269,6 +270,14 @@ class RequestSynthesizer:
             from vprof.workloads.traceplan import TracePlanner
 
             self._trace = TracePlanner(self, load_trace(workload.trace))
+
+    def resalted(self, salt: str) -> RequestSynthesizer:
+        """The same planner with another salt: the same lengths, other text (a shallow copy
+        that shares the tokenizer and text builder, with prefixes of its own)."""
+        other = copy.copy(self)
+        other.salt = salt
+        other._prefix_texts = {}
+        return other
 
     # --- pieces ---------------------------------------------------------------------------
 

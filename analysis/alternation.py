@@ -1,0 +1,251 @@
+"""Alternating runs (``vprof bench A B --alternate``): slices, sides and their paired verdict.
+
+One alternating run holds the records of every side: its ``locust.json`` has the slice
+schedule (:class:`vprof.traffic.slices.SliceSchedule`), its ``run.json`` an ``alternate``
+section naming each side's profile and servers, and each record its slice. A run made with
+``--swap`` has a second phase (``…--p2``) whose servers were started with the profiles
+exchanged; its blocks count like the first phase's.
+
+- :func:`slice_values` — each measured slice's statistics (the requests sent after the
+  slice's warm-up, throughput over that window);
+- :func:`paired_blocks` — the blocks in which every side has a slice, per side the values;
+- :func:`side_views` — one :class:`~vprof.analysis.run.Run` per side, holding only its
+  measured requests, so summaries, plans and reports read a side like any run.
+
+The verdict is a paired t over the blocks' log differences (ABBA order cancels a linear drift
+within two blocks, and every block shares its host state): :mod:`vprof.analysis.designs`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from vprof.analysis.run import Run
+from vprof.traffic.slices import SliceSchedule
+
+# What precision and --precision judge by default: the figures a user picks settings on.
+HEADLINE_METRICS: tuple[str, ...] = (
+    "request_throughput",
+    "median_ttft_ms",
+    "p95_ttft_ms",
+    "median_tpot_ms",
+)
+SLICE_METRICS: tuple[str, ...] = (
+    "median_ttft_ms",
+    "p95_ttft_ms",
+    "p99_ttft_ms",
+    "median_tpot_ms",
+    "p95_tpot_ms",
+    "median_itl_ms",
+    "p95_itl_ms",
+    "p99_itl_ms",
+    "median_e2el_ms",
+    "p95_e2el_ms",
+    "request_throughput",
+    "output_throughput",
+    "error_rate",
+)
+_LATENCY_STATS = {"median": 50.0, "p90": 90.0, "p95": 95.0, "p99": 99.0}
+
+
+@dataclass(frozen=True)
+class Side:
+    """One side of an alternating run: the profile it stands for and its servers."""
+
+    name: str
+    urls: tuple[str, ...]
+    profile: Mapping[str, Any]  # the profile as run.json describes it
+
+
+@dataclass(frozen=True)
+class Alternation:
+    """What made a run alternating: its schedule and sides, in side order."""
+
+    schedule: SliceSchedule
+    sides: tuple[Side, ...]
+    phase: int = 1
+    swapped: bool = False
+
+
+def alternation(run: Run) -> Alternation | None:
+    """The run's slice schedule and sides, or ``None`` for an ordinary run."""
+    section = run.meta.get("alternate")
+    slices = run.locust.get("slices")
+    if not isinstance(section, dict) or not isinstance(slices, dict):
+        return None
+    sides = tuple(
+        Side(str(s.get("name")), tuple(str(u) for u in s.get("urls") or ()), s.get("profile") or {})
+        for s in section.get("sides") or ()
+    )
+    return Alternation(
+        SliceSchedule.from_dict(slices),
+        sides,
+        int(section.get("phase") or 1),
+        bool(section.get("swapped")),
+    )
+
+
+def is_alternating(run: Run) -> bool:
+    return alternation(run) is not None
+
+
+def _stopped_at(run: Run, cols: Any) -> float:
+    """When the load ended: Locust's stop time, else the last send."""
+    import numpy as np
+
+    stopped = run.locust.get("stopped_at")
+    if isinstance(stopped, (int, float)) and math.isfinite(stopped):
+        return float(stopped)
+    sent = cols.floats["sent_at"]
+    return float(np.nanmax(sent)) if np.isfinite(sent).any() else -math.inf
+
+
+def slice_values(run: Run, metrics: Sequence[str] = SLICE_METRICS) -> list[dict[str, Any]]:
+    """One row per slice the load ran through to its end: ``slice``, ``block``, ``side``
+    (its name), ``requests``, ``completed`` and each metric over the slice's measured part."""
+    import numpy as np
+
+    from vprof.analysis.columns import from_records
+    from vprof.records.schema import Status
+
+    alt = alternation(run)
+    if alt is None:
+        return []
+    schedule = alt.schedule
+    cols = from_records(run.records)
+    f = cols.floats
+    started = np.where(np.isnan(f["sent_at"]), f["scheduled_at"], f["sent_at"])
+    slice_of = cols.ints["slice"]
+    ok_status = cols.status == Status.OK.value
+    failed_status = np.isin(cols.status, (Status.ERROR.value, Status.TIMEOUT.value))
+    latencies = {
+        "ttft": f["ttft_ms"],
+        "tpot": f["tpot_ms"],
+        "e2el": f["e2e_ms"],
+        "ttft_from_schedule": (f["first_token_at"] - f["scheduled_at"]) * 1000.0,
+        "e2el_from_schedule": (f["last_token_at"] - f["scheduled_at"]) * 1000.0,
+    }
+    stop = _stopped_at(run, cols)
+    rows = []
+    last = int(slice_of.max()) if cols.n else -1
+    for k in range(last + 1):
+        low, high = schedule.window(k)
+        if high > stop + 1e-6:
+            break  # the load stopped inside this slice: it is not a whole measurement
+        keep = (slice_of == k) & (started >= low) & (started < high)
+        ok = keep & ok_status
+        row: dict[str, Any] = {
+            "slice": k,
+            "block": schedule.block_of(k),
+            "side": alt.sides[schedule.side_of(k)].name,
+            "phase": alt.phase,
+            "requests": int(keep.sum()),
+            "completed": int(ok.sum()),
+        }
+        window_s = high - low
+        for metric in metrics:
+            row[metric] = _slice_metric(metric, cols, keep, ok, failed_status, latencies, window_s)
+        rows.append(row)
+    return rows
+
+
+def _slice_metric(
+    metric: str,
+    cols: Any,
+    keep: Any,
+    ok: Any,
+    failed: Any,
+    latencies: Mapping[str, Any],
+    window_s: float,
+) -> float:
+    import numpy as np
+
+    if metric == "request_throughput":
+        return float(ok.sum()) / window_s
+    if metric == "output_throughput":
+        return float(np.maximum(cols.ints["completion_tokens"][ok], 0).sum()) / window_s
+    if metric == "error_rate":
+        attempted = int(ok.sum() + (keep & failed).sum())
+        return float((keep & failed).sum()) / attempted if attempted else math.nan
+    stat, _, rest = metric.partition("_")
+    family = rest.removesuffix("_ms")
+    q = _LATENCY_STATS.get(stat)
+    if q is None or (family != "itl" and family not in latencies):
+        raise KeyError(metric)
+    if family == "itl":
+        values, _ = cols.gaps(ok)
+    else:
+        values = latencies[family][ok]
+    values = values[np.isfinite(values)]
+    return float(np.percentile(values, q)) if values.size else math.nan
+
+
+def paired_blocks(
+    runs: Sequence[Run], metrics: Sequence[str] = SLICE_METRICS
+) -> tuple[list[str], list[dict[str, dict[str, Any]]]]:
+    """(the side names in order, the complete blocks): per block, per side name, its slice's
+    row. The runs are the phases of one alternating run (``--swap`` makes two)."""
+    names: list[str] = []
+    blocks: list[dict[str, dict[str, Any]]] = []
+    for run in runs:
+        alt = alternation(run)
+        if alt is None:
+            continue
+        for side in alt.sides:
+            if side.name not in names:
+                names.append(side.name)
+        by_block: dict[int, dict[str, dict[str, Any]]] = {}
+        for row in slice_values(run, metrics):
+            by_block.setdefault(row["block"], {})[row["side"]] = row
+        blocks += [b for _, b in sorted(by_block.items()) if len(b) == len(alt.sides)]
+    return names, blocks
+
+
+def side_views(run: Run) -> list[Run]:
+    """One run per side of an alternating run: the side's measured requests only (sent after
+    a slice's warm-up, in its own slices), its servers' /metrics samples, and
+    ``measured_s`` (the length of its measured windows, which throughputs divide by)."""
+    import numpy as np
+    import pyarrow as pa
+
+    from vprof.analysis.columns import from_records
+
+    alt = alternation(run)
+    if alt is None:
+        return [run]
+    rows = slice_values(run, ())
+    cols = from_records(run.records)
+    f = cols.floats
+    started = np.where(np.isnan(f["sent_at"]), f["scheduled_at"], f["sent_at"])
+    slice_of = cols.ints["slice"]
+    views = []
+    for side in alt.sides:
+        mine = [r["slice"] for r in rows if r["side"] == side.name]
+        keep = np.zeros(cols.n, dtype=bool)
+        for k in mine:
+            low, high = alt.schedule.window(k)
+            keep |= (slice_of == k) & (started >= low) & (started < high)
+        measured_s = sum(alt.schedule.window(k)[1] - alt.schedule.window(k)[0] for k in mine)
+        urls = set(side.urls)
+        meta = {
+            **run.meta,
+            "name": f"{run.name} [{side.name}]",
+            "profile": {**side.profile, "name": side.name},
+        }
+        views.append(
+            replace(
+                run,
+                path=Path(f"{run.path}#{side.name}"),
+                meta=meta,
+                records=run.records.filter(pa.array(keep)),
+                metrics=tuple(
+                    m for m in run.metrics if not m.get("replica") or m["replica"] in urls
+                ),
+                measured_s=measured_s or None,
+            )
+        )
+    return views
