@@ -22,10 +22,12 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from vprof.analysis.run import Run
 from vprof.traffic.slices import SliceSchedule
+
+if TYPE_CHECKING:
+    from vprof.analysis.run import Run
 
 # What precision and --precision judge by default: the figures a user picks settings on.
 HEADLINE_METRICS: tuple[str, ...] = (

@@ -98,6 +98,10 @@ class Group:
     label: str
     runs: tuple[Run, ...]
     summaries: tuple[dict[str, Any], ...]
+    # sides of one alternating run: one client loaded every side in turn, so a client held
+    # back by the machine delayed each side's slices alike and a paired difference cancels
+    # it; only a client that could not send the load asked for is suspect
+    shared_client: bool = False
 
     @property
     def suspect(self) -> list[str]:
@@ -108,6 +112,8 @@ class Group:
         """Runs whose client makes ``metric`` untrustworthy. A run only held back by the
         machine (a loop at a few % CPU that now and then waited for a core) stamped a few
         chunks late: its tails and throughput carry that, its medians do not."""
+        if self.shared_client:
+            return [str(s.get(K.RUN)) for s in self.summaries if _short_of_load(s)]
         if not metric.startswith("median_"):
             return self.suspect
         return [
@@ -123,6 +129,14 @@ def _medians_ok(summary: dict[str, Any]) -> bool:
         and lag_p50 is not None
         and lag_p50 <= MEDIAN_LAG_LIMIT_MS
     )
+
+
+def _short_of_load(summary: dict[str, Any]) -> bool:
+    """The client fell short of the load itself (its loop fell behind, users or the in-flight
+    cap not kept), not merely held back by other processes."""
+    reasons = set(summary.get(K.CLIENT_LIMITED_BY) or ()) - {HELD_BACK}
+    behind = summary.get(K.LOADGEN_SATURATED) and not summary.get("loadgen_starved")
+    return bool(reasons or behind)
 
 
 def client_limited(summary: dict[str, Any]) -> bool:
@@ -214,7 +228,7 @@ def compare(
         )
     open_loop = all(s.get(K.OPEN_LOOP) for g in groups for s in g.summaries)
     if open_loop:
-        metrics = [_from_schedule(m) for m in metrics]
+        metrics = [from_schedule(m) for m in metrics]
     _check_metrics(metrics, groups)
     boots = _bootstraps(groups, metrics, n_boot, seed)
     base = groups[0]
@@ -258,10 +272,11 @@ def _compare_alternating(
     groups = []
     for name in names:
         runs = tuple(phase[[v.profile for v in phase].index(name)] for phase in views)
-        groups.append(Group(name, runs, tuple(summarize_loaded(r, slo=slo) for r in runs)))
+        summaries = tuple(summarize_loaded(r, slo=slo) for r in runs)
+        groups.append(Group(name, runs, summaries, shared_client=True))
     open_loop = all(s.get(K.OPEN_LOOP) for g in groups for s in g.summaries)
     if open_loop:
-        metrics = [_from_schedule(m) for m in metrics]
+        metrics = [from_schedule(m) for m in metrics]
     order, blocks = paired_blocks(phases, metrics)
     base = groups[0]
     rows = []
@@ -296,7 +311,7 @@ def _compare_alternating(
     return frame
 
 
-def _from_schedule(metric: str) -> str:
+def from_schedule(metric: str) -> str:
     """``p95_ttft_ms`` → ``p95_ttft_from_schedule_ms`` (TTFT and E2E only)."""
     match = STAT.match(metric)
     if match and match["metric"] in ("ttft", "e2el"):

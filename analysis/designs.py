@@ -163,17 +163,18 @@ def paired(a: Sequence[float], b: Sequence[float]) -> Interval | None:
     )
 
 
-def parse_shift(text: str) -> float:
-    """``--detect 10%`` (or ``10``) → 10.0; a clear error for anything else."""
+def parse_shift(text: str, key: str = "--detect") -> float:
+    """``--detect 10%`` or ``--precision 5%`` (or ``10``) → 10.0; a clear error for anything
+    else."""
     from vprof.common.errors import RunError
 
     raw = text.strip().removesuffix("%").strip()
     try:
         value = float(raw)
     except ValueError:
-        raise RunError(f"{text!r} is not a percentage", key="--detect", hint="e.g. 10%") from None
+        raise RunError(f"{text!r} is not a percentage", key=key, hint="e.g. 10%") from None
     if not math.isfinite(value) or not 0 < value < 1000:
         raise RunError(
-            f"{text!r}: a shift must be above 0 and below 1000 %", key="--detect", hint="e.g. 10%"
+            f"{text!r}: give a percentage above 0 and below 1000", key=key, hint="e.g. 10%"
         )
     return value

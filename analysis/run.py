@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from vprof.analysis.alternation import is_alternating, side_views
 from vprof.analysis.slo import Slo
 from vprof.analysis.stats import DEFAULT_PERCENTILES
 from vprof.common.errors import RunError
@@ -224,6 +225,17 @@ def _label(spec: Any) -> Any:
     return spec
 
 
+def summaries_of(
+    path: str | Path,
+    *,
+    slo: Slo | str | None = None,
+    percentiles: Sequence[float] = DEFAULT_PERCENTILES,
+) -> list[dict[str, Any]]:
+    """A run folder's summaries: one, or one per side of an alternating run."""
+    run = load_run(path)
+    return [summarize_loaded(view, slo=slo, percentiles=percentiles) for view in side_views(run)]
+
+
 def summarize_run(
     path: str | Path,
     *,
@@ -245,7 +257,8 @@ def write_summary(
     interval_s: float = 5.0,
     force: bool = False,
 ) -> dict[str, Any]:
-    """Summarise a run folder and write ``summary.json`` and ``timeline.csv`` into it.
+    """Summarise a run folder and write ``summary.json`` and ``timeline.csv`` into it (an
+    alternating run's summary holds one summary per side under ``sides``).
 
     A summary already there that counted more requests than this read (a records file damaged
     since) is kept: :class:`RunError`, unless ``force``.
@@ -253,7 +266,17 @@ def write_summary(
     from vprof.analysis.summary import timeline
 
     run = load_run(path)
-    summary = summarize_loaded(run, slo=slo)
+    if is_alternating(run):
+        sides = [summarize_loaded(view, slo=slo) for view in side_views(run)]
+        summary = {
+            "run": run.name,
+            "alternating": True,
+            "requests": sum(s["requests"] for s in sides),
+            "excluded_warmup": run.records.num_rows - sum(s["requests"] for s in sides),
+            "sides": sides,
+        }
+    else:
+        summary = summarize_loaded(run, slo=slo)
     folder = RunDir(run.path)
     if not force:
         _keep_better_summary(folder, summary)

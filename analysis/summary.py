@@ -116,7 +116,7 @@ def summarize(
         out.update(loadgen_stats(loadgen, first_send, _nanmax(ends[keep])))
     out["client_limited_by"] = _client_limits(out)
     if not out["open_loop"]:
-        out.update(_in_flight(cols, keep, users, out["client_limited_by"]))
+        out.update(_in_flight(cols, keep, users, out["client_limited_by"], measured_s))
     out["client_limited"] = bool(out["client_limited_by"])
     out.update(_per_replica(cols, keep, ok, out["duration"]))
     # each replica's own /metrics beside its requests
@@ -259,11 +259,19 @@ def _held_back(cols: Columns, keep: Any, cap: int | None) -> dict[str, Any]:
 IN_FLIGHT_SHARE_LIMIT = 0.97
 
 
-def _in_flight(cols: Columns, keep: Any, users: int | None, reasons: list[str]) -> dict:
+def _in_flight(
+    cols: Columns,
+    keep: Any,
+    users: int | None,
+    reasons: list[str],
+    measured_s: float | None = None,
+) -> dict:
     """Closed loop: requests in flight on average over the measured window — from the first
     send after the warm-up to the last send, while every user was sending — and sessions
     thinking (from a user's last answer to the next step's intended send time), against the
-    ``users`` asked for; appends the verdict to ``reasons`` when they fall short of them."""
+    ``users`` asked for; appends the verdict to ``reasons`` when they fall short of them.
+    Measured in windows (``measured_s``: one side of alternating slices), the mean in flight
+    is the requests' time in flight over the windows' length (Little's law)."""
     import numpy as np
 
     f = cols.floats
@@ -271,7 +279,11 @@ def _in_flight(cols: Columns, keep: Any, users: int | None, reasons: list[str]) 
     ends = np.where(np.isnan(f["finished_at"]), f["last_token_at"], f["finished_at"])
     t0, t1 = _nanmin(sent[keep]), _nanmax(sent[keep])
     good = np.isfinite(sent) & np.isfinite(ends)  # warm-up requests still in flight count too
-    mean = _mean_overlap(sent[good], ends[good], t0, t1)
+    if measured_s:
+        mine = good & keep
+        mean = float((ends[mine] - sent[mine]).sum()) / measured_s if mine.any() else math.nan
+    else:
+        mean = _mean_overlap(sent[good], ends[good], t0, t1)
     # a think time runs from the user's last answer (its send less the idle before it) for
     # as long as the session thought, or until the send if that came first (older files: 0)
     idle_s = f["idle_before_ms"] / 1000.0

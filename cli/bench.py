@@ -14,7 +14,12 @@ import click
 
 from vprof.cli.options import FiniteFloat, OutDir, profile_override_options, profiles_dir_option
 from vprof.cli.output import HUMAN, Part, emit_parts, format_option
-from vprof.locustfiles.optiontable import BALANCE_CHOICES, DEFAULT_BALANCE, DEFAULT_WORKLOAD
+from vprof.locustfiles.optiontable import (
+    BALANCE_CHOICES,
+    DEFAULT_BALANCE,
+    DEFAULT_SLICE_S,
+    DEFAULT_WORKLOAD,
+)
 from vprof.runs.order import ORDERS
 
 _last_progress = [0.0]
@@ -204,9 +209,9 @@ def _profiles(names: tuple[str, ...], opts: dict[str, Any], url: str | None):
     )  # fmt: skip
 
 
-def _report(outcomes, fmt: str, opts: dict[str, Any]) -> None:
+def _report(outcomes, fmt: str, opts: dict[str, Any], *, alternating: bool = False) -> None:
     """Print what ran, the summaries and the comparison as one output, write the HTML report
-    next to the runs; exit 1 if a run failed."""
+    next to the runs; exit 1 if a run failed. An alternating run compares its own sides."""
     from vprof.cli.report import comparison_parts, summary_parts
 
     click.echo("", err=True)
@@ -214,8 +219,8 @@ def _report(outcomes, fmt: str, opts: dict[str, Any]) -> None:
     runs = [o.run.path for o in outcomes if o.finished]
     if runs:
         parts += summary_parts(runs, fmt=fmt, slo=opts["slo"])
-    if len(runs) > 1:
-        parts += comparison_parts(runs, fmt=fmt, only_if_several=True)
+    if len(runs) > 1 or (alternating and runs):
+        parts += comparison_parts(runs, fmt=fmt, only_if_several=not alternating)
     emit_parts(parts, fmt)
     if runs:
         _html_report(runs, opts)
@@ -245,9 +250,63 @@ def _outcome_rows(outcomes) -> list[dict[str, Any]]:
     ]  # fmt: skip
 
 
+def alternate_options(func):
+    """``bench``'s options for servers side by side with the load alternating."""
+    options = [
+        click.option(
+            "--alternate",
+            is_flag=True,
+            help="Start every profile's server at once and switch the load between them in "
+            "short slices (ABBA), comparing paired slices: finds small differences fast.",
+        ),
+        click.option(
+            "--slice",
+            "slice_text",
+            default=None,
+            metavar="DURATION",
+            help=f"With --alternate: how long each side gets the load. [default: "
+            f"{DEFAULT_SLICE_S:g}s]",
+        ),
+        click.option(
+            "--slice-warmup",
+            "slice_warmup_text",
+            default=None,
+            metavar="DURATION",
+            help="With --alternate: the first part of each slice that is not measured "
+            "(default: a quarter of the slice, at most 5 s).",
+        ),
+        click.option(
+            "--precision",
+            "precision_text",
+            default=None,
+            metavar="PCT%",
+            help="Measure until every headline metric's 95 % interval is within ±PCT "
+            "(alternating slices, or repeats without --alternate), within --time-budget.",
+        ),
+        click.option(
+            "--time-budget",
+            "time_budget_text",
+            default=None,
+            metavar="DURATION",
+            help="With --precision (or --alternate): at most this long (e.g. 10m). "
+            "[default with --precision: 10m]",
+        ),
+        click.option(
+            "--swap",
+            is_flag=True,
+            help="With --alternate: restart the servers halfway with the profiles exchanged, "
+            "so an offset of one server instance is not taken for a profile's.",
+        ),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
 @click.command(short_help="Run profiles × traffic shapes and summarise them.")
-@click.argument("profile_names", metavar="PROFILE...", nargs=-1, required=True)
+@click.argument("profile_names", metavar="PROFILE...", nargs=-1)
 @run_options
+@alternate_options
 @format_option
 def bench(profile_names: tuple[str, ...], fmt: str, **opts: Any) -> None:
     """Run each PROFILE against each traffic shape and compare them.
@@ -257,19 +316,110 @@ def bench(profile_names: tuple[str, ...], fmt: str, **opts: Any) -> None:
     writes one run folder per profile × traffic. Re-running the same command skips runs that
     already completed. Ctrl-C stops cleanly and keeps what was measured.
 
+    With --alternate every profile's server runs at once and the load switches between them
+    in short slices inside one Locust run; the comparison is over paired slices, so drift
+    cancels and a 10 % difference is found in minutes (--precision 5% stops when precise).
+
     \b
     Example:
       vprof bench chunked-256 baseline --traffic steady
       vprof bench chunked-256 --traffic steady --traffic spike --workload rag-shared-prefix
       vprof bench my-deployment --url http://10.0.0.5:8000 --traffic poisson
       vprof bench my-deployment --url http://10.0.0.5:8000 --url http://10.0.0.6:8000
+      vprof bench chunked-256 chunked-512 --alternate --precision 5% --time-budget 10m
+      vprof bench --alternate --url a=http://10.0.0.5:8000 --url b=http://10.0.0.6:8000
     """
+    if opts["alternate"]:
+        _alternate(profile_names, fmt, opts)
+        return
+    if any(opts[k] for k in ("slice_text", "slice_warmup_text", "swap")):
+        raise click.UsageError("--slice, --slice-warmup and --swap need --alternate")
+    if not profile_names:
+        raise click.UsageError("give at least one PROFILE")
+    if opts["precision_text"] or opts["time_budget_text"]:
+        _until_precise(profile_names, fmt, opts)
+        return
     from vprof.runs import run_bench
 
     spec = _spec(opts)  # the run's own checks (--url, --slo, --tokenizer) come first
     profiles = _profiles(profile_names, opts, spec.url)
     with _interruptible(opts["out_dir"]):
         outcomes = run_bench(profiles, spec, _say)
+    _report(outcomes, fmt, opts)
+
+
+def _named_urls(urls: tuple[str, ...]) -> list[tuple[str, tuple[str, ...]]]:
+    """``--url NAME=URL`` (repeatable; several URLs of one name are its replicas)."""
+    named: dict[str, list[str]] = {}
+    for text in urls:
+        name, sep, url = text.partition("=")
+        if not sep or not name.strip() or "://" in name:
+            raise click.UsageError(
+                f"--url {text!r}: with --alternate name each server's side: --url NAME=URL"
+            )
+        named.setdefault(name.strip(), []).append(url.strip())
+    return [(name, tuple(u)) for name, u in named.items()]
+
+
+def _alternate(profile_names: tuple[str, ...], fmt: str, opts: dict[str, Any]) -> None:
+    from vprof.analysis.designs import parse_shift
+    from vprof.runs.alternate import AlternateSpec, run_alternating
+    from vprof.runs.tune import parse_duration
+    from vprof.traffic.slices import default_warmup_s
+
+    if opts["repeat"] != 1 or opts["fresh_server"]:
+        raise click.UsageError(
+            "--alternate measures many slices in one run: --repeat and --fresh-server do not apply"
+        )
+    url_sides = _named_urls(opts["urls"]) if opts["urls"] else []
+    if url_sides and profile_names:
+        raise click.UsageError("with --url NAME=URL the sides are the named servers: no PROFILE")
+    slice_s = parse_duration(opts["slice_text"], "--slice") if opts["slice_text"] else None
+    slice_s = slice_s or DEFAULT_SLICE_S
+    warmup_s = (
+        parse_duration(opts["slice_warmup_text"], "--slice-warmup")
+        if opts["slice_warmup_text"]
+        else default_warmup_s(slice_s)
+    )
+    alt = AlternateSpec(
+        slice_s=slice_s,
+        warmup_s=warmup_s,
+        precision_pct=parse_shift(opts["precision_text"], "--precision")
+        if opts["precision_text"]
+        else None,
+        time_budget_s=parse_duration(opts["time_budget_text"], "--time-budget")
+        if opts["time_budget_text"]
+        else None,
+        swap=opts["swap"],
+        url_sides=tuple(url_sides),
+    )
+    spec = _spec({**opts, "urls": ()})
+    profiles = _profiles(profile_names, opts, None) if profile_names else []
+    with _interruptible(opts["out_dir"]):
+        outcomes = run_alternating(profiles, spec, alt, _say)
+    _report(outcomes, fmt, opts, alternating=True)
+
+
+def _until_precise(profile_names: tuple[str, ...], fmt: str, opts: dict[str, Any]) -> None:
+    """Without --alternate, --precision adds repeats (A B A B …) until precise or out of time."""
+    from vprof.analysis.designs import parse_shift
+    from vprof.runs.precise import repeat_until_precise
+    from vprof.runs.tune import parse_duration
+
+    precision = (
+        parse_shift(opts["precision_text"], "--precision") if opts["precision_text"] else None
+    )
+    budget = (
+        parse_duration(opts["time_budget_text"], "--time-budget")
+        if opts["time_budget_text"]
+        else None
+    )
+    spec = _spec(opts)
+    profiles = _profiles(profile_names, opts, spec.url)
+    with _interruptible(opts["out_dir"]):
+        outcomes = repeat_until_precise(
+            profiles, spec, _say, precision_pct=precision, budget_s=budget
+        )
     _report(outcomes, fmt, opts)
 
 

@@ -37,7 +37,7 @@ def summary_parts(
         json_safe,
         load_run,
         replica_rows,
-        summarize_run,
+        summaries_of,
         write_summary,
     )
     from vprof.analysis.slo import parse_slo
@@ -47,12 +47,13 @@ def summary_parts(
     parsed = parse_slo(slo) if slo else None  # a bad --slo fails before anything is read
     paths = expand_runs(runs)
     interval_s = timeline_interval_s or 5.0
-    if save:
-        summaries = [
-            write_summary(p, slo=parsed, interval_s=interval_s, force=force) for p in paths
-        ]
-    else:
-        summaries = [summarize_run(p, slo=parsed) for p in paths]
+    summaries: list[dict[str, Any]] = []
+    for path in paths:
+        if save:
+            written = write_summary(path, slo=parsed, interval_s=interval_s, force=force)
+            summaries += written.get("sides") or [written]  # an alternating run: its sides
+        else:
+            summaries += summaries_of(path, slo=parsed)
     names = display_names(summaries)
     for name, summary in zip(names, summaries, strict=True):
         if summary.get("records_note"):

@@ -41,7 +41,7 @@ class _Resolved:
     plans: Mapping[str, ServerPlan]  # by profile name; empty with --url
 
 
-def _slug(text: str) -> str:
+def slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.=-]+", "_", text).strip("_")
 
 
@@ -156,7 +156,7 @@ def run_key(
     )
     digest = hashlib.sha256(identity.encode()).hexdigest()[:8]
     parts = (profile.name, Path(spec.workload).stem, shape.name, digest)
-    return "--".join(_slug(part) for part in parts) + (f"--r{repeat}" if repeat > 1 else "")
+    return "--".join(slug(part) for part in parts) + (f"--r{repeat}" if repeat > 1 else "")
 
 
 def _shape(traffic: str | TrafficShape) -> TrafficShape:
@@ -288,7 +288,7 @@ class _Bench:
         profile = self.profiles[index]
         using = " and ".join(spec.urls) + (f" ({spec.balance})" if len(spec.urls) > 1 else "")
         self.say(f"{profile.name}: " + (f"using {using}" if spec.url else "starting its server"))
-        log_path = spec.out_dir / f"{_slug(profile.name)}.server.log"
+        log_path = spec.out_dir / f"{slug(profile.name)}.server.log"
         server = Server(profile, self.resolved.plans.get(profile.name), spec, log_path)
         self.starts += 1
         try:

@@ -15,7 +15,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from vprof.locustfiles.optiontable import DEFAULT_BALANCE, STOP_TIMEOUT_S, option_argv
+from vprof.locustfiles.optiontable import (
+    DEFAULT_BALANCE,
+    DEFAULT_SLICE_S,
+    DEFAULT_SLICE_WARMUP_S,
+    STOP_TIMEOUT_S,
+    option_argv,
+)
 from vprof.records.rundir import RunDir
 
 
@@ -46,6 +52,9 @@ class LoadSpec:
     processes: int = 1
     urls: tuple[str, ...] = ()
     balance: str = DEFAULT_BALANCE
+    sides: tuple[int, ...] = ()  # alternating servers: the side of each of urls
+    slice_s: float = DEFAULT_SLICE_S
+    slice_warmup_s: float = DEFAULT_SLICE_WARMUP_S
 
     def options(self) -> dict[str, Any]:
         """vprof's own Locust options (by ``dest`` in ``optiontable.OPTIONS``)."""
@@ -59,6 +68,9 @@ class LoadSpec:
             "tokenizer": self.tokenizer,
             "hosts": ",".join(self.urls) if len(self.urls) > 1 else "",
             "balance": self.balance,
+            "sides": ",".join(map(str, self.sides)),
+            "slice_s": self.slice_s,
+            "slice_warmup_s": self.slice_warmup_s,
         }
 
     def argv(self) -> list[str]:

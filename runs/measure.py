@@ -210,9 +210,9 @@ def _run_meta(
         "server": server.settings,
         "url": server.url,
         **_replica_meta(server, spec),
-        "workload": _asdict(workload),
+        "workload": asdict_deep(workload),
         **_trace_meta(workload),
-        "traffic": _asdict(shape),
+        "traffic": asdict_deep(shape),
         "seed": spec.seed,
         "salt": salt,
         "repeat": repeat,
@@ -248,19 +248,19 @@ def _trace_meta(workload: Workload) -> dict[str, Any]:
     return {"trace": {key: stats[key] for key in keys}}
 
 
-def _asdict(obj: Any) -> Any:
+def asdict_deep(obj: Any) -> Any:
     import dataclasses
 
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return {f.name: _asdict(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+        return {f.name: asdict_deep(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
     if isinstance(obj, Mapping):
-        return {str(k): _asdict(v) for k, v in obj.items()}
+        return {str(k): asdict_deep(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
-        return [_asdict(v) for v in obj]
+        return [asdict_deep(v) for v in obj]
     return obj
 
 
-def _workload_file(spec: BenchSpec, workload: Workload) -> str:
+def workload_file(spec: BenchSpec, workload: Workload) -> str:
     """The workload as the load generator should load it: its file, so no name is looked up
     again on the other side."""
     source = Path(workload.source) if workload.source else None
@@ -292,7 +292,7 @@ def run_one(
         LoadSpec(
             url=server.url,
             run_dir=run,
-            workload=_workload_file(spec, workload),
+            workload=workload_file(spec, workload),
             traffic=shape_to_json(shape),
             seed=spec.seed,
             salt=salt,
@@ -344,15 +344,15 @@ def run_one(
         if state is RunState.COMPLETED and not run.records.exists():
             state, reason = RunState.FAILED, "the load generator wrote no records (see locust.log)"
         if state is RunState.COMPLETED:
-            reason = _nothing_succeeded(run)
+            reason = nothing_succeeded(run)
             state = RunState.FAILED if reason else state
-        _summarize(run, spec, say)
+        summarize_run_folder(run, spec, say)
         run.set_status(state, reason)
         say(f"\n  {state}: {run.path}" + (f" — {reason.splitlines()[0]}" if reason else ""))
     return RunOutcome(run, server.profile.name, shape.name, state.value, reason, repeat)
 
 
-def _nothing_succeeded(run: RunDir) -> str:
+def nothing_succeeded(run: RunDir) -> str:
     """Why a run that ran to its end measured nothing (``""`` when a request succeeded)."""
     import pyarrow.compute as pc
 
@@ -385,7 +385,7 @@ def tokenizer_for(profile: Profile) -> str | None:
     return str(model) if (model / "tokenizer.json").exists() else None
 
 
-def _summarize(run: RunDir, spec: BenchSpec, say: Progress) -> None:
+def summarize_run_folder(run: RunDir, spec: BenchSpec, say: Progress) -> None:
     if not run.records.exists():
         return
     try:

@@ -69,6 +69,21 @@ def detect_engine() -> HostEngine:
     )
 
 
+def gpu_count() -> int:
+    """How many NVIDIA GPUs this host has (device files, else ``nvidia-smi -L``)."""
+    devices = glob.glob("/dev/nvidia[0-9]*")
+    if devices:
+        return len(devices)
+    smi = shutil.which("nvidia-smi")
+    if not smi:
+        return 0
+    try:
+        done = subprocess.run([smi, "-L"], capture_output=True, timeout=10, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return 0
+    return done.stdout.count(b"GPU ") if done.returncode == 0 else 0
+
+
 def _has_nvidia_gpu() -> bool:
     if glob.glob("/dev/nvidia[0-9]*"):
         return True

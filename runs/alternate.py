@@ -1,0 +1,572 @@
+"""``vprof bench A B --alternate``: every side's server up at once, the load switched between
+them in short slices inside one load-generator run, measured until precise.
+
+Every compared profile's server is started (one after the other: on a shared GPU each one's
+memory profiling must see the others loaded; ``vprof.server.placement`` says who gets which
+devices, KV cache or memory share), warmed up, and kept up. One Locust run then sends all the
+load to one side at a time, switching every ``slice_s`` in ABBA blocks (``traffic.slices``):
+the same request stream on every side of a block, a fresh one (and a fresh salt) per block.
+No process starts and nothing is summarised between slices, so the wall time is the measured
+time plus each slice's warm-up. With ``precision_pct`` the parent reads the records after
+every block and stops once every headline metric's paired interval is that narrow (or the
+time budget is spent). ``swap`` restarts the servers halfway with the profiles exchanged
+(their devices, ports and start order), so an offset of one server instance is not taken for
+a difference of profiles; the second half is a second phase (``…--p2``) of as many blocks.
+
+Servers already running work too (``--url NAME=URL``): the sides are then named by the user.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import secrets
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from vprof.common.errors import LaunchError, RunError
+from vprof.records.rundir import RunDir, RunState
+from vprof.runs.bench import check_before_running, slug, workload_digest
+from vprof.runs.clientwatch import ClientWatch
+from vprof.runs.environment import client_versions, hardware, vllm_version
+from vprof.runs.loadgen import LoadProcess, LoadSpec
+from vprof.runs.measure import (
+    Server,
+    asdict_deep,
+    nothing_succeeded,
+    summarize_run_folder,
+    tokenizer_for,
+    workload_file,
+)
+from vprof.runs.sampler import MetricsSampler
+from vprof.runs.spec import SKIPPED, BenchSpec, Progress, RunOutcome
+
+if TYPE_CHECKING:
+    from vprof.registry import Profile
+    from vprof.traffic import TrafficShape
+    from vprof.workloads import Workload
+
+DEFAULT_BUDGET_S = 600.0  # --precision without --time-budget
+MIN_BLOCKS = 3  # a precision target is judged on at least this many whole blocks
+
+
+@dataclass(frozen=True)
+class AlternateSpec:
+    """How to alternate: slices, when to stop, whether to swap halfway."""
+
+    slice_s: float
+    warmup_s: float
+    precision_pct: float | None = None
+    time_budget_s: float | None = None
+    swap: bool = False
+    metrics: tuple[str, ...] = ()  # judged by precision; empty: the headline metrics
+    url_sides: tuple[tuple[str, tuple[str, ...]], ...] = ()  # --url NAME=URL: servers running
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.slice_s) and self.slice_s > 0):
+            raise RunError("a slice must last a positive time", key="--slice")
+        if not 0 <= self.warmup_s < self.slice_s:
+            raise RunError(
+                f"a slice's warm-up ({self.warmup_s:g} s) must be shorter than the slice "
+                f"({self.slice_s:g} s)",
+                key="--slice-warmup",
+            )
+        if self.swap and self.url_sides:
+            raise RunError(
+                "--swap restarts the servers with their profiles exchanged, but with --url "
+                "vprof did not start them",
+                key="--swap",
+                hint="leave out --swap, or let vprof launch the profiles",
+            )
+
+
+@dataclass
+class _Side:
+    """One side: its label, profile, and server(s)."""
+
+    name: str
+    profile: Profile
+    server: Server | None = None
+    urls: tuple[str, ...] = ()
+
+
+@dataclass
+class _Phase:
+    run: RunDir
+    number: int
+    blocks: int  # planned whole blocks
+    measured_blocks: int = 0
+    outcome: RunOutcome | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+def side_names(names: Sequence[str]) -> list[str]:
+    """Labels for the sides: the profile names, numbered where one profile is on two sides
+    (an A/A of two copies of one profile)."""
+    counts = {n: names.count(n) for n in names}
+    seen: dict[str, int] = {}
+    out = []
+    for name in names:
+        seen[name] = seen.get(name, 0) + 1
+        out.append(f"{name}#{seen[name]}" if counts[name] > 1 else name)
+    return out
+
+
+def plan_blocks(alt: AlternateSpec, shape: TrafficShape, sides: int) -> tuple[int, str]:
+    """How many whole blocks to plan, and a line saying where that came from."""
+    from vprof.traffic.slices import whole_blocks
+
+    block_s = alt.slice_s * sides
+    if alt.time_budget_s is not None or alt.precision_pct is not None:
+        budget = alt.time_budget_s if alt.time_budget_s is not None else DEFAULT_BUDGET_S
+        blocks = whole_blocks(budget, alt.slice_s, sides)
+        why = f"at most {blocks} blocks ({blocks * block_s:g} s) by the time budget"
+        if alt.precision_pct is not None:
+            why += f", fewer once every headline interval is within ±{alt.precision_pct:g} %"
+        return blocks, why
+    if not shape.duration_s:
+        raise RunError(
+            f"traffic shape {shape.name!r} has no duration to alternate over",
+            key="--traffic",
+            hint="give the shape a duration_s, or --time-budget 10m",
+        )
+    blocks = whole_blocks(shape.duration_s, alt.slice_s, sides)
+    return blocks, (
+        f"{blocks} blocks ({blocks * block_s:g} s) from the traffic shape's {shape.duration_s:g} s"
+    )
+
+
+def _check_inputs(workload: Workload, shape: TrafficShape) -> None:
+    if workload.sessions:
+        raise RunError(
+            f"workload {workload.name} sends sessions: a session's later turns belong to the "
+            "server that holds its context, so it cannot alternate between servers",
+            key="--alternate",
+            hint="compare session workloads with --repeat",
+        )
+    if workload.trace is not None or (shape.open_loop and shape.process == "trace"):
+        raise RunError(
+            "a trace keeps its own clock and cannot be cut into alternating slices",
+            key="--alternate",
+            hint="replay traces with --repeat",
+        )
+    if shape.kind not in ("steady", "open-loop"):
+        raise RunError(
+            f"traffic shape {shape.name!r} is {shape.kind}: alternating slices need a steady "
+            "load (a steady user count or an open-loop rate)",
+            key="--traffic",
+        )
+
+
+def alternate_key(
+    sides: Sequence[_Side], spec: BenchSpec, alt: AlternateSpec, workload: Workload, shape: Any
+) -> str:
+    """Folder name of an alternating run: its sides, workload and shape, and a hash of all
+    that defines it."""
+    from vprof.traffic import shape_to_json
+
+    identity = json.dumps(
+        {
+            "sides": [(s.name, s.profile.identity(), list(s.urls)) for s in sides],
+            "workload": workload_digest(workload),
+            "traffic": shape_to_json(shape),
+            "seed": spec.seed,
+            "slice_s": alt.slice_s,
+            "warmup_s": alt.warmup_s,
+            "precision": alt.precision_pct,
+            "budget": alt.time_budget_s,
+            "swap": alt.swap,
+            "processes": spec.processes,
+            "tokenizer": spec.tokenizer,
+        },
+        sort_keys=True,
+    )
+    digest = hashlib.sha256(identity.encode()).hexdigest()[:8]
+    names = "-vs-".join(slug(s.name) for s in sides)
+    return "--".join(("alt", names[:120], slug(Path(spec.workload).stem), slug(shape.name), digest))
+
+
+class AlternatingBench:
+    """Starts the sides' servers, runs the phases, stops everything."""
+
+    def __init__(
+        self, profiles: Sequence[Profile], spec: BenchSpec, alt: AlternateSpec, say: Progress
+    ) -> None:
+        if len(profiles) + len(alt.url_sides) < 2:
+            raise RunError(
+                "--alternate compares two or more sides", hint="vprof bench A B --alternate"
+            )
+        self.spec, self.alt, self.say = spec, alt, say
+        resolved = check_before_running((), spec, say)
+        self.workload = resolved.workload
+        if len(resolved.shapes) != 1:
+            raise RunError("--alternate takes one traffic shape", key="--traffic")
+        self.shape = resolved.shapes[0]
+        _check_inputs(self.workload, self.shape)
+        names = side_names([p.name for p in profiles] + [n for n, _ in alt.url_sides])
+        self.sides = [_Side(name, p) for name, p in zip(names, profiles, strict=False)]
+        if alt.url_sides:
+            from vprof.locustfiles.balance import check_replicas
+            from vprof.runs.bench import url_profile
+
+            all_urls = check_replicas([u for _, urls in alt.url_sides for u in urls])
+            start = 0
+            for name, urls in alt.url_sides:
+                mine = all_urls[start : start + len(urls)]
+                start += len(urls)
+                self.sides.append(_Side(name, url_profile(name, mine[0]), urls=mine))
+            self.placed: list[Profile] = []
+            self.plans: dict[int, Any] = {}
+        else:
+            self._place(profiles)
+        self.blocks, self.why = plan_blocks(alt, self.shape, len(self.sides))
+
+    def _place(self, profiles: Sequence[Profile]) -> None:
+        from vprof.server import plan_server
+        from vprof.server.placement import side_by_side
+
+        placed, placement = side_by_side(profiles)
+        for line in placement.summary:
+            self.say(line)
+        self.placement = placement
+        self.placed = placed
+        self.plans = {
+            i: plan_server(p, model_overridden=self.spec.model_overridden)
+            for i, p in enumerate(placed)
+        }
+        limit = None
+        for plan in self.plans.values():
+            limit = plan.profile.engine_args.get("max-model-len")
+            if isinstance(limit, int) and not isinstance(limit, bool) and limit > 0:
+                from vprof.runs.measure import check_fits
+
+                check_fits(self.workload, limit, plan.profile.name, self.say)
+
+    # -- servers --------------------------------------------------------------------------
+    def _start(self, order: Sequence[int], phase: int) -> None:
+        """Start (or check) every side's server; ``order[i]`` is the slot side ``i`` takes
+        (its placement, port and place in the start order)."""
+        spec = self.spec
+        for i in sorted(range(len(self.sides)), key=lambda i: order[i]):
+            side = self.sides[i]
+            log_path = spec.out_dir / f"{slug(side.name)}.server.log"
+            if side.urls:  # already running
+                side.server = Server(side.profile, None, replace(spec, urls=side.urls), log_path)
+                self.say(f"{side.name}: using {' and '.join(side.urls)}")
+            else:
+                plan = self._plan_for(i, order[i])
+                where = f" (slot of {self.sides[order[i]].name})" if order[i] != i else ""
+                self.say(f"{side.name}: starting its server{where}")
+                side.server = Server(side.profile, plan, spec, log_path)
+            side.server.start(lambda line: self.say(line), self.workload)
+            side.urls = side.server.urls or (side.server.url,)
+        self._check_models()
+        self._say_kv_caches()
+
+    def _plan_for(self, side: int, slot: int) -> Any:
+        """Side ``side``'s profile planned in slot ``slot``'s place (its devices and port)."""
+        from vprof.server import plan_server
+
+        if side == slot:
+            return self.plans[side]
+        mine, theirs = self.sides[side].profile, self.placed[slot]
+        moved = mine.with_overrides(
+            env=dict(self.placement.slots[slot].env) or None,
+            set_args=dict(self.placement.slots[slot].set_args) or None,
+            port=theirs.port,
+        )
+        return plan_server(moved, model_overridden=self.spec.model_overridden)
+
+    def _check_models(self) -> None:
+        from vprof.runs.warmup import served_model
+
+        served = {s.name: served_model(s.urls[0]) for s in self.sides}
+        if len(set(served.values())) > 1:
+            listed = ", ".join(f"{n} serves {m!r}" for n, m in served.items())
+            raise RunError(
+                f"the sides serve different models ({listed}): one request stream cannot go "
+                "to all of them",
+                key="--alternate",
+                hint="alternate between settings of one model (same served-model-name)",
+            )
+        self.model = next(iter(served.values()))
+
+    def _say_kv_caches(self) -> None:
+        from vprof.server.placement import kv_cache_warning
+
+        sizes = {}
+        for side in self.sides:
+            settings = side.server.settings if side.server else {}
+            tokens = settings.get("kv_cache_tokens")
+            sizes[side.name] = float(tokens) if isinstance(tokens, (int, float)) else None
+            if tokens:
+                self.say(f"  {side.name}: KV cache {tokens:,.0f} tokens")
+        if warning := kv_cache_warning(sizes):
+            self.say(f"warning: {warning}")
+
+    def _stop(self) -> None:
+        for side in self.sides:
+            if side.server is not None:
+                side.server.stop()
+                side.server = None
+
+    # -- phases ---------------------------------------------------------------------------
+    def run(self) -> list[RunOutcome]:
+        spec, say = self.spec, self.say
+        spec.out_dir.mkdir(parents=True, exist_ok=True)
+        key = alternate_key(self.sides, spec, self.alt, self.workload, self.shape)
+        phases = [_Phase(RunDir(spec.out_dir / key), 1, self.blocks)]
+        if self.alt.swap:
+            half = max(1, self.blocks // 2)
+            phases = [
+                _Phase(RunDir(spec.out_dir / key), 1, half),
+                _Phase(RunDir(spec.out_dir / f"{key}--p2"), 2, half),
+            ]
+        say(f"alternating {' / '.join(s.name for s in self.sides)}: {self.why}")
+        outcomes: list[RunOutcome] = []
+        n = len(self.sides)
+        try:
+            for phase in phases:
+                if phase.run.state == RunState.COMPLETED:
+                    say(f"phase {phase.number}: already completed ({phase.run.path})")
+                    phase.measured_blocks = _blocks_in(phase.run)
+                    outcomes.append(self._outcome(phase, SKIPPED, ""))
+                    continue
+                if phase.number == 2:
+                    # as many blocks as the first phase measured: the halves weigh the same
+                    phase.blocks = max(1, phases[0].measured_blocks or phase.blocks)
+                    self._stop()
+                    say("swapping: the servers restart with the profiles exchanged")
+                order = list(range(n)) if phase.number == 1 else list(reversed(range(n)))
+                if any(s.server is None for s in self.sides):
+                    self._start(order, phase.number)
+                if phase.run.path.exists():
+                    phase.run.retire()
+                outcomes.append(self._measure(phase, swapped=phase.number == 2, earlier=phases))
+                if outcomes[-1].state != RunState.COMPLETED.value:
+                    break
+        except LaunchError as exc:
+            say(f"a server did not start: {exc}")
+            raise
+        finally:
+            self._stop()
+        return outcomes
+
+    def _outcome(self, phase: _Phase, state: str, reason: str) -> RunOutcome:
+        label = " vs ".join(s.name for s in self.sides)
+        return RunOutcome(phase.run, label, self.shape.name, state, reason, phase.number)
+
+    def _meta(self, phase: _Phase, salt: str, swapped: bool) -> dict[str, Any]:
+        sides = []
+        for side in self.sides:
+            server = side.server
+            described: dict[str, Any] = {
+                "name": side.name,
+                "identity": side.profile.identity(),
+                "description": side.profile.description,
+                "launched": bool(server and server.plan),
+            }
+            if server is not None and server.plan is not None:
+                described |= {"argv": server.argv, "env": dict(server.profile.env),
+                              "engine_args": dict(server.profile.engine_args)}  # fmt: skip
+            sides.append(
+                {
+                    "name": side.name,
+                    "urls": list(side.urls),
+                    "profile": described,
+                    "server": server.settings if server else {},
+                }
+            )
+        return {
+            "profile": {"name": " vs ".join(s.name for s in self.sides)},
+            "alternate": {
+                "sides": sides,
+                "phase": phase.number,
+                "swapped": swapped,
+                "slice_s": self.alt.slice_s,
+                "warmup_s": self.alt.warmup_s,
+                "precision_pct": self.alt.precision_pct,
+                "time_budget_s": self.alt.time_budget_s,
+                "planned_blocks": phase.blocks,
+            },
+            "url": self.sides[0].urls[0],
+            "urls": [u for s in self.sides for u in s.urls],
+            "workload": asdict_deep(self.workload),
+            "traffic": asdict_deep(self.shape),
+            "seed": self.spec.seed,
+            "salt": salt,
+            "open_loop": self.shape.open_loop,
+            "vllm_version": vllm_version() if not self.alt.url_sides else None,
+            "hardware": hardware(),
+            "client": client_versions(),
+            "created_at": time.time(),
+            "command": sys.argv,
+            **self.spec.extra_meta,
+        }
+
+    def _measure(self, phase: _Phase, *, swapped: bool, earlier: Sequence[_Phase]) -> RunOutcome:
+        from vprof.traffic import shape_to_json
+
+        spec, alt, say, run = self.spec, self.alt, self.say, phase.run
+        n = len(self.sides)
+        block_s = alt.slice_s * n
+        salt = "" if spec.reuse_prefix_cache else secrets.token_hex(4)
+        run.create(self._meta(phase, salt, swapped))
+        urls = tuple(u for s in self.sides for u in s.urls)
+        sides = tuple(i for i, s in enumerate(self.sides) for _ in s.urls)
+        shape = replace(self.shape, duration_s=phase.blocks * block_s, warmup_s=0.0)
+        logs = [(s.server.log_path, s.server.log_offset()) for s in self.sides if s.server]
+        sampler = MetricsSampler(urls, run.metrics_jsonl, spec.metrics_interval_s,
+                                 enabled=spec.metrics)  # fmt: skip
+        sampler.start()
+        first = self.sides[0]
+        load = LoadProcess(
+            LoadSpec(
+                url=urls[0],
+                run_dir=run,
+                workload=workload_file(spec, self.workload),
+                traffic=shape_to_json(shape),
+                seed=spec.seed,
+                salt=salt,
+                model=self.model,
+                tokenizer=spec.tokenizer or tokenizer_for(first.profile),
+                processes=spec.processes,
+                urls=urls,
+                balance=spec.balance,
+                sides=sides,
+                slice_s=alt.slice_s,
+                slice_warmup_s=alt.warmup_s,
+            )
+        )
+        watch = ClientWatch(run)
+        state, reason = RunState.COMPLETED, ""
+        started = time.monotonic()
+        judged = 0  # blocks the precision was last judged on
+        try:
+            while load.running():
+                time.sleep(1.0)
+                dead = [s for s in self.sides if s.server and not s.server.alive()]
+                if dead:
+                    state, reason = RunState.FAILED, dead[0].server.death_note()  # type: ignore[union-attr]
+                    say(f"  ! {reason.splitlines()[0]}; stopping the load generator")
+                    break
+                if warning := watch.check():
+                    say(f"\n  ! {warning}")
+                elapsed = time.monotonic() - started
+                done = int(elapsed // block_s)
+                line = (
+                    f"\r  {run.name[:40]:40} {elapsed:5.0f}/{shape.duration_s:.0f} s  block {done}"
+                )
+                if alt.precision_pct is not None and done > judged:
+                    judged = done
+                    worst, met = self._precision([*earlier[: phase.number - 1], phase])
+                    if worst is not None:
+                        line += f"  widest ±{worst:.1f} % (target ±{alt.precision_pct:g} %)"
+                    if met and phase.number == 1 and self._may_stop(phase):
+                        say(line)
+                        say(f"\n  every headline metric within ±{alt.precision_pct:g} %: stopping")
+                        break
+                say(line)
+        except KeyboardInterrupt:
+            state, reason = RunState.INTERRUPTED, "interrupted by the user (Ctrl-C)"
+            raise
+        finally:
+            rc = load.stop()
+            sampler.stop(final_sample=state is not RunState.FAILED)
+            _copy_logs(logs, self.sides, run.server_log)
+            if state is RunState.COMPLETED and rc not in (0, None):
+                state = RunState.FAILED
+                reason = f"the load generator exited with code {rc} (see locust.log)"
+            if state is RunState.COMPLETED and not run.records.exists():
+                state, reason = RunState.FAILED, "the load generator wrote no records"
+            if state is RunState.COMPLETED:
+                reason = nothing_succeeded(run)
+                state = RunState.FAILED if reason else state
+            summarize_run_folder(run, spec, say)
+            phase.measured_blocks = _blocks_in(run)
+            run.set_status(state, reason)
+            say(f"\n  {state}: {run.path} ({phase.measured_blocks} whole blocks)"
+                + (f" — {reason.splitlines()[0]}" if reason else ""))  # fmt: skip
+        return self._outcome(phase, state.value, reason)
+
+    def _may_stop(self, phase: _Phase) -> bool:
+        return _blocks_in(phase.run) >= MIN_BLOCKS
+
+    def _precision(self, phases: Sequence[_Phase]) -> tuple[float | None, bool]:
+        """The widest headline half-width (%) over the phases' whole blocks so far, and whether
+        every one is within the target."""
+        from vprof.analysis.alternation import HEADLINE_METRICS
+        from vprof.analysis.run import load_run
+
+        runs = [load_run(p.run.path) for p in phases if p.run.records.exists()]
+        metrics = self.alt.metrics or HEADLINE_METRICS
+        widths = precision_widths(runs, metrics, self.shape.open_loop)
+        if not widths or any(w is None for w in widths.values()):
+            return None, False
+        worst = max(w for w in widths.values() if w is not None)
+        return worst, worst <= (self.alt.precision_pct or 0.0)
+
+
+def precision_widths(
+    runs: Sequence[Any], metrics: Sequence[str], open_loop: bool
+) -> dict[str, float | None]:
+    """Each metric's 95 % half-width (%) over the runs' paired blocks (None: too few)."""
+    from vprof.analysis import designs
+    from vprof.analysis.alternation import paired_blocks
+    from vprof.analysis.compare import from_schedule
+
+    names = [from_schedule(m) if open_loop else m for m in metrics]
+    order, blocks = paired_blocks(runs, names)
+    if len(order) < 2:
+        return {m: None for m in names}
+    widths: dict[str, float | None] = {}
+    for metric in names:
+        worst: float | None = 0.0
+        for other in order[1:]:
+            pairs = [(b[order[0]][metric], b[other][metric]) for b in blocks]
+            pairs = [(a, c) for a, c in pairs if math.isfinite(a) and math.isfinite(c)]
+            found = designs.paired([a for a, _ in pairs], [c for _, c in pairs])
+            if found is None or len(pairs) < MIN_BLOCKS:
+                worst = None
+                break
+            worst = max(worst or 0.0, found.half_width_pct)
+        widths[metric] = worst
+    return widths
+
+
+def _blocks_in(run: RunDir) -> int:
+    from vprof.analysis.alternation import paired_blocks
+    from vprof.analysis.run import load_run
+    from vprof.common.errors import VprofError
+
+    try:
+        return len(paired_blocks([load_run(run.path)], ())[1])
+    except VprofError:
+        return 0
+
+
+def _copy_logs(logs: Sequence[tuple[Path, int]], sides: Sequence[_Side], dest: Path) -> None:
+    """Each side's server log over the run, one after the other under a header."""
+    parts = []
+    for (path, offset), side in zip(logs, sides, strict=False):
+        try:
+            with path.open("rb") as f:
+                f.seek(offset)
+                parts.append(f"===== {side.name} =====\n".encode() + f.read())
+        except OSError:
+            continue
+    if parts:
+        dest.write_bytes(b"\n".join(parts))
+
+
+def run_alternating(
+    profiles: Sequence[Profile], spec: BenchSpec, alt: AlternateSpec, say: Progress = print
+) -> list[RunOutcome]:
+    """Run the sides side by side with the load alternating between them; one outcome per
+    phase (two with ``swap``)."""
+    return AlternatingBench(profiles, spec, alt, say).run()
