@@ -251,3 +251,28 @@ def side_views(run: Run) -> list[Run]:
             )
         )
     return views
+
+
+def blocks_interval(
+    blocks: Sequence[Mapping[str, Mapping[str, Any]]], base: str, other: str, metric: str
+) -> tuple[Any, int]:
+    """The interval of ``other`` against ``base`` on ``metric`` over paired blocks, and how
+    many blocks it rests on: a paired t within one phase; over a swapped second phase, the
+    crossover interval (each phase carries the instances' offset with the other sign, so it
+    cancels instead of widening the interval). ``None`` with too few blocks."""
+    from vprof.analysis import designs
+
+    pairs = [
+        (b[base][metric], b[other][metric], b[base]["phase"])
+        for b in blocks
+        if math.isfinite(b[base][metric]) and math.isfinite(b[other][metric])
+    ]
+    phases = sorted({p for _, _, p in pairs})
+    if len(phases) > 1:
+        split = [
+            ([a for a, _, q in pairs if q == p], [b for _, b, q in pairs if q == p]) for p in phases
+        ]
+        found = designs.crossover(split)
+        if found is not None:
+            return found, len(pairs)
+    return designs.paired([a for a, _, _ in pairs], [b for _, b, _ in pairs]), len(pairs)

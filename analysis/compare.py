@@ -25,7 +25,13 @@ from pathlib import Path
 from typing import Any
 
 from vprof.analysis import designs
-from vprof.analysis.alternation import alternation, is_alternating, paired_blocks, side_views
+from vprof.analysis.alternation import (
+    alternation,
+    blocks_interval,
+    is_alternating,
+    paired_blocks,
+    side_views,
+)
 from vprof.analysis.bootstrap import STAT, all_bootstraps
 from vprof.analysis.keys import CLIENT_FIX
 from vprof.analysis.keys import SummaryKey as K
@@ -282,15 +288,10 @@ def _compare_alternating(
     rows = []
     for metric in metrics:
         for other in groups[1:]:
-            pairs = [
-                (b[base.label][metric], b[other.label][metric])
-                for b in blocks
-                if all(math.isfinite(b[g.label][metric]) for g in (base, other))
-            ]
+            interval, n = blocks_interval(blocks, base.label, other.label, metric)
             row = _row(metric, base, other, method=METHOD_SLICES)
-            row["runs"] = f"{len(pairs)} blocks"
-            row["evidence"] = f"{len(pairs)} paired slices"
-            interval = designs.paired([a for a, _ in pairs], [b for _, b in pairs])
+            row["runs"] = f"{n} blocks"
+            row["evidence"] = f"{n} paired slices"
             if interval is None:
                 row["missing"] = True
             else:

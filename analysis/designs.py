@@ -7,6 +7,11 @@ Two designs, one shape of answer (:class:`Interval`):
 - :func:`paired` — measurements made in pairs close in time (interleaved repeats A B A B …,
   or alternating slices between two live servers): Student's t over the within-pair
   differences, so slow drift and host state shared by both members of a pair cancel.
+- :func:`crossover` — pairs made in phases between which the servers swapped places
+  (``bench --alternate --swap``): each phase's mean difference carries the server instances'
+  offset with opposite signs, so the estimate is the mean of the phase means and the
+  interval is built from the variation within phases (the offset cancels instead of
+  widening the interval).
 
 Both work on logs when every value is positive, so a difference reads as a ratio, and on the
 values otherwise (shown as a share of the baseline's mean). Each interval also says the
@@ -25,6 +30,7 @@ CONFIDENCE = 0.95
 POWER = 0.80
 WELCH = "welch"
 PAIRED = "paired"
+CROSSOVER = "crossover"
 
 
 def _t(q: float, df: float) -> float:
@@ -160,6 +166,30 @@ def paired(a: Sequence[float], b: Sequence[float]) -> Interval | None:
     se = math.sqrt(_var(d) / len(d))
     return Interval(
         PAIRED, logs, _mean(d), se, float(len(d) - 1), _centre(xa, logs), _centre(xb, logs), len(d)
+    )
+
+
+def crossover(phases: Sequence[tuple[Sequence[float], Sequence[float]]]) -> Interval | None:
+    """Paired values in two or more phases (``(a, b)`` each, paired by position): the mean of
+    the phases' mean differences, with a t over the pooled within-phase variation. ``None``
+    unless every phase has two or more pairs."""
+    if len(phases) < 2 or any(len(a) != len(b) or len(a) < 2 for a, b in phases):
+        return None
+    everything = [v for a, b in phases for v in (*a, *b)]
+    logs = all(v > 0 for v in everything)
+    diffs = [
+        [y - x for x, y in zip(_scale(a, logs), _scale(b, logs), strict=True)] for a, b in phases
+    ]
+    means = [_mean(d) for d in diffs]
+    residual = sum((x - m) ** 2 for d, m in zip(diffs, means, strict=True) for x in d)
+    n = sum(len(d) for d in diffs)
+    df = n - len(diffs)
+    variance = residual / df
+    se = math.sqrt(variance * sum(1 / len(d) for d in diffs)) / len(diffs)
+    xa = [x for a, _ in phases for x in _scale(a, logs)]
+    xb = [x for _, b in phases for x in _scale(b, logs)]
+    return Interval(
+        CROSSOVER, logs, _mean(means), se, float(df), _centre(xa, logs), _centre(xb, logs), n
     )
 
 

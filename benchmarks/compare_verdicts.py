@@ -1,14 +1,20 @@
-"""How often `vprof compare` calls noise significant, and how often it finds a real change.
+"""How often `vprof compare` calls noise significant, and how often it finds a real change, by
+the design of the experiment: independent repeats (Welch), interleaved repeats (paired), and
+alternating slices between two live servers (paired over ABBA blocks, with and without
+``--swap``).
 
-Simulated runs have what real runs have: request-level noise (lognormal TTFT and gaps) *and*
-a run-level shift (every latency of a run multiplied by a lognormal factor with ``--run-cv``,
-throughput likewise): the variation between runs that decides whether a user's next run will
-agree. For each of ``--pairs`` comparisons, A/A draws both sides from one configuration and
-A/B shifts the candidate's latencies by ``--shift`` (and its throughput by the inverse).
-Printed: per metric, the share of A/A pairs called significant (the false-positive rate,
-target ≤ 5 % at 95 % confidence) and of A/B pairs called significant in the right direction
-(the power), for 1, 2 and 3 runs a side. One run a side never yields "significant" by design;
-its row shows how often the request-noise interval alone would have excluded zero.
+Simulated records carry what real ones carry, shaped by measurements on an H200 and on the CPU
+build (the README's table says which): request noise (lognormal TTFT and gaps), a factor per
+15–20 s of time (a slice's own noise: the same server's median TPOT ranged 13–26 ms over 15-s
+slices), a slow drift over the whole experiment (TPOT ~16 → ~19 ms over 15 minutes), and an
+offset per server instance (two copies of one profile differed by 8–10 %), drawn anew at
+every restart. Closed-loop throughput follows latency. Each design gets the same measured time
+per comparison (``--measure-s``, 10 minutes); repeats also pay a server start per run.
+
+For each design, ``--pairs`` A/A comparisons (one configuration twice) and A/B comparisons
+(B's latency ``--shift`` higher, its throughput lower by as much) go through vprof's own
+`compare`. Printed per headline metric: the A/A false-positive rate (target ≤ 5 %), the A/B
+power (target ≥ 80 % on a 10 % shift), the median detectable change, and the wall time.
 
     python benchmarks/compare_verdicts.py --pairs 200
 """
@@ -16,7 +22,10 @@ its row shows how often the request-noise interval alone would have excluded zer
 from __future__ import annotations
 
 import argparse
+import math
 import time
+from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -25,109 +34,286 @@ import pyarrow as pa
 from vprof.analysis import compare
 from vprof.analysis.run import Run
 from vprof.records.schema import FIELDS, arrow_schema
+from vprof.traffic.slices import STRIDE, SliceSchedule
 
-METRICS = (
-    "median_ttft_ms", "p95_ttft_ms", "median_tpot_ms", "p95_tpot_ms", "median_itl_ms",
-    "p95_itl_ms", "median_e2el_ms", "p95_e2el_ms", "request_throughput",
-)  # fmt: skip
+METRICS = ("median_ttft_ms", "p95_ttft_ms", "median_tpot_ms", "request_throughput")
 T0 = 1_800_000_000.0
+TOKENS = 32
+URLS = ("http://127.0.0.1:1", "http://127.0.0.1:2")
 
 
-def simulate_run(name: str, rng, *, n: int, latency_factor: float, rate_rps: float) -> Run:
-    """One run's records: ``n`` requests at ``rate_rps``, latencies scaled by the factor."""
-    tokens = 32
-    sent = T0 + np.cumsum(rng.exponential(1.0 / rate_rps, n))
-    ttft = rng.lognormal(np.log(80.0 * latency_factor), 0.5, n)
-    gaps = rng.lognormal(np.log(10.0 * latency_factor), 0.4, (n, tokens - 1))
+@dataclass(frozen=True)
+class Noise:
+    period_cv: float  # a 15–20 s period's own latency factor
+    drift: float  # latency change over the whole experiment (0.2: +20 %)
+    instance_cv: float  # a server instance's offset
+    throughput_cv: float  # a period's own throughput noise beyond latency's
+    users: int
+
+
+def _factor(rng, cv: float) -> float:
+    return float(rng.lognormal(0.0, cv)) if cv > 0 else 1.0
+
+
+def _period_records(
+    rng,
+    *,
+    start: float,
+    length_s: float,
+    factor: float,
+    noise: Noise,
+    slice_k: int = -1,
+    replica: str = "",
+    first_index: int = 0,
+) -> dict[str, np.ndarray]:
+    """One period's requests: ``users`` closed-loop users against a server whose latencies
+    are scaled by ``factor``; sends spread evenly over the period."""
+    e2e_s = (80.0 + 10.0 * (TOKENS - 1)) * factor / 1000.0
+    rate = noise.users / e2e_s * _factor(rng, noise.throughput_cv)
+    n = max(1, int(rng.poisson(rate * length_s)))
+    sent = start + np.sort(rng.uniform(0.0, length_s, n))
+    ttft = rng.lognormal(np.log(80.0 * factor), 0.5, n)
+    gaps = rng.lognormal(np.log(10.0 * factor), 0.3, (n, TOKENS - 1))
     first = sent + ttft / 1000.0
     last = first + gaps.sum(axis=1) / 1000.0
-    e2e = (last - sent) * 1000.0
-    columns = {name: [None] * n for name in FIELDS}
+    return {
+        "index": np.arange(first_index, first_index + n),
+        "sent": sent,
+        "ttft": ttft,
+        "gaps": gaps,
+        "first": first,
+        "last": last,
+        "slice": np.full(n, slice_k),
+        "replica": np.full(n, replica, dtype=object),
+    }
+
+
+def _table(parts: list[dict[str, np.ndarray]]) -> pa.Table:
+    cat = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+    n = cat["sent"].size
+    e2e = (cat["last"] - cat["sent"]) * 1000.0
+    columns: dict[str, object] = {name: [None] * n for name in FIELDS}
     columns.update(
-        request_id=[f"r{i}" for i in range(n)],
+        request_id=[str(i) for i in cat["index"]],
         status=["ok"] * n,
         open_loop=[False] * n,
-        scheduled_at=sent.tolist(),
-        sent_at=sent.tolist(),
-        first_token_at=first.tolist(),
-        last_token_at=last.tolist(),
-        finished_at=(last + 0.001).tolist(),
-        ttft_ms=ttft.tolist(),
+        replica=list(cat["replica"]),
+        slice=cat["slice"].tolist(),
+        scheduled_at=cat["sent"].tolist(),
+        sent_at=cat["sent"].tolist(),
+        first_token_at=cat["first"].tolist(),
+        last_token_at=cat["last"].tolist(),
+        finished_at=(cat["last"] + 0.001).tolist(),
+        ttft_ms=cat["ttft"].tolist(),
         e2e_ms=e2e.tolist(),
-        tpot_ms=((e2e - ttft) / (tokens - 1)).tolist(),
-        itl_ms=list(gaps),
+        tpot_ms=((e2e - cat["ttft"]) / (TOKENS - 1)).tolist(),
+        itl_ms=list(cat["gaps"]),
         prompt_tokens=[100] * n,
-        completion_tokens=[tokens] * n,
+        completion_tokens=[TOKENS] * n,
         cached_tokens=[0] * n,
         expected_prompt_tokens=[100] * n,
-        expected_output_tokens=[tokens] * n,
+        expected_output_tokens=[TOKENS] * n,
         http_status=[200] * n,
         schedule_lag_ms=[0.0] * n,
     )
-    table = pa.Table.from_pydict(columns, schema=arrow_schema())
-    meta = {"profile": {"name": name.split("--")[0]}, "workload": {"name": "sim"},
-            "traffic": {"name": "steady"}}  # fmt: skip
-    return Run(path=Path("/sim") / name, meta=meta, status={"state": "completed"}, records=table)
+    return pa.Table.from_pydict(columns, schema=arrow_schema())
 
 
-def side(label: str, runs: int, rng, args, factor: float = 1.0) -> list[Run]:
-    out = []
-    for k in range(1, runs + 1):
-        shift = float(rng.lognormal(0.0, args.run_cv))
-        suffix = "" if k == 1 else f"--r{k}"
-        out.append(
-            simulate_run(
-                f"{label}--sim--steady--0000abcd{suffix}",
-                rng,
-                n=args.requests,
-                latency_factor=factor * shift,
-                rate_rps=10.0 / (factor * float(rng.lognormal(0.0, args.run_cv))),
+def _drift(t_s: float, total_s: float, noise: Noise) -> float:
+    return 1.0 + noise.drift * min(max(t_s / total_s, 0.0), 1.0)
+
+
+def repeats(rng, noise: Noise, args, shift: float, *, interleaved: bool) -> list[Run]:
+    """Runs of ``--run-s`` each, a fresh server (and instance offset) per run, in A B A B …
+    (interleaved, paired by repeat) or A A … B B … (blocked, Welch) order."""
+    n = max(2, int(args.measure_s / 2 // args.run_s))
+    order = [(side, r) for r in range(1, n + 1) for side in (0, 1)]
+    if not interleaved:
+        order.sort()
+    span = len(order) * (args.run_s + args.restart_s)
+    runs = []
+    for position, (side, r) in enumerate(order):
+        start = T0 + position * (args.run_s + args.restart_s)
+        instance = _factor(rng, noise.instance_cv) * (shift if side else 1.0)
+        parts = []
+        for p in range(max(1, round(args.run_s / args.period_s))):
+            t = start + p * args.period_s
+            factor = instance * _drift(t - T0, span, noise) * _factor(rng, noise.period_cv)
+            parts.append(
+                _period_records(
+                    rng,
+                    start=t,
+                    length_s=args.period_s,
+                    factor=factor,
+                    noise=noise,
+                    first_index=p * STRIDE,
+                )
+            )
+        name = "ab"[side] + ("" if r == 1 else f"--r{r}")
+        meta = {
+            "profile": {"name": "ab"[side]},
+            "workload": {"name": "sim"},
+            "traffic": {"name": "steady", "kind": "steady", "users": noise.users},
+            "order": "interleaved" if interleaved else "blocked",
+            "repeat": r,
+        }
+        runs.append(
+            Run(
+                path=Path("/sim/bench") / f"{name}",
+                meta=meta,
+                status={"state": "completed"},
+                records=_table(parts),
             )
         )
-    return out
+    return runs
+
+
+def alternating(rng, noise: Noise, args, shift: float, *, swap: bool) -> list[Run]:
+    """One alternating run (two phases with ``swap``): ``--slice-s`` slices, ABBA, the first
+    ``--warmup-s`` of each not measured; one server instance per side and phase."""
+    block_s = 2 * args.slice_s
+    blocks = int(args.measure_s // (block_s - 2 * args.warmup_s))  # measured time, as for repeats
+    phases = [blocks // 2, blocks - blocks // 2] if swap else [blocks]
+    total_s = blocks * block_s + (args.restart_s if swap else 0.0)
+    instances = [_factor(rng, noise.instance_cv), _factor(rng, noise.instance_cv)]
+    runs, epoch = [], T0
+    for number, count in enumerate(phases, start=1):
+        schedule = SliceSchedule(epoch=epoch, slice_s=args.slice_s, warmup_s=args.warmup_s, sides=2)
+        parts = []
+        for k in range(count * 2):
+            side = schedule.side_of(k)
+            slot = side if number == 1 else 1 - side  # swapped: each side on the other instance
+            t = schedule.start(k)
+            factor = instances[slot] * (shift if side else 1.0)
+            factor *= _drift(t - T0, total_s, noise) * _factor(rng, noise.period_cv)
+            parts.append(
+                _period_records(
+                    rng,
+                    start=t,
+                    length_s=args.slice_s,
+                    factor=factor,
+                    noise=noise,
+                    slice_k=k,
+                    replica=URLS[side],
+                    first_index=k * STRIDE,
+                )
+            )
+        sides = [
+            {"name": name, "urls": [url], "profile": {"name": name}}
+            for name, url in zip("ab", URLS, strict=True)
+        ]
+        meta = {
+            "profile": {"name": "a vs b"},
+            "workload": {"name": "sim"},
+            "traffic": {"name": "steady", "kind": "steady", "users": noise.users},
+            "alternate": {"sides": sides, "phase": number, "swapped": number == 2},
+        }
+        locust = {"slices": schedule.to_dict(), "stopped_at": schedule.start(count * 2)}
+        name = "alt--a-vs-b--sim--steady--00000000" + ("" if number == 1 else "--p2")
+        runs.append(
+            Run(
+                path=Path("/sim/alt") / name,
+                meta=meta,
+                locust=locust,
+                status={"state": "completed"},
+                records=_table(parts),
+            )
+        )
+        epoch = schedule.start(count * 2) + args.restart_s
+    return runs
+
+
+DESIGNS = {
+    "independent repeats, blocked (Welch)": partial(repeats, interleaved=False),
+    "interleaved repeats (paired)": partial(repeats, interleaved=True),
+    "alternating slices": partial(alternating, swap=False),
+    "alternating slices, --swap": partial(alternating, swap=True),
+}
+
+
+# slice-to-slice CVs seen on an H200 (vLLM 0.25.1, eager and CUDA graphs, 15-s slices)
+MEASURED_CV = "median TTFT 5-16 %, p95 TTFT 10-11 %, median TPOT 1.5-18 %, throughput 1.8-3.5 %"
+
+
+def _slice_cvs(rng, noise: Noise, args) -> str:
+    """The model's slice-to-slice CV of each metric on one side of an A/A alternating run
+    (drift removed by taking consecutive slices' ratios), to set beside measured ones."""
+    from vprof.analysis.alternation import slice_values
+
+    rows = [
+        r
+        for r in slice_values(alternating(rng, noise, args, 1.0, swap=False)[0], METRICS)
+        if r["side"] == "a"
+    ]
+    out = []
+    for metric in METRICS:
+        values = np.log([r[metric] for r in rows])
+        out.append(f"{metric} {np.std(np.diff(values)) / math.sqrt(2):.1%}")
+    return ", ".join(out)
+
+
+def wall_s(design: str, args) -> float:
+    if design.startswith("alternating"):
+        swap = 1 if "swap" in design else 0
+        blocks = int(args.measure_s // (2 * args.slice_s - 2 * args.warmup_s))
+        return blocks * 2 * args.slice_s + (2 + 2 * swap) * args.restart_s
+    n = max(2, int(args.measure_s / 2 // args.run_s))
+    return 2 * n * (args.run_s + args.restart_s)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pairs", type=int, default=200)
-    parser.add_argument("--requests", type=int, default=300, help="requests per run")
-    parser.add_argument("--run-cv", type=float, default=0.10, help="run-to-run variation")
-    parser.add_argument("--shift", type=float, default=0.20, help="A/B latency change")
+    parser.add_argument("--shift", type=float, default=0.10, help="A/B latency change")
+    parser.add_argument("--measure-s", type=float, default=600.0, help="measured s per comparison")
+    parser.add_argument("--run-s", type=float, default=60.0, help="one repeat's measured s")
+    parser.add_argument("--restart-s", type=float, default=90.0, help="one server start")
+    parser.add_argument("--slice-s", type=float, default=20.0)
+    parser.add_argument("--warmup-s", type=float, default=5.0)
+    parser.add_argument("--period-s", type=float, default=15.0, help="noise period")
+    parser.add_argument("--period-cv", type=float, default=0.10)
+    parser.add_argument("--drift", type=float, default=0.20)
+    parser.add_argument("--instance-cv", type=float, default=0.04)
+    parser.add_argument("--throughput-cv", type=float, default=0.02)
+    parser.add_argument("--users", type=int, default=4)
+    parser.add_argument("--design", action="append", help="only these designs (repeatable)")
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args()
-    rng = np.random.default_rng(args.seed)
+    noise = Noise(args.period_cv, args.drift, args.instance_cv, args.throughput_cv, args.users)
     print(
-        f"{args.pairs} pairs per cell, {args.requests} requests per run, run-to-run CV "
-        f"{args.run_cv:.0%}, A/B shift {args.shift:+.0%} latency"
+        f"{args.pairs} A/A and {args.pairs} A/B pairs per design; {args.measure_s:g} s measured "
+        f"per comparison; noise: {args.period_cv:.0%} per {args.period_s:g} s period, drift "
+        f"{args.drift:+.0%} over the experiment, {args.instance_cv:.0%} per server instance; "
+        f"A/B: latency {args.shift:+.0%}"
     )
-    for runs in (1, 2, 3):
+    rng = np.random.default_rng(args.seed)
+    print(f"per-slice CV of this model (measured: {MEASURED_CV}):", _slice_cvs(rng, noise, args))
+    for design, make in DESIGNS.items():
+        if args.design and not any(d in design for d in args.design):
+            continue
         started = time.perf_counter()
         false_pos = dict.fromkeys(METRICS, 0)
-        request_only = dict.fromkeys(METRICS, 0)
         power = dict.fromkeys(METRICS, 0)
+        detectable: dict[str, list[float]] = {m: [] for m in METRICS}
         for _ in range(args.pairs):
-            aa = compare(side("a", runs, rng, args) + side("b", runs, rng, args),
-                         metrics=METRICS, n_boot=300, seed=int(rng.integers(1 << 30)))  # fmt: skip
-            ab = compare(
-                side("a", runs, rng, args) + side("b", runs, rng, args, 1.0 + args.shift),
-                metrics=METRICS, n_boot=300, seed=int(rng.integers(1 << 30)),
-            )  # fmt: skip
+            aa = compare(make(rng, noise, args, 1.0), metrics=METRICS, n_boot=1)
+            ab = compare(make(rng, noise, args, 1.0 + args.shift), metrics=METRICS, n_boot=1)
             for row in aa.itertuples():
                 false_pos[row.metric] += bool(row.significant)
-                request_only[row.metric] += bool(row.ci_low_pct > 0 or row.ci_high_pct < 0)
+                if math.isfinite(row.detectable_pct):
+                    detectable[row.metric].append(row.detectable_pct)
             for row in ab.itertuples():
-                # slower latencies and, with them, less throughput: worse on every metric
                 power[row.metric] += bool(row.significant and row.better == "worse")
         took = time.perf_counter() - started
-        print(f"\n{runs} run(s) a side ({took:.0f} s):")
-        print(f"  {'metric':22} {'A/A significant':>16} {'A/B found':>10}", end="")
-        print(f" {'A/A interval excl. 0':>22}" if runs == 1 else "")
+        print(
+            f"\n{design} — wall time per comparison {wall_s(design, args) / 60:.1f} min "
+            f"(simulated in {took:.0f} s):"
+        )
+        print(f"  {'metric':20} {'A/A significant':>16} {'A/B found':>10} {'detectable':>11}")
         for metric in METRICS:
             fp, pw = false_pos[metric] / args.pairs, power[metric] / args.pairs
-            line = f"  {metric:22} {fp:16.1%} {pw:10.1%}"
-            if runs == 1:
-                line += f" {request_only[metric] / args.pairs:22.1%}"
-            print(line)
+            det = float(np.median(detectable[metric])) if detectable[metric] else math.nan
+            print(f"  {metric:20} {fp:16.1%} {pw:10.1%} {det:10.1f}%")
 
 
 if __name__ == "__main__":

@@ -372,8 +372,11 @@ class AlternatingBench:
                 "launched": bool(server and server.plan),
             }
             if server is not None and server.plan is not None:
-                described |= {"argv": server.argv, "env": dict(server.profile.env),
-                              "engine_args": dict(server.profile.engine_args)}  # fmt: skip
+                described |= {
+                    "argv": server.argv,
+                    "env": dict(server.profile.env),
+                    "engine_args": dict(server.profile.engine_args),
+                }
             sides.append(
                 {
                     "name": side.name,
@@ -421,8 +424,9 @@ class AlternatingBench:
         sides = tuple(i for i, s in enumerate(self.sides) for _ in s.urls)
         shape = replace(self.shape, duration_s=phase.blocks * block_s, warmup_s=0.0)
         logs = [(s.server.log_path, s.server.log_offset()) for s in self.sides if s.server]
-        sampler = MetricsSampler(urls, run.metrics_jsonl, spec.metrics_interval_s,
-                                 enabled=spec.metrics)  # fmt: skip
+        sampler = MetricsSampler(
+            urls, run.metrics_jsonl, spec.metrics_interval_s, enabled=spec.metrics
+        )
         sampler.start()
         first = self.sides[0]
         load = LoadProcess(
@@ -490,8 +494,10 @@ class AlternatingBench:
             summarize_run_folder(run, spec, say)
             phase.measured_blocks = _blocks_in(run)
             run.set_status(state, reason)
-            say(f"\n  {state}: {run.path} ({phase.measured_blocks} whole blocks)"
-                + (f" — {reason.splitlines()[0]}" if reason else ""))  # fmt: skip
+            say(
+                f"\n  {state}: {run.path} ({phase.measured_blocks} whole blocks)"
+                + (f" — {reason.splitlines()[0]}" if reason else "")
+            )
         return self._outcome(phase, state.value, reason)
 
     def _may_stop(self, phase: _Phase) -> bool:
@@ -515,27 +521,20 @@ class AlternatingBench:
 def precision_widths(
     runs: Sequence[Any], metrics: Sequence[str], open_loop: bool
 ) -> dict[str, float | None]:
-    """Each metric's 95 % half-width (%) over the runs' paired blocks (None: too few)."""
-    from vprof.analysis import designs
-    from vprof.analysis.alternation import paired_blocks
+    """Each metric's widest 95 % half-width (%) against the first side over the runs' whole
+    blocks (None: fewer than MIN_BLOCKS), by compare's own interval."""
+    from vprof.analysis.alternation import blocks_interval, paired_blocks
     from vprof.analysis.compare import from_schedule
 
     names = [from_schedule(m) if open_loop else m for m in metrics]
     order, blocks = paired_blocks(runs, names)
-    if len(order) < 2:
-        return {m: None for m in names}
     widths: dict[str, float | None] = {}
     for metric in names:
-        worst: float | None = 0.0
-        for other in order[1:]:
-            pairs = [(b[order[0]][metric], b[other][metric]) for b in blocks]
-            pairs = [(a, c) for a, c in pairs if math.isfinite(a) and math.isfinite(c)]
-            found = designs.paired([a for a, _ in pairs], [c for _, c in pairs])
-            if found is None or len(pairs) < MIN_BLOCKS:
-                worst = None
-                break
-            worst = max(worst or 0.0, found.half_width_pct)
-        widths[metric] = worst
+        found = [blocks_interval(blocks, order[0], other, metric) for other in order[1:]]
+        if not found or any(i is None or n < MIN_BLOCKS for i, n in found):
+            widths[metric] = None
+        else:
+            widths[metric] = max(i.half_width_pct for i, _ in found)
     return widths
 
 

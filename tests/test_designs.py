@@ -127,3 +127,23 @@ def test_one_run_a_side_has_no_detectable_change(tmp_path):
     runs = _interleaved(tmp_path / "one", DRIFT[:1])
     row = compare(runs, metrics=["median_ttft_ms"]).iloc[0]
     assert math.isnan(row["detectable_pct"]) and not row["significant"]
+
+
+def test_crossover_cancels_an_instance_offset_that_paired_t_counts_as_noise():
+    from vprof.analysis.designs import crossover
+
+    rng = np.random.default_rng(4)
+    # b is 5 % slower; in phase 1 it sits on the slower instance (+8 %), in phase 2 on the
+    # faster one (-8 %)
+    phases = []
+    for offset in (1.08, 1 / 1.08):
+        a = list(rng.lognormal(np.log(100), 0.02, 10))
+        b = [x * 1.05 * offset * float(rng.lognormal(0, 0.02)) for x in a]
+        phases.append((a, b))
+    got = crossover(phases)
+    plain = paired([x for a, _ in phases for x in a], [x for _, b in phases for x in b])
+    assert got is not None and plain is not None and got.design == "crossover"
+    assert got.df == 18 and got.n == 20
+    assert got.low_pct < 5 < got.high_pct and got.significant
+    assert got.half < plain.half / 3  # the offset left the interval
+    assert crossover([phases[0]]) is None and crossover([phases[0], ([1.0], [1.0])]) is None
