@@ -309,6 +309,7 @@ def _compare_alternating(
     ]
     if len(blocks) < 2:
         frame.attrs["notes"].append("fewer than two whole blocks: no interval")
+    frame.attrs["notes"] += host_notes(groups, paired=True)
     return frame
 
 
@@ -599,6 +600,38 @@ def _could_see(row: dict[str, Any], detect: float | None) -> str:
     return seen
 
 
+# Runs whose host worked this much slower (the probe's median) than the fastest run's host.
+HOST_PACE_GAP_PCT = 15.0
+
+
+def host_notes(groups: Sequence[Group], paired: bool = False) -> list[str]:
+    """Runs taken while the host was unsteady (host.jsonl), or at paces far apart."""
+    notes = []
+    summaries = [s for g in groups for s in g.summaries]
+    unsteady = sorted({str(s.get(K.RUN)) for s in summaries if s.get(K.HOST_UNSTEADY)})
+    if unsteady:
+        spread = max(float(s.get(K.HOST_PACE_SPREAD_PCT) or 0) for s in summaries)
+        tail = (
+            ": alternating slices share the host's moments, so the paired differences cancel it"
+            if paired
+            else ": their differences may be the host's"
+        )
+        notes.append(
+            f"the host was unsteady during {', '.join(unsteady)} (its pace spread up to "
+            f"{spread:.0f} % within a run){tail}"
+        )
+    work = {str(s.get(K.RUN)): float(s[K.HOST_WORK_MS]) for s in summaries if s.get(K.HOST_WORK_MS)}
+    if not paired and len(work) > 1:
+        gap = (max(work.values()) / min(work.values()) - 1.0) * 100.0
+        if gap > HOST_PACE_GAP_PCT:
+            slow = max(work, key=lambda k: work[k])
+            notes.append(
+                f"the host ran {gap:.0f} % slower during {slow} than during the fastest run "
+                "(host.jsonl): differences between runs include the host's"
+            )
+    return notes
+
+
 def _notes(groups: Sequence[Group]) -> list[str]:
     """What a reader must know before trusting the table."""
     notes = []
@@ -611,6 +644,7 @@ def _notes(groups: Sequence[Group]) -> list[str]:
     traffics = {str(s.get(K.TRAFFIC)) for g in groups for s in g.summaries}
     if len(traffics) > 1:
         notes.append(f"the runs used different traffic shapes ({', '.join(sorted(traffics))})")
+    notes += host_notes(groups)
     if any(len(g.runs) < 2 for g in groups):
         notes.append(
             "one run on a side: intervals cover request noise only and nothing is called "

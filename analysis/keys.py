@@ -91,6 +91,10 @@ class SummaryKey(StrEnum):
     LOADGEN_VERDICT = "loadgen_verdict"
     CLIENT_LIMITED = "client_limited"  # the load generator, not the server, set the pace
     CLIENT_LIMITED_BY = "client_limited_by"
+    # the host's own pace during the run (host.jsonl)
+    HOST_PACE_SPREAD_PCT = "host_pace_spread_pct"
+    HOST_WORK_MS = "host_work_ms"
+    HOST_UNSTEADY = "host_unsteady"
 
 
 def stat_key(stat: str, metric: str) -> str:
@@ -124,12 +128,13 @@ SUMMARY_TABLE_KEYS: tuple[str, ...] = (
     K.NUM_PREEMPTIONS, K.MAX_KV_CACHE_USAGE_PERC,
     K.MAX_NUM_REQUESTS_WAITING, K.METRICS_FROM, K.METRICS_SCRAPE_MAX_MS, K.METRICS_WARNING,
     K.LOADGEN_MAX_CPU_PERCENT, K.LOADGEN_LOOP_LAG_P99_MS,
-    K.LOADGEN_VERDICT, K.CLIENT_LIMITED, K.CLIENT_LIMITED_BY, K.SLO, K.SLO_BASIS, K.SLO_MET,
+    K.LOADGEN_VERDICT, K.CLIENT_LIMITED, K.CLIENT_LIMITED_BY, K.HOST_PACE_SPREAD_PCT,
+    K.HOST_UNSTEADY, K.SLO, K.SLO_BASIS, K.SLO_MET,
 )  # fmt: skip
 # Rows of the table shown only when some run has something to say there (not zero or empty).
 SHOWN_WHEN_NONZERO = frozenset(
     {K.FAILURES_BY_CAUSE, K.CANCELLED, K.NOT_SENT, K.HELD_BACK, K.HELD_BACK_S, K.UNANSWERED_RATE,
-     K.CLIENT_LIMITED_BY, K.METRICS_WARNING, K.METRICS_FROM}
+     K.CLIENT_LIMITED_BY, K.METRICS_WARNING, K.METRICS_FROM, K.HOST_UNSTEADY}
 )  # fmt: skip
 # The columns of the per-replica table (after run and replica), from a summary's per_replica.
 REPLICA_TABLE_KEYS: tuple[str, ...] = (

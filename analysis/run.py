@@ -31,6 +31,7 @@ class Run:
     records: Any = None  # pyarrow.Table
     metrics: tuple[dict[str, Any], ...] = ()
     loadgen: tuple[dict[str, Any], ...] = ()
+    host: tuple[dict[str, Any], ...] = ()  # host.jsonl: the host's pace during the run
     records_note: str = ""  # how much of a damaged records file was readable ("": all of it)
     # one side of an alternating run: the length of its measured slices (throughputs divide by
     # it instead of first send → last answer, which spans the other sides' slices too)
@@ -125,6 +126,7 @@ def load_run(path: str | Path) -> Run:
         records=records,
         metrics=folder.metric_samples(),
         loadgen=folder.loadgen_samples(),
+        host=folder.host_samples(),
         records_note=note,
     )
 
@@ -168,6 +170,7 @@ def summarize_loaded(
         percentiles=percentiles,
         metrics=run.metrics,
         loadgen=run.loadgen,
+        host=run.host,
         in_flight_cap=_in_flight_cap(run.meta.get("traffic") or run.locust.get("traffic")),
         users=_closed_loop_users(run.meta.get("traffic") or run.locust.get("traffic")),
         measured_s=run.measured_s,

@@ -1,6 +1,8 @@
-"""Server ``/metrics`` samples and load-generator CPU samples, reduced to a few numbers.
+"""Server ``/metrics`` samples, load-generator CPU samples and the host's pace, reduced to a
+few numbers.
 
-Both arrive as lists of small dicts (one per line of ``metrics.jsonl`` / ``loadgen.jsonl``);
+All arrive as lists of small dicts (one per line of ``metrics.jsonl`` / ``loadgen.jsonl`` /
+``host.jsonl``);
 they are short (one sample every few seconds), so plain Python is the right tool here.
 """
 
@@ -330,4 +332,33 @@ def worker_health(rows: list[Mapping[str, Any]]) -> dict[str, Any]:
         "max_lag_ms": max(maxes) if maxes else None,
         "lagging_share": over / len(p99s) if p99s else 0.0,
         "lagging": over > max(1.0, len(p99s) / 4),
+    }
+
+
+# A run whose host pace (the probe's CPU time for fixed work) spread more than this between
+# its 10th and 90th percentile was measured on an unsteady host.
+HOST_SPREAD_LIMIT_PCT = 20.0
+_HOST_MIN_SAMPLES = 5
+
+
+def host_stats(
+    samples: Sequence[Mapping[str, Any]], start_s: float | None = None, end_s: float | None = None
+) -> dict[str, Any]:
+    """The host's pace over [start, end] from ``host.jsonl``: the median CPU time of the
+    probe's fixed work, how far it spread (90th over 10th percentile, in %), and whether
+    that makes the host unsteady. Empty with too few samples."""
+    import numpy as np
+
+    lo = start_s if start_s is not None and math.isfinite(start_s) else -math.inf
+    hi = end_s if end_s is not None and math.isfinite(end_s) else math.inf
+    work = np.array([float(s["work_ms"]) for s in samples if lo <= float(s["t"]) <= hi])
+    work = work[np.isfinite(work) & (work > 0)]
+    if work.size < _HOST_MIN_SAMPLES:
+        return {}
+    p10, p50, p90 = np.percentile(work, [10, 50, 90])
+    spread = (p90 / p10 - 1.0) * 100.0
+    return {
+        "host_work_ms": float(p50),
+        "host_pace_spread_pct": float(spread),
+        "host_unsteady": bool(spread > HOST_SPREAD_LIMIT_PCT),
     }

@@ -23,7 +23,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from vprof.analysis.columns import Columns, from_records
-from vprof.analysis.samples import loadgen_stats, server_stats
+from vprof.analysis.samples import host_stats, loadgen_stats, server_stats
 from vprof.analysis.slo import Slo, SloTarget, parse_slo
 from vprof.analysis.stats import DEFAULT_PERCENTILES, BlockQuantiles, describe, percentile
 from vprof.common.errors import RunError
@@ -40,6 +40,7 @@ def summarize(
     percentiles: Sequence[float] = DEFAULT_PERCENTILES,
     metrics: Sequence[Mapping[str, Any]] | None = None,
     loadgen: Sequence[Mapping[str, Any]] | None = None,
+    host: Sequence[Mapping[str, Any]] | None = None,
     in_flight_cap: int | None = None,
     users: int | None = None,
     measured_s: float | None = None,
@@ -48,7 +49,8 @@ def summarize(
 
     ``warmup_until`` (wall-clock seconds) drops requests sent before it; ``slo`` (an
     :class:`Slo` or text such as ``"ttft_p95=500ms"``) adds goodput and SLO checks;
-    ``metrics`` and ``loadgen`` are the parsed lines of ``metrics.jsonl``/``loadgen.jsonl``;
+    ``metrics``, ``loadgen`` and ``host`` are the parsed lines of ``metrics.jsonl``,
+    ``loadgen.jsonl`` and ``host.jsonl``;
     ``in_flight_cap`` is an open-loop shape's ``max_in_flight``; ``users`` the closed-loop
     users the shape asked for, which the mean in flight is held against; ``measured_s`` the
     time the records were measured over when it is not first send → last answer (one side of
@@ -114,6 +116,8 @@ def summarize(
         out.update(server_stats(metrics, first_send, _nanmax(ends[keep])))
     if loadgen:
         out.update(loadgen_stats(loadgen, first_send, _nanmax(ends[keep])))
+    if host:
+        out.update(host_stats(host, first_send, _nanmax(ends[keep])))
     out["client_limited_by"] = _client_limits(out)
     if not out["open_loop"]:
         out.update(_in_flight(cols, keep, users, out["client_limited_by"], measured_s))

@@ -45,10 +45,10 @@ URLS = ("http://127.0.0.1:1", "http://127.0.0.1:2")
 @dataclass(frozen=True)
 class Noise:
     period_cv: float  # a 15–20 s period's own latency factor
-    drift: float  # latency change over the whole experiment (0.2: +20 %)
-    instance_cv: float  # a server instance's offset
-    throughput_cv: float  # a period's own throughput noise beyond latency's
-    users: int
+    drift: float  # latency change over the whole experiment (0.2: +20 %); capacity falls alike
+    instance_cv: float  # a server instance's offset, on latency and on capacity
+    throughput_cv: float  # a period's own throughput factor
+    rate_rps: float  # requests per second a server of capacity 1 serves
 
 
 def _factor(rng, cv: float) -> float:
@@ -61,17 +61,18 @@ def _period_records(
     start: float,
     length_s: float,
     factor: float,
+    capacity: float,
     noise: Noise,
     slice_k: int = -1,
     replica: str = "",
     first_index: int = 0,
 ) -> dict[str, np.ndarray]:
-    """One period's requests: ``users`` closed-loop users against a server whose latencies
-    are scaled by ``factor``; sends spread evenly over the period."""
-    e2e_s = (80.0 + 10.0 * (TOKENS - 1)) * factor / 1000.0
-    rate = noise.users / e2e_s * _factor(rng, noise.throughput_cv)
-    n = max(1, int(rng.poisson(rate * length_s)))
-    sent = start + np.sort(rng.uniform(0.0, length_s, n))
+    """One period's requests against a server whose latencies are scaled by ``factor`` and
+    whose throughput by ``capacity`` (times the period's own throughput factor)."""
+    # as vprof's open-loop schedules: the count a period serves is its rate's, evenly spread
+    rate = noise.rate_rps * capacity * _factor(rng, noise.throughput_cv)
+    n = max(1, round(rate * length_s))
+    sent = start + (np.arange(n) + rng.uniform(0.0, 1.0, n)) * (length_s / n)
     ttft = rng.lognormal(np.log(80.0 * factor), 0.5, n)
     gaps = rng.lognormal(np.log(10.0 * factor), 0.3, (n, TOKENS - 1))
     first = sent + ttft / 1000.0
@@ -135,16 +136,18 @@ def repeats(rng, noise: Noise, args, shift: float, *, interleaved: bool) -> list
     for position, (side, r) in enumerate(order):
         start = T0 + position * (args.run_s + args.restart_s)
         instance = _factor(rng, noise.instance_cv) * (shift if side else 1.0)
+        speed = _factor(rng, noise.instance_cv) / (shift if side else 1.0)
         parts = []
         for p in range(max(1, round(args.run_s / args.period_s))):
             t = start + p * args.period_s
-            factor = instance * _drift(t - T0, span, noise) * _factor(rng, noise.period_cv)
+            drift = _drift(t - T0, span, noise)
             parts.append(
                 _period_records(
                     rng,
                     start=t,
                     length_s=args.period_s,
-                    factor=factor,
+                    factor=instance * drift * _factor(rng, noise.period_cv),
+                    capacity=speed / drift,
                     noise=noise,
                     first_index=p * STRIDE,
                 )
@@ -153,7 +156,7 @@ def repeats(rng, noise: Noise, args, shift: float, *, interleaved: bool) -> list
         meta = {
             "profile": {"name": "ab"[side]},
             "workload": {"name": "sim"},
-            "traffic": {"name": "steady", "kind": "steady", "users": noise.users},
+            "traffic": {"name": "sim"},
             "order": "interleaved" if interleaved else "blocked",
             "repeat": r,
         }
@@ -176,6 +179,7 @@ def alternating(rng, noise: Noise, args, shift: float, *, swap: bool) -> list[Ru
     phases = [blocks // 2, blocks - blocks // 2] if swap else [blocks]
     total_s = blocks * block_s + (args.restart_s if swap else 0.0)
     instances = [_factor(rng, noise.instance_cv), _factor(rng, noise.instance_cv)]
+    speeds = [_factor(rng, noise.instance_cv), _factor(rng, noise.instance_cv)]
     runs, epoch = [], T0
     for number, count in enumerate(phases, start=1):
         schedule = SliceSchedule(epoch=epoch, slice_s=args.slice_s, warmup_s=args.warmup_s, sides=2)
@@ -184,14 +188,17 @@ def alternating(rng, noise: Noise, args, shift: float, *, swap: bool) -> list[Ru
             side = schedule.side_of(k)
             slot = side if number == 1 else 1 - side  # swapped: each side on the other instance
             t = schedule.start(k)
-            factor = instances[slot] * (shift if side else 1.0)
-            factor *= _drift(t - T0, total_s, noise) * _factor(rng, noise.period_cv)
+            drift = _drift(t - T0, total_s, noise)
             parts.append(
                 _period_records(
                     rng,
                     start=t,
                     length_s=args.slice_s,
-                    factor=factor,
+                    factor=instances[slot]
+                    * (shift if side else 1.0)
+                    * drift
+                    * _factor(rng, noise.period_cv),
+                    capacity=speeds[slot] / (shift if side else 1.0) / drift,
                     noise=noise,
                     slice_k=k,
                     replica=URLS[side],
@@ -205,7 +212,7 @@ def alternating(rng, noise: Noise, args, shift: float, *, swap: bool) -> list[Ru
         meta = {
             "profile": {"name": "a vs b"},
             "workload": {"name": "sim"},
-            "traffic": {"name": "steady", "kind": "steady", "users": noise.users},
+            "traffic": {"name": "sim"},
             "alternate": {"sides": sides, "phase": number, "swapped": number == 2},
         }
         locust = {"slices": schedule.to_dict(), "stopped_at": schedule.start(count * 2)}
@@ -268,18 +275,18 @@ def main() -> None:
     parser.add_argument("--measure-s", type=float, default=600.0, help="measured s per comparison")
     parser.add_argument("--run-s", type=float, default=60.0, help="one repeat's measured s")
     parser.add_argument("--restart-s", type=float, default=90.0, help="one server start")
-    parser.add_argument("--slice-s", type=float, default=20.0)
-    parser.add_argument("--warmup-s", type=float, default=5.0)
+    parser.add_argument("--slice-s", type=float, default=15.0)
+    parser.add_argument("--warmup-s", type=float, default=3.0)
     parser.add_argument("--period-s", type=float, default=15.0, help="noise period")
-    parser.add_argument("--period-cv", type=float, default=0.10)
+    parser.add_argument("--period-cv", type=float, default=0.08, help="a period's latency")
     parser.add_argument("--drift", type=float, default=0.20)
     parser.add_argument("--instance-cv", type=float, default=0.04)
-    parser.add_argument("--throughput-cv", type=float, default=0.02)
-    parser.add_argument("--users", type=int, default=4)
+    parser.add_argument("--throughput-cv", type=float, default=0.025)
+    parser.add_argument("--rate", type=float, default=10.0, help="requests per second")
     parser.add_argument("--design", action="append", help="only these designs (repeatable)")
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args()
-    noise = Noise(args.period_cv, args.drift, args.instance_cv, args.throughput_cv, args.users)
+    noise = Noise(args.period_cv, args.drift, args.instance_cv, args.throughput_cv, args.rate)
     print(
         f"{args.pairs} A/A and {args.pairs} A/B pairs per design; {args.measure_s:g} s measured "
         f"per comparison; noise: {args.period_cv:.0%} per {args.period_s:g} s period, drift "

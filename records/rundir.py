@@ -11,6 +11,7 @@ plans, reports) ask a :class:`RunDir` for a file instead::
     <run>/locust.json    what the load generator saw: start/stop, warm-up end, workers
     <run>/loadgen.jsonl  the load generator's own health (CPU, event-loop lag)
     <run>/metrics.jsonl  server /metrics samples
+    <run>/host.jsonl     the host's own pace during the run (a probe in vprof's process)
     <run>/server.log     the server's log during this run
     <run>/locust.log     the load generator's log (locust.out: its stdout and stderr)
     <run>/summary.json   the summary (written last)
@@ -265,6 +266,15 @@ LOADGEN_LINE: dict[str, Check] = {
 }
 
 
+# One line of host.jsonl: the probe's fixed piece of work took work_ms of its thread's CPU time
+# (a slower host takes longer for the same work), and its sleep woke late_ms late.
+HOST_LINE: dict[str, Check] = {
+    "t": SAMPLED_AT,
+    "work_ms": _number(0, 1e6),
+    "late_ms": _number(0, 1e9),
+}
+
+
 def write_json_atomic(path: Path, data: Any) -> None:
     """Write JSON so a reader never sees half a file (a temporary file, then a rename)."""
     tmp = path.with_name(path.name + ".tmp")
@@ -396,6 +406,10 @@ class RunDir:
         return self.path / "metrics.jsonl"
 
     @property
+    def host_jsonl(self) -> Path:
+        return self.path / "host.jsonl"
+
+    @property
     def server_log(self) -> Path:
         return self.path / "server.log"
 
@@ -458,6 +472,10 @@ class RunDir:
     def loadgen_samples(self) -> tuple[dict[str, Any], ...]:
         """The lines of ``loadgen.jsonl``, checked."""
         return read_jsonl(self.loadgen_jsonl, fields=LOADGEN_LINE)
+
+    def host_samples(self) -> tuple[dict[str, Any], ...]:
+        """The lines of ``host.jsonl``, checked."""
+        return read_jsonl(self.host_jsonl, fields=HOST_LINE)
 
     def write_locust_info(self, info: Mapping[str, Any]) -> None:
         write_json_atomic(self.locust_json, dict(info))

@@ -34,6 +34,7 @@ from vprof.records.rundir import RunDir, RunState
 from vprof.runs.bench import check_before_running, slug, workload_digest
 from vprof.runs.clientwatch import ClientWatch
 from vprof.runs.environment import client_versions, hardware, vllm_version
+from vprof.runs.hostprobe import HostProbe
 from vprof.runs.loadgen import LoadProcess, LoadSpec
 from vprof.runs.measure import (
     Server,
@@ -428,6 +429,7 @@ class AlternatingBench:
             urls, run.metrics_jsonl, spec.metrics_interval_s, enabled=spec.metrics
         )
         sampler.start()
+        probe = HostProbe(run.host_jsonl).start()
         first = self.sides[0]
         load = LoadProcess(
             LoadSpec(
@@ -482,6 +484,7 @@ class AlternatingBench:
         finally:
             rc = load.stop()
             sampler.stop(final_sample=state is not RunState.FAILED)
+            probe.stop()
             _copy_logs(logs, self.sides, run.server_log)
             if state is RunState.COMPLETED and rc not in (0, None):
                 state = RunState.FAILED

@@ -14,6 +14,7 @@ from vprof.common.errors import LaunchError, RunError
 from vprof.records.rundir import RunDir, RunState
 from vprof.runs.clientwatch import ClientWatch
 from vprof.runs.environment import client_versions, hardware, vllm_version
+from vprof.runs.hostprobe import HostProbe
 from vprof.runs.loadgen import LoadProcess, LoadSpec
 from vprof.runs.sampler import MetricsSampler
 from vprof.runs.spec import BenchSpec, Progress, RunOutcome
@@ -288,6 +289,7 @@ def run_one(
         enabled=spec.metrics,
     )
     sampler.start()
+    probe = HostProbe(run.host_jsonl).start()
     load = LoadProcess(
         LoadSpec(
             url=server.url,
@@ -337,6 +339,7 @@ def run_one(
     finally:
         rc = load.stop()
         sampler.stop(final_sample=state is not RunState.FAILED)
+        probe.stop()
         _copy_log_segment(server.log_path, log_start, run.server_log)
         if state is RunState.COMPLETED and rc not in (0, None):
             state = RunState.FAILED

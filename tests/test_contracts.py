@@ -19,7 +19,7 @@ LIBRARY = [
 RUN_FOLDER_FILES = (
     "run.json", "status.json", "records.arrow", "locust.json", "loadgen.jsonl", "metrics.jsonl",
     "server.log", "locust.log", "locust.out", "summary.json", "timeline.csv", "sweep.json",
-    "tune.json",
+    "tune.json", "host.jsonl",
 )  # fmt: skip
 
 

@@ -3,6 +3,7 @@ is where the power reaches 80 %, and pairing repeats made A B A B cancels drift.
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -147,3 +148,23 @@ def test_crossover_cancels_an_instance_offset_that_paired_t_counts_as_noise():
     assert got.low_pct < 5 < got.high_pct and got.significant
     assert got.half < plain.half / 3  # the offset left the interval
     assert crossover([phases[0]]) is None and crossover([phases[0], ([1.0], [1.0])]) is None
+
+
+def test_runs_on_an_unsteady_or_slower_host_are_flagged(tmp_path):
+    from vprof.analysis.samples import host_stats
+
+    steady = [{"t": 1e9 + i, "work_ms": 1.0 + 0.01 * (i % 3), "late_ms": 0.1} for i in range(30)]
+    shaky = [{"t": 1e9 + i, "work_ms": 1.0 + 0.5 * (i % 2), "late_ms": 0.1} for i in range(30)]
+    assert host_stats(steady)["host_unsteady"] is False
+    got = host_stats(shaky)
+    assert got["host_unsteady"] and got["host_pace_spread_pct"] == pytest.approx(50.0)
+    assert host_stats(steady[:3]) == {}
+
+    runs = _interleaved(tmp_path / "h", DRIFT[:2])
+    slow = [dict(r, work_ms=1.4) for r in steady]
+    for path, rows in zip(runs, (steady, shaky, steady, slow), strict=True):
+        stamp = [dict(r, t=1_800_000_000.0 + i) for i, r in enumerate(rows)]
+        (path / "host.jsonl").write_text("".join(json.dumps(r) + "\n" for r in stamp))
+    notes = " ".join(compare(runs, metrics=["median_ttft_ms"]).attrs["notes"])
+    assert "the host was unsteady during b--chat--steady--0000abcd" in notes
+    assert "slower during b--chat--steady--0000abcd--r2" in notes
