@@ -114,7 +114,10 @@ def _bootstrap(sample: _Sample, stats: Sequence[str], n_boot: int, rng: Any) -> 
 
     A resample is a vector of per-request counts; each sorted value then carries its
     request's count, and a percentile of the resampled data is read off the cumulative
-    counts, so no resample is ever materialised or sorted.
+    counts, so no resample is ever materialised or sorted. The counts are only accumulated
+    over a window of sorted values around each percentile (where a resample's percentile
+    can fall: see :func:`_windows`), from the counts below it; a resample whose percentile
+    falls outside its window is computed over all values.
     """
     import numpy as np
 
@@ -124,6 +127,7 @@ def _bootstrap(sample: _Sample, stats: Sequence[str], n_boot: int, rng: Any) -> 
         return out
     if size == n and not {"mean", "std"} & set(stats):
         return _order_statistics(sample.values, stats, n_boot, rng)
+    # Resamples are drawn in the chunks they always were, so a seed gives the same draws.
     chunk = max(1, min(n_boot, _CELLS_PER_CHUNK // max(size, n)))
     v = sample.values
     quantiles = {
@@ -131,38 +135,30 @@ def _bootstrap(sample: _Sample, stats: Sequence[str], n_boot: int, rng: Any) -> 
         for stat in stats
         if stat == "median" or stat.startswith("p")
     }
+    per_request = np.bincount(sample.owner, minlength=n)  # values each request brings
+    sums = np.bincount(sample.owner, weights=v, minlength=n)
+    squares = np.bincount(sample.owner, weights=v * v, minlength=n)
+    windows = _windows(sample, quantiles.values())
     for start in range(0, n_boot, chunk):
         b = min(chunk, n_boot - start)
         draws = rng.integers(0, n, size=(b, n)) + (np.arange(b) * n)[:, None]
-        counts = np.bincount(draws.ravel(), minlength=b * n).reshape(b, n).astype(np.int32)
-        weights = counts[:, sample.owner]  # (b, size): copies of each sorted value
-        totals = weights.sum(axis=1, dtype=np.int64)
+        counts = np.bincount(draws.ravel(), minlength=b * n).reshape(b, n)
+        totals = counts @ per_request
         if "mean" in stats or "std" in stats:
-            mean = weights @ v / totals
+            mean = counts @ sums / totals
             if "mean" in stats:
                 out["mean"][start : start + b] = mean
             if "std" in stats:
-                var = weights @ (v * v) / totals - mean**2
+                var = counts @ squares / totals - mean**2
                 out["std"][start : start + b] = np.sqrt(np.maximum(var, 0.0))
-        if not quantiles:
-            continue
-        cum = np.cumsum(weights, axis=1, out=weights)  # in place: weights are not needed again
-        # One binary search for all rows: each row's cumulative counts, shifted past the last
-        # row's, make one ascending array.
-        offsets = np.arange(b, dtype=np.int64) * (int(totals.max()) + 1)
-        if offsets[-1] + int(totals.max()) < np.iinfo(np.int32).max:
-            cum += offsets[:, None].astype(np.int32)  # in place: no copy of b × size counts
-            flat = cum.ravel()
-        else:
-            flat = (cum + offsets[:, None]).ravel()
         for stat, q in quantiles.items():
             # numpy "linear": position h = q/100·(N−1) in the resampled, sorted data.
             h = q / 100.0 * (totals - 1)
             lower = np.floor(h)
             frac = h - lower
             upper = np.minimum(lower + 1, totals - 1)
-            a = v[np.minimum(_ranks(flat, offsets, lower, size), size - 1)]
-            c = v[np.minimum(_ranks(flat, offsets, upper, size), size - 1)]
+            lo_at, hi_at = _window_ranks(sample, counts, windows[q], lower, upper)
+            a, c = v[lo_at], v[hi_at]
             diff = c - a
             out[stat][start : start + b] = np.where(
                 frac >= 0.5, c - diff * (1 - frac), a + diff * frac
@@ -170,13 +166,59 @@ def _bootstrap(sample: _Sample, stats: Sequence[str], n_boot: int, rng: Any) -> 
     return out
 
 
-def _ranks(flat: Any, offsets: Any, positions: Any, size: int) -> Any:
-    """Per row, the index of the first sorted value whose cumulative count exceeds
-    ``positions[row]`` (``searchsorted(cum[row], positions[row], "right")`` for every row)."""
+def _windows(sample: _Sample, qs: Any) -> dict[float, tuple[int, int, Any]]:
+    """Per percentile, the sorted values a resample's percentile almost surely falls among:
+    (first, end, each request's count of values before ``first``).
+
+    A resample's count of values below the p-th sorted value moves, from the count it
+    had, by a sum over requests of (copies − 1) × (that request's values below it − its
+    share); copies are about Poisson(1), so its standard deviation is the root of the
+    summed squares. Eight of those either side (and some slack) leave out a resample
+    about once in 10¹⁵; one left out is computed over all values, so this only costs time.
+    """
     import numpy as np
 
-    found = np.searchsorted(flat, positions + offsets, side="right")
-    return found - np.arange(offsets.size) * size
+    n, size = sample.n_requests, sample.values.size
+    per_request = np.bincount(sample.owner, minlength=n)
+    out = {}
+    for q in qs:
+        at = int(q / 100.0 * (size - 1))
+        below = np.bincount(sample.owner[:at], minlength=n)
+        spread = math.sqrt(float(((below - per_request * (at / size)) ** 2).sum()))
+        margin = int(8 * spread) + 16 + int(per_request.max())
+        first, end = max(0, at - margin), min(size, at + margin + 1)
+        out[q] = (first, end, np.bincount(sample.owner[:first], minlength=n))
+    return out
+
+
+def _window_ranks(
+    sample: _Sample, counts: Any, window: tuple[int, int, Any], lower: Any, upper: Any
+) -> tuple[Any, Any]:
+    """Per resample, the indices of the sorted values at positions ``lower`` and ``upper``
+    of the resampled data (``searchsorted(cum, position, "right")`` on its cumulative counts)."""
+    import numpy as np
+
+    first, end, below_first = window
+    size = sample.values.size
+    b = counts.shape[0]
+    base = counts @ below_first  # per resample: values before the window
+    cum = np.cumsum(counts[:, sample.owner[first:end]], axis=1)
+    cum += base[:, None]
+    inside = (base <= lower) & (upper < cum[:, -1]) if end > first else np.zeros(b, dtype=bool)
+    lo_at = first + _count_at_most(cum, lower)
+    hi_at = first + _count_at_most(cum, upper)
+    outside = np.flatnonzero(~inside)
+    if outside.size:  # the whole cumulative counts of those resamples
+        full = np.cumsum(counts[outside][:, sample.owner], axis=1)
+        lo_at[outside] = _count_at_most(full, lower[outside])
+        hi_at[outside] = _count_at_most(full, upper[outside])
+    return np.minimum(lo_at, size - 1), np.minimum(hi_at, size - 1)
+
+
+def _count_at_most(cum: Any, positions: Any) -> Any:
+    """Per row of ascending ``cum``: how many of its values are ≤ ``positions[row]``
+    (``searchsorted(cum[row], positions[row], "right")``)."""
+    return (cum <= positions[:, None]).sum(axis=1, dtype=int)
 
 
 def _order_statistics(values: Any, stats: Sequence[str], n_boot: int, rng: Any) -> dict[str, Any]:

@@ -39,17 +39,59 @@ INT_COLUMNS = (
 
 
 @dataclass(frozen=True)
+class Coded:
+    """A string column as its distinct ``labels`` and one small integer code per record.
+
+    A million statuses are a handful of labels: tests and counts run on the codes, and the
+    strings are made only for the records asked for (``coded[mask]``).
+    """
+
+    labels: Any  # numpy object array of str
+    codes: Any  # numpy int array, one per record
+
+    @classmethod
+    def of(cls, values: Any) -> Coded:
+        """From an array of str."""
+        import numpy as np
+
+        labels, codes = np.unique(np.asarray(values, dtype=object).astype(str), return_inverse=True)
+        return cls(labels.astype(object), codes.reshape(-1))
+
+    def isin(self, *values: str) -> Any:
+        """Per record: True where its string is one of ``values``."""
+        import numpy as np
+
+        wanted = [i for i, label in enumerate(self.labels) if label in values]
+        if len(wanted) == 1:
+            return self.codes == wanted[0]
+        return np.isin(self.codes, wanted)
+
+    def distinct(self, mask: Any) -> list[str]:
+        """The strings of the ``mask``ed records, each once, sorted."""
+        import numpy as np
+
+        present = np.bincount(self.codes[mask], minlength=len(self.labels)) > 0
+        return sorted(str(label) for label in self.labels[present])
+
+    def __getitem__(self, index: Any) -> Any:
+        return self.labels[self.codes[index]]
+
+    def __len__(self) -> int:
+        return len(self.codes)
+
+
+@dataclass(frozen=True)
 class Columns:
     """Numpy views of the records a summary needs; ``itl_blocks`` are (values, lengths)."""
 
     n: int
     floats: dict[str, Any]
     ints: dict[str, Any]
-    status: Any  # numpy array of str
+    status: Coded
     open_loop: Any  # numpy bool array
     itl_blocks: tuple[tuple[Any, Any], ...]
-    errors: Any = None  # numpy array of str: each record's error ("" when none)
-    replicas: Any = None  # numpy array of str: the server each record went to ("" when one)
+    errors: Coded | None = None  # each record's error ("" when none)
+    replicas: Coded | None = None  # the server each record went to ("" when one)
 
     def gaps(self, mask: Any) -> tuple[Any, Any]:
         """(pooled gaps, per-request gap counts) of the requests selected by ``mask``."""
@@ -79,6 +121,8 @@ def _from_frame(df: Any) -> Columns:
     import numpy as np
     import pandas as pd
 
+    from vprof.records import arrays
+
     n = len(df)
 
     def floats(name: str) -> Any:
@@ -91,10 +135,10 @@ def _from_frame(df: Any) -> Columns:
             return np.full(n, -1, dtype=np.int64)
         return pd.to_numeric(df[name], errors="coerce").fillna(-1).to_numpy(dtype=np.int64)
 
-    def strings(name: str, default: str) -> Any:
+    def strings(name: str, default: str) -> Coded:
         if name not in df:
-            return np.full(n, default, dtype=object)
-        return df[name].fillna(default).astype(str).to_numpy(dtype=object)
+            return Coded(np.array([default], dtype=object), np.zeros(n, dtype=np.int64))
+        return Coded.of(df[name].fillna(default).astype(str).to_numpy(dtype=object))
 
     status = strings("status", Status.OK.value)
     open_loop = (
@@ -106,7 +150,7 @@ def _from_frame(df: Any) -> Columns:
     if "itl_ms" in df and n:
         column = df["itl_ms"]
         if isinstance(column.dtype, pd.ArrowDtype):
-            blocks = tuple(_list_block(c) for c in _arrow_chunks(column) if len(c))
+            blocks = tuple(arrays.list_block(c) for c in _arrow_chunks(column) if len(c))
         else:
             lists = [np.asarray(v if v is not None else (), dtype=np.float64) for v in column]
             lengths = np.fromiter((v.size for v in lists), dtype=np.int64, count=n)
@@ -130,24 +174,11 @@ def _arrow_chunks(column: Any) -> list[Any]:
     return list(array.chunks) if isinstance(array, pa.ChunkedArray) else [array]
 
 
-def _list_block(chunk: Any) -> tuple[Any, Any]:
-    """(flat values, per-request lengths) of one Arrow list chunk, without Python loops."""
-    import numpy as np
-    import pyarrow.compute as pc
-
-    lengths = pc.list_value_length(chunk).to_numpy(zero_copy_only=False)
-    if chunk.null_count:  # a null list has no gaps
-        lengths = np.nan_to_num(lengths, nan=0)
-    values = chunk.flatten()  # respects slicing offsets; null lists contribute nothing
-    # Zero-copy when there are no null gaps; nulls (never written by vprof) become NaN.
-    flat = values.to_numpy(zero_copy_only=False).astype(np.float64, copy=False)
-    return flat, lengths.astype(np.int64, copy=False)
-
-
 def _from_table(table: Any) -> Columns:
     import numpy as np
     import pyarrow as pa
-    import pyarrow.compute as pc
+
+    from vprof.records import arrays
 
     n = table.num_rows
     names = set(table.column_names)
@@ -155,38 +186,21 @@ def _from_table(table: Any) -> Columns:
     def floats(name: str) -> Any:
         if name not in names:
             return np.full(n, np.nan)
-        # Nulls become NaN in to_numpy; fill_null is avoided (it costs a pandas import).
-        col = table.column(name).cast(pa.float64())
-        return col.to_numpy().astype(np.float64, copy=False)
+        return arrays.floats(table.column(name).cast(pa.float64()))  # no-op for vprof's files
 
     def ints(name: str) -> Any:
         if name not in names:
             return np.full(n, -1, dtype=np.int64)
-        col = table.column(name).cast(pa.int64())
-        if col.null_count:
-            return np.nan_to_num(col.to_numpy().astype(np.float64), nan=-1).astype(np.int64)
-        return col.to_numpy()
+        return arrays.ints(table.column(name).cast(pa.int64()), fill=-1)
 
-    def strings(name: str, default: str) -> Any:
+    def strings(name: str, default: str) -> Coded:
         if name not in names:
-            return np.full(n, default, dtype=object)
-        # Dictionary-encode so a million statuses become small integer codes, not objects.
-        encoded = pc.dictionary_encode(table.column(name).combine_chunks())
-        labels = np.asarray(encoded.dictionary.to_pylist(), dtype=object)
-        if not labels.size:
-            return np.full(n, default, dtype=object)
-        codes = encoded.indices.to_numpy(zero_copy_only=False)
-        missing = np.isnan(codes) if codes.dtype.kind == "f" else np.zeros(n, dtype=bool)
-        codes = np.nan_to_num(codes, nan=0).astype(np.int64, copy=False)
-        values = labels[codes]
-        values[missing] = default
-        return values
+            return Coded(np.array([default], dtype=object), np.zeros(n, dtype=np.int64))
+        return Coded(*arrays.encoded(table.column(name), default))
 
     status = strings("status", Status.OK.value)
     open_loop = (
-        table.column("open_loop").to_numpy(zero_copy_only=False) == True  # noqa: E712 (nulls)
-        if "open_loop" in names
-        else np.zeros(n, dtype=bool)
+        arrays.bools(table.column("open_loop")) if "open_loop" in names else np.zeros(n, dtype=bool)
     )
     chunks = table.column("itl_ms").chunks if "itl_ms" in names else []
     return Columns(
@@ -195,7 +209,7 @@ def _from_table(table: Any) -> Columns:
         {name: ints(name) for name in INT_COLUMNS},
         status,
         open_loop,
-        tuple(_list_block(chunk) for chunk in chunks if len(chunk)),
+        tuple(arrays.list_block(chunk) for chunk in chunks if len(chunk)),
         strings("error", ""),
         strings("replica", ""),
     )

@@ -121,14 +121,11 @@ class BlockQuantiles:
             return
         keys = self._key(x)
         try:  # negative floats (and -0.0) have negative keys: bincount refuses them
-            found = np.bincount(keys, minlength=self.counts.size)
+            found = np.bincount(keys)  # as long as the largest key: no 1 MB table per step
         except ValueError:
             self.fallback = True
             return
-        if found.size > self.counts.size:  # NaN or inf: top exponent
-            self.fallback = True
-            return
-        self.counts += found
+        self.counts[: found.size] += found
         if self._guessed:
             self._parts.append(x[self._wanted[keys]])
 

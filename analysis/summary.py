@@ -69,10 +69,12 @@ def summarize(
     out: dict[str, Any] = {"requests": int(keep.sum()), "excluded_warmup": int(cols.n - keep.sum())}
     out["completed"] = int(ok.sum())
     out["failed"] = int(failed.sum())
-    out["cancelled"] = int((keep & (status == Status.CANCELLED.value)).sum())
+    out["cancelled"] = int((keep & status.isin(Status.CANCELLED.value)).sum())
     out["not_sent"] = int((keep & np.isnan(f["sent_at"])).sum())
-    values, counts = np.unique(status[keep & ~ok].astype(str), return_counts=True)
-    out["errors_by_status"] = {str(v): int(c) for v, c in zip(values, counts, strict=True)}
+    counts = np.bincount(status.codes[keep & ~ok], minlength=len(status.labels))
+    out["errors_by_status"] = {
+        str(v): int(c) for v, c in sorted(zip(status.labels, counts, strict=True)) if c
+    }
     out["failures_by_cause"] = _causes(cols, failed)
     attempted = out["completed"] + out["failed"]
     # error_rate: failed / (completed + failed), as vllm counts it; cancelled and never-sent
@@ -195,13 +197,13 @@ def _per_replica(cols: Columns, keep: Any, ok: Any, duration: float) -> dict[str
 
     if cols.replicas is None:
         return {}
-    names = sorted({str(r) for r in cols.replicas[keep] if r})
+    names = [r for r in cols.replicas.distinct(keep) if r]
     if len(names) < 2:
         return {}
     f = cols.floats
     out: dict[str, dict[str, Any]] = {}
     for name in names:
-        mine = cols.replicas == name
+        mine = cols.replicas.isin(name)
         done = ok & mine
         ttft = f["ttft_ms"][done & np.isfinite(f["ttft_ms"])]
         out[name] = {
@@ -221,20 +223,34 @@ SCHEDULE_LAG_P99_LIMIT_MS = 100.0
 
 
 def _causes(cols: Columns, failed: Any) -> dict[str, int]:
-    """Failed requests by cause: ``timeout``, ``HTTP 503``, ``ConnectionError``, …"""
-    causes: dict[str, int] = {}
-    errors = cols.errors if cols.errors is not None else None
-    codes = cols.ints["http_status"]
-    for i in failed.nonzero()[0]:
-        if cols.status[i] == Status.TIMEOUT.value:
+    """Failed requests by cause: ``timeout``, ``HTTP 503``, ``ConnectionError``, …; the most
+    frequent first, ties in the order each cause first occurs."""
+    import numpy as np
+
+    rows = failed.nonzero()[0]
+    if not rows.size:
+        return {}
+    timeout = cols.status.isin(Status.TIMEOUT.value)[rows]
+    http = cols.ints["http_status"][rows]
+    error = cols.errors.codes[rows] if cols.errors is not None else np.zeros(rows.size, int)
+    # one integer per (timeout?, HTTP code, error text); few distinct ones, each named once
+    combos = np.stack(
+        [timeout, np.where(timeout, 0, http), np.where(timeout | (http >= 400), -1, error)], axis=1
+    )
+    distinct, first, counts = np.unique(combos, axis=0, return_index=True, return_counts=True)
+    causes: dict[str, list[int]] = {}  # cause -> [first row, count]
+    for (is_timeout, code, text), at, count in zip(distinct, first, counts, strict=True):
+        if is_timeout:
             cause = "timeout"
-        elif codes[i] >= 400:
-            cause = f"HTTP {codes[i]}"
+        elif code >= 400:
+            cause = f"HTTP {code}"
         else:
-            text = str(errors[i]) if errors is not None else ""
-            cause = text.split(":", 1)[0].strip()[:60] or "error"
-        causes[cause] = causes.get(cause, 0) + 1
-    return dict(sorted(causes.items(), key=lambda kv: -kv[1]))
+            label = str(cols.errors.labels[text]) if cols.errors is not None else ""
+            cause = label.split(":", 1)[0].strip()[:60] or "error"
+        seen = causes.setdefault(cause, [int(at), 0])
+        seen[0], seen[1] = min(seen[0], int(at)), seen[1] + int(count)
+    ordered = sorted(causes.items(), key=lambda kv: (-kv[1][1], kv[1][0]))
+    return {cause: count for cause, (_, count) in ordered}
 
 
 def _held_back(cols: Columns, keep: Any, cap: int | None) -> dict[str, Any]:
@@ -359,7 +375,7 @@ def masks(cols: Columns, warmup_until: float | None) -> tuple[Any, Any, Any]:
     keep = np.ones(cols.n, dtype=bool)
     if warmup_until is not None:
         keep &= ~(started_at < warmup_until)
-    return keep, keep & (cols.status == Status.OK.value), keep & np.isin(cols.status, _FAILED)
+    return keep, keep & cols.status.isin(Status.OK.value), keep & cols.status.isin(*_FAILED)
 
 
 def _nanmin(x: Any) -> float:
@@ -407,8 +423,11 @@ def _itl(
 ) -> tuple[BlockQuantiles, Any]:
     """Pooled-gap statistics of the ``mask``ed requests, and their chunks per 1-s bin.
 
-    Two streaming passes over the gap blocks (see :class:`BlockQuantiles`); no copy of all
-    the gaps is ever made. Returns the planned quantile state and the bins from ``t0``.
+    One streaming pass over the gap blocks (two when the sample's guess of where the
+    percentiles lie missed; see :class:`BlockQuantiles`) in steps of about a cache's worth;
+    no copy of all the gaps is ever made, and the pages of the records file each step has
+    read are handed back as it goes. Returns the planned quantile state and the bins from
+    ``t0``.
     """
     import numpy as np
 
@@ -424,8 +443,7 @@ def _itl(
         return quantiles, bins
     cumsum_scratch = np.empty(0)
     wanted = [50.0, *percentiles]
-    step = max(1, sum(v.size for v, _ in cols.itl_blocks) // 200_000)
-    quantiles.guess(np.concatenate([v[::step] for v, _ in cols.itl_blocks]), wanted)
+    quantiles.guess(_gap_sample(cols), wanted)
     for gaps, lengths, first_s in _gap_groups(cols, mask, t0):
         quantiles.add(gaps)
         if n_bins:
@@ -438,47 +456,99 @@ def _itl(
     return quantiles, bins
 
 
-_GROUP_VALUES = 1 << 22  # gaps per step (32 MB): measured faster than cache-sized steps
+_SAMPLE_VALUES = 200_000  # gaps in the sample that guesses where the percentiles lie
+_SAMPLE_SLICE = 256  # taken in slices this long, so the sample touches few pages
 
 
-def _gap_groups(cols: Columns, mask: Any, t0: float):
-    """Yield (gaps, per-request lengths, first-chunk s from ``t0``) for runs of blocks.
+def _gap_sample(cols: Columns) -> Any:
+    """About ``_SAMPLE_VALUES`` gaps from all over the run, in short contiguous slices."""
+    import numpy as np
 
-    The gaps array is a reused buffer: each yielded view is valid until the next step.
+    total = sum(v.size for v, _ in cols.itl_blocks)
+    if total <= _SAMPLE_VALUES:
+        return np.concatenate([v for v, _ in cols.itl_blocks])
+    parts = []
+    for values, _ in cols.itl_blocks:
+        want = values.size * _SAMPLE_VALUES // total
+        slices = -(-want // _SAMPLE_SLICE)
+        if not slices:
+            continue
+        length = want // slices
+        for start in np.linspace(0, values.size - length, slices).astype(np.int64):
+            parts.append(values[start : start + length])
+    return np.concatenate(parts) if parts else np.empty(0)
+
+
+# Gaps per step: a few MB, so the passes of one step after its first read from cache.
+_GROUP_VALUES = 1 << 18
+
+
+def _gap_groups(cols: Columns, mask: Any, t0: float, size: int = _GROUP_VALUES):
+    """Yield (gaps, per-request lengths, first-chunk s from ``t0``) of the ``mask``ed
+    requests, in steps of whole requests of about ``size`` gaps.
+
+    A block of whole requests is yielded as it is (a view of the records file), a larger one
+    in pieces, smaller ones gathered into a reused buffer: each yielded array is valid until
+    the next step. A block's pages of the records file are released once it has been used.
     """
     import numpy as np
 
+    from vprof.records.store import release
+
     first = cols.floats["first_token_at"]
-    biggest = max(v.size for v, _ in cols.itl_blocks)
-    buffer = np.empty(max(_GROUP_VALUES, biggest))
+    buffer = np.empty(0)
     pos = row = 0
-    lengths_parts: list[Any] = []
-    first_parts: list[Any] = []
+    pending: list[tuple[Any, Any]] = []  # (lengths, first) of what the buffer holds
+
+    def flush() -> Any:
+        out = (
+            buffer[:pos],
+            np.concatenate([p[0] for p in pending]),
+            np.concatenate([p[1] for p in pending]) - t0,
+        )
+        pending.clear()
+        return out
+
     for values, block_lengths in cols.itl_blocks:
         k = block_lengths.size
         m = mask[row : row + k]
         ft = first[row : row + k]
         row += k
-        whole = bool(m.all())
-        if whole:
-            lengths, n = block_lengths, values.size
+        if m.all():
+            lengths, gaps = block_lengths, values
         else:
             lengths, ft = block_lengths[m], ft[m]
-            n = int(lengths.sum())
             # Failed requests usually streamed no gaps: then every gap is kept, no compress.
-            whole = n == values.size
-        if pos + n > buffer.size:
-            yield buffer[:pos], np.concatenate(lengths_parts), np.concatenate(first_parts) - t0
-            pos, lengths_parts, first_parts = 0, [], []
-        if whole:
-            buffer[pos : pos + n] = values
+            n = int(lengths.sum())
+            gaps = values if n == values.size else values[np.repeat(m, block_lengths)]
+        if gaps.size >= size // 4:
+            if pending:
+                yield flush()
+                pos = 0
+            if gaps.size <= 2 * size:
+                yield gaps, lengths, ft - t0
+            else:  # in pieces of whole requests
+                ends = np.cumsum(lengths)
+                cuts = np.searchsorted(ends, np.arange(size, int(ends[-1]), size), side="right")
+                edges = [0, *(int(c) for c in np.unique(cuts)), lengths.size]
+                for a, b in zip(edges[:-1], edges[1:], strict=False):
+                    if b <= a:
+                        continue
+                    lo = int(ends[a - 1]) if a else 0
+                    yield gaps[lo : int(ends[b - 1])], lengths[a:b], ft[a:b] - t0
         else:
-            np.compress(np.repeat(m, block_lengths), values, out=buffer[pos : pos + n])
-        pos += n
-        lengths_parts.append(lengths)
-        first_parts.append(ft)
-    if lengths_parts:
-        yield buffer[:pos], np.concatenate(lengths_parts), np.concatenate(first_parts) - t0
+            if pos + gaps.size > buffer.size:
+                if pending:
+                    yield flush()
+                    pos = 0
+                if gaps.size > buffer.size:
+                    buffer = np.empty(max(size, gaps.size))
+            buffer[pos : pos + gaps.size] = gaps
+            pos += gaps.size
+            pending.append((lengths, ft))
+        release(values)
+    if pending:
+        yield flush()
 
 
 def _bin_chunks(bins: Any, gaps: Any, lengths: Any, first_s: Any, scratch: Any) -> None:
@@ -681,15 +751,23 @@ def timeline(records: Any, interval_s: float = 5.0) -> Any:
     cols = records if isinstance(records, Columns) else from_records(records)
     f = cols.floats
     columns = [
-        "t_s", "started", "finished", "failed", "request_throughput", "output_throughput",
-        "p50_ttft_ms", "p95_ttft_ms", "p50_tpot_ms", "p95_tpot_ms",
-    ]  # fmt: skip
+        "t_s",
+        "started",
+        "finished",
+        "failed",
+        "request_throughput",
+        "output_throughput",
+        "p50_ttft_ms",
+        "p95_ttft_ms",
+        "p50_tpot_ms",
+        "p95_tpot_ms",
+    ]
     started_at = np.where(np.isnan(f["sent_at"]), f["scheduled_at"], f["sent_at"])
     t0 = _nanmin(started_at)
     if math.isnan(t0):
         return pd.DataFrame(columns=columns)
     ends = np.where(np.isnan(f["finished_at"]), f["last_token_at"], f["finished_at"])
-    ok = cols.status == Status.OK.value
+    ok = cols.status.isin(Status.OK.value)
     start_bin = np.floor((started_at - t0) / interval_s)
     end_bin = np.floor((ends - t0) / interval_s)
     n_bins = int(np.nanmax(np.concatenate([start_bin, end_bin]))) + 1
@@ -712,7 +790,7 @@ def timeline(records: Any, interval_s: float = 5.0) -> Any:
             "t_s": np.arange(n_bins) * interval_s,
             "started": count(start_bin, np.ones(cols.n, dtype=bool)),
             "finished": count(end_bin, ok),
-            "failed": count(end_bin, np.isin(cols.status, _FAILED)),
+            "failed": count(end_bin, cols.status.isin(*_FAILED)),
         }
     )
     frame["request_throughput"] = frame["finished"] / interval_s

@@ -1,10 +1,15 @@
-"""How long does summarising one million request records take? (target: under 2 s)
+"""How long does summarising one million request records take, and how much memory?
+
+Targets: ``vprof summarize RUN`` under 1.5 s wall in a fresh interpreter (start-up
+included) and under 600 MB peak resident memory; the library call under 1 s.
 
 Writes a run folder with one million realistic records through ``RecordWriter`` (open
 loop at 200 req/s with schedule lag, lognormal TTFT, 64 inter-token gaps per completed
 request — 65 output tokens — 1 % failures with no gaps, Arrow batches of 1000 as the
-Locust side writes them), then times ``summarize_run`` and its two halves: reading the
-folder (``load_run``) and computing (``summarize``).
+Locust side writes them). Then runs ``vprof summarize RUN`` as a user would (a fresh
+interpreter; wall time and the child's peak resident set, which counts the pages of the
+memory-mapped records file it touched), and times ``summarize_run`` in-process with its
+two halves: reading the folder (``load_run``) and computing (``summarize``).
 
     .venv/bin/python benchmarks/summarize_1m.py                 # write (once) and time
     .venv/bin/python benchmarks/summarize_1m.py --records 200000 --repeat 5
@@ -16,6 +21,9 @@ reused on the next run unless ``--rewrite`` is given.
 from __future__ import annotations
 
 import argparse
+import os
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -61,8 +69,13 @@ def write_run(path: Path, n: int, gaps: int, seed: int = 0) -> float:
                     "expected_output_tokens": gaps + 1,
                 }
                 if failed[i]:
-                    row.update(status="error", http_status=503, error="Service Unavailable",
-                               finished_at=float(sent[i] + 0.02), itl_ms=[])  # fmt: skip
+                    row.update(
+                        status="error",
+                        http_status=503,
+                        error="Service Unavailable",
+                        finished_at=float(sent[i] + 0.02),
+                        itl_ms=[],
+                    )
                 else:
                     e2e = (last[i] - sent[i]) * 1000.0
                     row.update(
@@ -85,6 +98,18 @@ def write_run(path: Path, n: int, gaps: int, seed: int = 0) -> float:
     return time.perf_counter() - started
 
 
+def cli_run(command: list[str]) -> tuple[float, float]:
+    """Wall seconds and peak resident MB of one run of ``command`` (its output discarded)."""
+    started = time.perf_counter()
+    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - started
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode:
+        raise RuntimeError(f"{command} exited with {proc.returncode}: {proc.stderr.read()!r}")
+    return wall, usage.ru_maxrss / 1024.0  # Linux reports KiB
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=int, default=1_000_000)
@@ -104,11 +129,23 @@ def main() -> None:
         print(f"  written in {write_run(run, args.records, args.gaps):.1f} s")
     size_mb = folder.records.stat().st_size / 1e6
     print(f"records.arrow: {size_mb:,.0f} MB")
-    import os
-
-    import pandas  # noqa: F401  (imported by every CLI path anyway; not part of the timing)
-
     print(f"load average before timing: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
+    command = [
+        sys.executable,
+        "-m",
+        "vprof.cli.main",
+        "summarize",
+        str(run),
+        "--slo",
+        "ttft_p95=500ms",
+    ]
+    for i in range(args.repeat):
+        wall, peak_mb = cli_run(command)
+        print(
+            f"run {i + 1}: vprof summarize {wall:.2f} s wall (target < 1.5 s), "
+            f"peak memory {peak_mb:,.0f} MB (target < 600 MB)"
+        )
+    summary = None
     for i in range(args.repeat):
         wall, cpu = time.perf_counter(), time.process_time()
         loaded = load_run(run)
@@ -123,6 +160,8 @@ def main() -> None:
             f"run {i + 1}: summarize_run {total[0]:.2f} s wall / {total[1]:.2f} s CPU"
             f"  (read {read[0]:.2f} / {read[1]:.2f}, compute {compute[0]:.2f} / {compute[1]:.2f})"
         )
+    if summary is None:
+        return
     print(
         f"  {summary['requests']:,} requests after warm-up, {summary['completed']:,} completed, "
         f"p99 TTFT {summary['p99_ttft_ms']:.1f} ms, p99.9 ITL {summary['p99.9_itl_ms']:.2f} ms, "

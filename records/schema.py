@@ -238,7 +238,6 @@ def check_values(table: Any, path: str) -> None:
     than 30 days, negative or infinite durations and gaps, token counts out of range, rows
     without an id or a status."""
     import numpy as np
-    import pyarrow.compute as pc
 
     from vprof.common.errors import RunError
 
@@ -254,13 +253,16 @@ def check_values(table: Any, path: str) -> None:
             hint="records.arrow is written by vprof's load generator",
         )
 
+    from vprof.records import arrays
+    from vprof.records.store import release
+
     for name in ("request_id", "status"):
         if table.column(name).null_count:
-            refuse(name, table.column(name).is_null().to_numpy(zero_copy_only=False), "no value")
+            refuse(name, ~arrays.bools(table.column(name).is_valid()), "no value")
     first, last = math.inf, -math.inf
     for f in fields(RequestRecord):
         if f.type == "float":
-            values = table.column(f.name).to_numpy()
+            values = arrays.floats(table.column(f.name))
             # fmin/fmax skip NaN (not reached) and copy nothing: one pass each, no mask
             # unless something is out of range.
             lo, hi = (np.fmin.reduce(values), np.fmax.reduce(values)) if values.size else (0, 0)
@@ -278,7 +280,7 @@ def check_values(table: Any, path: str) -> None:
                 refuse(f.name, bad, f"{float(values[bad][0]):g}, not a duration in ms")
         elif f.name in _INT_RANGES:
             low, high = _INT_RANGES[f.name]
-            values = table.column(f.name).to_numpy()
+            values = arrays.ints(table.column(f.name), fill=low)
             if values.size and (values.min() < low or values.max() > high):
                 bad = (values < low) | (values > high)
                 refuse(f.name, bad, f"{int(values[bad][0]):,}, outside {low}…{high:,}")
@@ -288,15 +290,21 @@ def check_values(table: Any, path: str) -> None:
             path=path,
             hint="records.arrow is written by vprof's load generator",
         )
+    # A gap is a non-negative, finite float: read as unsigned integers, those are exactly the
+    # bit patterns up to the limit's (a sign bit, NaN or inf reads as larger): one pass, the
+    # exact test only when it fails (-0.0 passes it).
+    limit = np.float64(MAX_DURATION_MS).view(np.uint64)
     row = 0
     for chunk in table.column("itl_ms").chunks:
-        gaps = chunk.flatten().to_numpy(zero_copy_only=False)
-        # min() is NaN when a gap is NaN: a gap is always measured.
-        if gaps.size and not (gaps.min() >= 0 and gaps.max() <= MAX_DURATION_MS):
+        gaps, lengths = arrays.list_block(chunk)
+        if gaps.size and not (
+            gaps.view(np.uint64).max() <= limit
+            or (gaps.min() >= 0 and gaps.max() <= MAX_DURATION_MS)
+        ):
             bad = ~((gaps >= 0) & (gaps <= MAX_DURATION_MS))
-            lengths = pc.list_value_length(chunk).fill_null(0).to_numpy(zero_copy_only=False)
             rows = np.repeat(np.arange(lengths.size), lengths)
             mask = np.zeros(table.num_rows, dtype=bool)
             mask[row + rows[int(np.argmax(bad))]] = True
             refuse("itl_ms", mask, f"a gap of {float(gaps[bad][0]):g} ms")
+        release(gaps)
         row += len(chunk)

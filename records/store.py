@@ -3,10 +3,17 @@
 Each batch is complete on disk once written, so a run that dies keeps every batch it
 flushed; the reader stops cleanly at a torn tail and says so. Memory stays bounded by the
 batch size. What is read is checked against vprof's schema: other files are refused.
+
+The reader memory-maps the file: columns nobody reads are never loaded, and a pass over the
+inter-token gaps (most of a large file) hands the pages it has read back to the OS with
+:func:`release` as it goes, so a million requests' gaps never sit in memory all at once.
 """
 
 from __future__ import annotations
 
+import mmap
+import threading
+import weakref
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -123,10 +130,10 @@ def read_records_file(path: Path) -> RecordsFile:
     if path.is_dir():
         raise RunError("a folder, not a records file", path=where)
     try:
-        source = pa.memory_map(str(path), "r")
+        source = pa.BufferReader(_map(path))
     except FileNotFoundError:
         raise RunError("no records file", path=where) from None
-    except (OSError, pa.ArrowException) as exc:
+    except (OSError, ValueError, pa.ArrowException) as exc:
         raise RunError(f"cannot read it: {exc}", path=where) from None
     size = source.size()
     if size == 0:
@@ -158,6 +165,56 @@ def read_records_file(path: Path) -> RecordsFile:
     table = conform(pa.Table.from_batches(batches, schema=reader.schema), where)
     check_values(table, where)
     return RecordsFile(table, len(batches), torn)
+
+
+# Mappings made by the reader, by address: (start, end, the mapping); see release().
+_MAPPINGS: list[tuple[int, int, weakref.ref[mmap.mmap]]] = []
+_MAPPINGS_LOCK = threading.Lock()
+
+
+def _map(path: Path):  # -> pyarrow.Buffer over a read-only mapping of the file
+    """The file memory-mapped read-only, as an Arrow buffer (an empty buffer for an empty file).
+
+    Python's own ``mmap`` rather than ``pyarrow.memory_map``, for its ``madvise`` (see
+    :func:`release`). The mapping lives as long as an Arrow buffer sliced from it does.
+    """
+    import numpy as np
+    import pyarrow as pa
+
+    with open(path, "rb") as file:
+        if not file.seek(0, 2):
+            return pa.py_buffer(b"")
+        mapping = mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ)
+    start = np.frombuffer(mapping, dtype=np.uint8).ctypes.data
+    with _MAPPINGS_LOCK:
+        _MAPPINGS[:] = [m for m in _MAPPINGS if m[2]() is not None]
+        _MAPPINGS.append((start, start + len(mapping), weakref.ref(mapping)))
+    return pa.py_buffer(mapping)
+
+
+def release(values: Any) -> None:
+    """Hand back to the OS the pages of a memory-mapped records file that ``values`` (a numpy
+    view into one, e.g. a block of gaps) occupies. They stay in the OS's file cache, and a
+    later read maps them again, unchanged; an array that is not such a view is left alone.
+    """
+    try:
+        address = values.ctypes.data
+        nbytes = values.nbytes
+    except AttributeError:
+        return
+    if not nbytes:
+        return
+    with _MAPPINGS_LOCK:
+        for start, end, ref in _MAPPINGS:
+            mapping = ref()
+            if mapping is not None and start <= address and address + nbytes <= end:
+                page = mmap.PAGESIZE
+                first = (address - start) // page * page
+                try:
+                    mapping.madvise(mmap.MADV_DONTNEED, first, address + nbytes - start - first)
+                except (ValueError, OSError):
+                    pass  # closed meanwhile, or not permitted: the pages stay, nothing is lost
+                return
 
 
 def _only_end_marker(source: Any, end: int, size: int) -> bool:
