@@ -231,29 +231,24 @@ def write_report(
     out: str | Path,
     *,
     progress: Callable[[str], None] | None = None,
+    force: bool = False,
     **options: Any,
 ) -> Path:
     """Write one self-contained HTML report of ``paths`` (run, bench or sweep folders) to ``out``.
 
     ``options``: ``slo``, ``target_rps``, ``headroom``, ``gpu_hour_price``, ``baseline``,
-    ``n_boot``, ``seed``, ``title`` (see :func:`vprof.report.options.check_options`).
+    ``n_boot``, ``seed``, ``title`` (see :func:`vprof.report.options.check_options`). An
+    existing ``out`` that is not a vprof report is left alone (``OutputError``) unless
+    ``force``; a file of the runs read is never written over.
 
     Example:
         >>> write_report(["vprof-runs/"], "report.html", slo="ttft_p95=500ms", target_rps=40)
         ... # doctest: +SKIP
     """
+    from vprof.records.outputs import REPORT, claim_output, protected_inputs, write_output
     from vprof.report.html import render
 
     paths = list(paths)
+    target = claim_output(out, REPORT, force=force, protected=protected_inputs(paths))
     data = build_data(paths, progress=progress, **options)
-    target = Path(out)
-    if target.is_dir():
-        raise ReportError(
-            "is a folder", path=str(target), hint="give a file name such as report.html"
-        )
-    html = render(data)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(target.name + ".tmp")
-    tmp.write_text(html, encoding="utf-8")
-    tmp.replace(target)
-    return target
+    return write_output(target, render(data))
