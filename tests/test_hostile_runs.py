@@ -10,6 +10,7 @@ Part of the hostile-input suite (``test_hostile_input.py`` holds the other class
 from __future__ import annotations
 
 import json
+import socket
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -20,7 +21,7 @@ from click.testing import CliRunner
 from test_hostile_input import assert_refused, run, write  # noqa: F401  (run is a fixture)
 
 from vprof.cli.main import cli
-from vprof.common.errors import LaunchError
+from vprof.common.errors import LaunchError, RunError
 from vprof.emulator.config import EmulatorConfig
 from vprof.emulator.server import Emulator
 from vprof.records import RunDir
@@ -153,6 +154,8 @@ REFUSED_AT_ONCE = [
     (["sweep", "batched-tokens", "base", "--url", "http://h:1"], ["--url: a sweep of server"]),
     (["sweep", "set", "base", "max-num-seqs=8,16", "--url", "http://h:1"],
      ["--url: a sweep of server settings"]),
+    (["bench", "dep", "--url", "http://127.0.0.1:8000", "--url", "http://localhost:8000"],
+     ["--url: 'http://localhost:8000' names the same server as 'http://127.0.0.1:8000'"]),
     (["bench", "base", "--tokenizer", "/nope"], ["--tokenizer: no such file or folder: /nope"]),
     (["sweep", "load", "base", "--levels", "2", "--tokenizer", "/nope"], ["--tokenizer: no such"]),
 ]  # fmt: skip
@@ -167,6 +170,53 @@ def test_what_the_command_line_gets_wrong_is_refused_before_anything_runs(
 ):
     assert_refused(run(*args, "--out", str(tmp_path / "out")), *fragments)
     assert not (tmp_path / "out").exists()
+
+
+def _own_address() -> str:
+    import psutil
+
+    return next(
+        a.address
+        for addrs in psutil.net_if_addrs().values()
+        for a in addrs
+        if a.family == socket.AF_INET and not a.address.startswith("127.")
+    )
+
+
+@pytest.mark.parametrize(
+    "first, second",
+    [
+        ("http://127.0.0.1:8000", "http://localhost:8000"),
+        ("http://localhost:8000", "http://[::1]:8000"),
+        ("http://127.0.0.1:8000", "http://127.0.0.2:8000"),
+        ("http://0.0.0.0:8000", "http://127.0.0.1:8000/"),
+        ("http://[::ffff:10.0.0.9]:80", "http://10.0.0.9"),
+        ("http://localhost:8000", "http://{own}:8000"),
+        ("https://10.0.0.9", "http://10.0.0.9:443"),
+    ],
+)
+def test_one_server_is_one_replica_however_its_address_is_spelt(first, second):
+    from vprof.locustfiles.balance import check_replicas
+
+    if "{own}" in second:
+        second = second.format(own=_own_address())
+    with pytest.raises(RunError, match="names the same server as"):
+        check_replicas([first, second])
+
+
+@pytest.mark.parametrize(
+    "urls",
+    [
+        ("http://127.0.0.1:8000", "http://127.0.0.1:8001"),
+        ("http://10.0.0.5:8000", "http://10.0.0.6:8000"),
+        ("http://gateway:80/a", "http://gateway:80/b"),
+        ("http://no-such-host.invalid:1", "http://other-host.invalid:1"),
+    ],
+)
+def test_different_servers_stay_replicas(urls):
+    from vprof.locustfiles.balance import check_replicas
+
+    assert check_replicas(urls) == urls
 
 
 def test_a_tokenizer_that_is_not_one_is_refused_before_any_server_starts(no_launch, tmp_path):
