@@ -27,7 +27,7 @@ from typing import Any
 from vprof.analysis.bootstrap import STAT, all_bootstraps
 from vprof.analysis.keys import CLIENT_FIX
 from vprof.analysis.keys import SummaryKey as K
-from vprof.analysis.run import Run, display_names, load_run, summarize_loaded
+from vprof.analysis.run import Run, damage, display_names, load_run, summarize_loaded
 from vprof.analysis.summary import HELD_BACK
 from vprof.common.errors import RunError
 
@@ -95,6 +95,11 @@ class Group:
     def suspect(self) -> list[str]:
         """Runs of this group whose load generator was the bottleneck."""
         return [str(s.get(K.RUN)) for s in self.summaries if client_limited(s)]
+
+    @property
+    def damage(self) -> list[str]:
+        """Runs of this group read from a damaged records file, and how much was readable."""
+        return damage(self.summaries)
 
     def suspect_for(self, metric: str) -> list[str]:
         """Runs whose client makes ``metric`` untrustworthy. A run only held back by the
@@ -181,8 +186,10 @@ def compare(
     :func:`group_runs`) or a list of explicit groups (lists of runs). Columns: ``metric``,
     ``baseline``, ``baseline_value``, ``run``, ``value``, ``diff_pct``, ``ci_low_pct``,
     ``ci_high_pct``, ``runs`` (how many on each side), ``method``, ``significant``,
-    ``stable``, ``suspect``, ``better`` and a plain ``verdict``. The frame's
-    ``attrs["notes"]`` says what the reader must know (different workloads, say).
+    ``stable``, ``suspect``, ``better``, a plain ``verdict`` and ``warnings`` (the damaged
+    runs on either side, see :func:`vprof.analysis.run.damage`). The frame's
+    ``attrs["notes"]`` says what the reader must know (different workloads, say), and
+    ``attrs["warnings"]`` every damaged run compared.
     ``summaries`` (by run path) are reused instead of summarising those runs again.
 
     Example:
@@ -209,9 +216,10 @@ def compare(
                 row = _between_runs(metric, base, other)
             else:
                 row = _within_run(metric, base, other, boots[0].get(metric), boots[i].get(metric))
-            rows.append(_judge(row, base, other))
+            rows.append({**_judge(row, base, other), "warnings": base.damage + other.damage})
     frame = pd.DataFrame(rows)
     frame.attrs["notes"] = _notes(groups)
+    frame.attrs["warnings"] = [line for g in groups for line in g.damage]
     if open_loop:
         frame.attrs["notes"].append(
             "open loop: TTFT and E2E latency are measured from each request's intended send "

@@ -79,6 +79,7 @@ def report(
         runs, out, slo=slo, target_rps=target_rps, headroom=headroom,
         gpu_hour_price=gpu_hour_price, baseline=baseline, n_boot=n_boot, seed=seed, title=title,
         progress=lambda message: click.echo(message, err=True), force=force,
+        warn=lambda line: click.echo(f"warning: {line}", err=True),
     )  # fmt: skip
     size_mb = path.stat().st_size / 1e6
     click.echo(f"wrote {path} ({size_mb:.1f} MB)")

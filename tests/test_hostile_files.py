@@ -622,3 +622,40 @@ def test_tune_refuses_a_foreign_file_where_it_writes_before_any_server(tmp_path,
         prepare(_tune(out))
     assert (out / name).read_text() == "model: mine\n"
     prepare(_tune(out, force=True))
+
+
+# ------------------------------------------------------ damage is said wherever a run is read
+
+READERS = {
+    "summarize": ["summarize", "{a}", "{b}", "--format", "json"],
+    "compare": ["compare", "{a}", "vs", "{b}", "--format", "json"],
+    "plan": ["plan", "{a}", "{b}", "--rps", "4", "--slo", "ttft_p95=10s", "--format", "json"],
+    "report": ["report", "{a}", "{b}", "-o", "{out}"],
+}
+
+
+@pytest.mark.parametrize("command", list(READERS))
+def test_damaged_records_are_said_on_stderr_and_in_the_json_of_every_reader(
+    run,  # noqa: F811
+    tmp_path,
+    command,
+):
+    a = good_run(tmp_path / "runs" / "a")
+    b = good_run(tmp_path / "runs" / "b")
+    assert run("summarize", str(a), "--save").exit_code == 0  # a summary.json that is now stale
+    cut(a, (batch_ends(a)[2] + batch_ends(a)[3]) // 2)
+    note = read_records_file(RunDir(a).records).describe(N)
+    out = tmp_path / "r.html"
+    args = [x.format(a=a, b=b, out=out) for x in READERS[command]]
+    result = run(*args)
+    assert result.exit_code == 0, result.output
+    said = [line for line in result.stderr.splitlines() if line.startswith("warning: ")]
+    assert len(said) == 1 and said[0].endswith(f": {note}"), result.stderr
+    if command == "report":
+        assert note in out.read_text()
+        return
+    document = json.loads(result.stdout)
+    if command == "summarize":
+        assert [s.get("records_note") for s in document] == [note, None]
+    else:
+        assert all(row["warnings"] == [said[0].removeprefix("warning: ")] for row in document)
