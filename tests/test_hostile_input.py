@@ -420,6 +420,18 @@ TRAFFIC_REFUSED = [
     ("kind: 010\nduration_s: 10\n", ["t.yaml:1: kind: unknown kind '010'"]),
     (SEVEN_LEVEL_BOMB, ["t.yaml:", "expands to more than 200,000 values"]),
     (
+        "kind: spike\nduration_s: 10\nusers: 0\nspike_users: 0\n",
+        ["t.yaml:3: users: users is 0 and spike_users is 0 too: no request would ever be sent"],
+    ),
+    (
+        "kind: spike\nduration_s: 10\nusers: 0\n",
+        ["t.yaml:3: users: users is 0 and spike_users is 0 too"],
+    ),
+    (
+        "kind: spike\nduration_s: 10\nusers: 0\nspike_users: 8\nspike_at_s: 10\nspike_s: 5\n",
+        ["t.yaml:3: users: users is 0 and the spike (spike_at_s, spike_s) never falls within"],
+    ),
+    (
         b"kind: steady\nduration_s: 10\ndescription: \xff\n",
         ["t.yaml:3: cannot read the traffic shape file: byte 0xff"],
     ),

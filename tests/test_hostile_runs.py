@@ -156,6 +156,9 @@ REFUSED_AT_ONCE = [
      ["--url: a sweep of server settings"]),
     (["bench", "dep", "--url", "http://127.0.0.1:8000", "--url", "http://localhost:8000"],
      ["--url: 'http://localhost:8000' names the same server as 'http://127.0.0.1:8000'"]),
+    (["bench", "dep", "--url", "http://h:1", "--fresh-server", "--repeat", "2"],
+     ["--fresh-server: --fresh-server restarts the server between repeats, but vprof did not "
+      "start the server at --url http://h:1"]),
     (["bench", "base", "--tokenizer", "/nope"], ["--tokenizer: no such file or folder: /nope"]),
     (["sweep", "load", "base", "--levels", "2", "--tokenizer", "/nope"], ["--tokenizer: no such"]),
 ]  # fmt: skip
@@ -399,3 +402,52 @@ def test_a_settings_sweep_whose_servers_never_start_writes_nothing(tmp_path, mon
     assert "the server died at start-up" in result.output
     assert "nothing to recommend" in result.output
     assert not Path("o").exists()  # no sweep.json, no report.html, no empty folder
+
+
+# ------------------------------------------------------- contradictory options, refused first
+
+
+@pytest.mark.parametrize(
+    "workload, fragment",
+    [
+        ("chat", "but workload 'chat' is not a trace"),
+        ("{other}", "replays another trace or window"),
+    ],
+)
+def test_a_trace_replay_with_another_workload_is_refused_before_any_server(
+    no_launch, tmp_path, workload, fragment
+):
+    from vprof.workloads.loading import get_workload
+
+    sample = get_workload("sample-trace")
+    other = write(
+        tmp_path / "other.yaml",
+        f"kind: trace\nfile: {sample.trace.file}\ntime_scale: 3\nendpoint: completions\n",
+    )
+    args = [
+        "bench",
+        "base",
+        "--traffic",
+        "sample-trace",
+        "--workload",
+        workload.format(other=other),
+        "--out",
+        str(tmp_path / "out"),
+    ]
+    assert_refused(
+        no_launch(*args),
+        "--traffic: traffic 'sample-trace' sends requests at the "
+        "times of trace workload 'sample-trace'",
+        fragment,
+    )
+
+
+def test_a_trace_replay_with_its_own_workload_by_name_or_path_passes_the_check():
+    from vprof.traffic import get_shape
+    from vprof.traffic.shape import check_pairing
+    from vprof.workloads.loading import get_workload
+
+    shape = get_shape("sample-trace")
+    check_pairing(shape, get_workload("sample-trace"))
+    check_pairing(shape, get_workload(get_workload("sample-trace").source))
+    check_pairing(get_shape("steady"), get_workload("chat"))  # not a replay: nothing to pair
