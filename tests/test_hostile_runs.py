@@ -25,6 +25,7 @@ from vprof.common.errors import LaunchError, RunError
 from vprof.emulator.config import EmulatorConfig
 from vprof.emulator.server import Emulator
 from vprof.records import RunDir
+from vprof.records.store import read_records_file
 
 
 class _Hostile(BaseHTTPRequestHandler):
@@ -32,6 +33,7 @@ class _Hostile(BaseHTTPRequestHandler):
     server that does not implement completions)."""
 
     post_status = 501
+    post_stream: tuple[bytes, ...] = ()  # set: every POST is HTTP 200 with these bodies in turn
     max_model_len = 4096
     posts: list[str]
 
@@ -62,8 +64,18 @@ class _Hostile(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         self.posts.append(self.path)
         length = int(self.headers.get("content-length") or 0)
-        self.rfile.read(length)
-        self._send(self.post_status, {"error": {"message": "Not Implemented"}})
+        body = json.loads(self.rfile.read(length) or b"{}")
+        if self.post_stream and body.get("stream"):
+            stream = self.post_stream[len(self.posts) % len(self.post_stream)]
+            self.send_response(200)
+            self.send_header("content-type", "text/event-stream")
+            self.send_header("content-length", str(len(stream)))
+            self.end_headers()
+            self.wfile.write(stream)
+        elif self.post_stream:  # the warm-up's plain completion
+            self._send(200, {"choices": [{"text": "ok", "index": 0}]})
+        else:
+            self._send(self.post_status, {"error": {"message": "Not Implemented"}})
 
 
 def _serve(**attrs) -> Iterator[tuple[str, list[str]]]:
@@ -451,3 +463,45 @@ def test_a_trace_replay_with_its_own_workload_by_name_or_path_passes_the_check()
     check_pairing(shape, get_workload("sample-trace"))
     check_pairing(shape, get_workload(get_workload("sample-trace").source))
     check_pairing(get_shape("steady"), get_workload("chat"))  # not a replay: nothing to pair
+
+
+# ------------------------------------------------------------- fail fast, for the right reason
+
+MALFORMED = (
+    b"data: <html>gateway</html>\n\ndata: [DONE]\n\n",  # not JSON
+    b'data: {"object": "text_completion"}\n\ndata: [DONE]\n\n',  # no chunk with choices
+    b'data: {"choices": [{"text": "a", "index": 0}]}\n\n',  # no [DONE]
+)
+
+
+def test_a_server_answering_200_with_malformed_streams_gets_a_handful_of_requests(tmp_path):
+    """Every kind of failed request feeds the users' back-off, not only HTTP errors: 2 closed-
+    loop users for 3 s against a server whose every stream is broken (in turn: not JSON, no
+    chunk with choices, no [DONE]) send a handful of requests each. Before, an answer with
+    HTTP 200 reset the back-off: 537-677 requests here."""
+    from vprof.runs.bench import resolve_profiles as profiles
+    from vprof.runs.bench import run_bench
+    from vprof.runs.spec import BenchSpec
+
+    shape = write(tmp_path / "t.yaml", "kind: steady\nusers: 2\nduration_s: 3\n")
+    said: list[str] = []
+    for url, posts in _serve(post_stream=MALFORMED):
+        spec = BenchSpec(
+            traffic=(str(shape),),
+            workload="tiny-smoke",
+            out_dir=tmp_path / "out",
+            url=url,
+            metrics=False,
+        )
+        (outcome,) = run_bench(profiles(["dep"], url=url, say=said.append), spec, said.append)
+        sent = len(posts)
+    print(f"{sent} requests in all (4 of them the warm-up)")
+    assert outcome.state == "failed" and outcome.reason.startswith("every request failed (")
+    assert sent <= 40, sent
+    errors = read_records_file(RunDir(outcome.run.path).records).table.column("error")
+    assert {e.split(":")[0] for e in errors.to_pylist()} >= {
+        "StreamError",
+        "never received a chunk with choices",
+        "stream ended without [DONE]",
+    }
+    assert "backing off" in RunDir(outcome.run.path).locust_log.read_text()
