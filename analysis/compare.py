@@ -35,7 +35,7 @@ from vprof.analysis.alternation import (
 from vprof.analysis.bootstrap import STAT, all_bootstraps
 from vprof.analysis.keys import CLIENT_FIX
 from vprof.analysis.keys import SummaryKey as K
-from vprof.analysis.run import Run, display_names, load_run, summarize_loaded
+from vprof.analysis.run import Run, damage, display_names, load_run, summarize_loaded
 from vprof.analysis.summary import HELD_BACK
 from vprof.common.errors import RunError
 
@@ -113,6 +113,11 @@ class Group:
     def suspect(self) -> list[str]:
         """Runs of this group whose load generator was the bottleneck."""
         return [str(s.get(K.RUN)) for s in self.summaries if client_limited(s)]
+
+    @property
+    def damage(self) -> list[str]:
+        """Runs of this group read from a damaged records file, and how much was readable."""
+        return damage(self.summaries)
 
     def suspect_for(self, metric: str) -> list[str]:
         """Runs whose client makes ``metric`` untrustworthy. A run only held back by the
@@ -212,9 +217,11 @@ def compare(
     ``ci_high_pct``, ``detectable_pct`` (the smallest change the design would have found with
     80 % power; NaN with one run a side), ``runs`` (how many on each side), ``method`` (the
     design: paired t over interleaved repeats, Welch t, or a request bootstrap),
-    ``significant``, ``stable``, ``suspect``, ``better`` and a plain ``verdict``; with
-    ``detect`` (a shift in %) also ``power_pct``, the power at that shift. The frame's
-    ``attrs["notes"]`` says what the reader must know (different workloads, say).
+    ``significant``, ``stable``, ``suspect``, ``better``, a plain ``verdict`` and
+    ``warnings`` (the damaged runs on either side, see :func:`vprof.analysis.run.damage`);
+    with ``detect`` (a shift in %) also ``power_pct``, the power at that shift. The frame's
+    ``attrs["notes"]`` says what the reader must know (different workloads, say), and
+    ``attrs["warnings"]`` every damaged run compared.
     ``summaries`` (by run path) are reused instead of summarising those runs again.
 
     Example:
@@ -245,9 +252,11 @@ def compare(
                 row = _between_runs(metric, base, other)
             else:
                 row = _within_run(metric, base, other, boots[0].get(metric), boots[i].get(metric))
-            rows.append(_judge(row, base, other, detect))
+            judged = _judge(row, base, other, detect)
+            rows.append({**judged, "warnings": base.damage + other.damage})
     frame = pd.DataFrame(rows)
     frame.attrs["notes"] = _notes(groups)
+    frame.attrs["warnings"] = [line for g in groups for line in g.damage]
     if open_loop:
         frame.attrs["notes"].append(
             "open loop: TTFT and E2E latency are measured from each request's intended send "
@@ -296,8 +305,10 @@ def _compare_alternating(
                 row["missing"] = True
             else:
                 row.update(interval_fields(interval))
-            rows.append(_judge(row, base, other, detect))
+            judged = _judge(row, base, other, detect)
+            rows.append({**judged, "warnings": base.damage + other.damage})
     frame = pd.DataFrame(rows)
+    frame.attrs["warnings"] = [line for g in groups for line in g.damage]
     alt = alternation(phases[0])
     assert alt is not None
     swapped = " (the servers swapped profiles halfway)" if len(phases) > 1 else ""

@@ -35,6 +35,7 @@ class SummaryKey(StrEnum):
     PER_REPLICA = "per_replica"
     GPUS_PER_REPLICA = "gpus_per_replica"
     METRICS_FROM = "metrics_from"  # older runs over several replicas: /metrics from one only
+    RECORDS_NOTE = "records_note"  # a damaged records file: how much of it was readable
     # requests
     REQUESTS = "requests"
     EXCLUDED_WARMUP = "excluded_warmup"

@@ -62,6 +62,7 @@ class ProfilePlan:
     message: str = ""
     gpus_per_replica: int | None = None
     scaling_efficiency: float | None = None  # measured with several replicas, when given
+    warnings: tuple[str, ...] = ()  # its runs read from damaged records files
 
     @property
     def gpus(self) -> int | None:
@@ -100,9 +101,15 @@ class Plan:
                 "levels": len(p.levels),
                 "basis": p.basis,
                 "plan": p.message,
+                "warnings": list(p.warnings),
             }
             for p in self.profiles
         ]
+
+    @property
+    def warnings(self) -> list[str]:
+        """Every damaged run the plan read (see :func:`vprof.analysis.run.damage`)."""
+        return [line for p in self.profiles for line in p.warnings]
 
     def evidence_rows(self) -> list[dict[str, Any]]:
         """One row per measured level: the evidence behind each profile's answer."""
@@ -146,14 +153,20 @@ def plan(
         raise SloError(
             "a plan needs percentile targets such as ttft_p95=500ms (or errors=1%)", key="--slo"
         )
+    from vprof.analysis.run import damage
+
     summaries = [_summary(item, slo) for item in runs_or_summaries]
     by_profile: dict[str, list[Level]] = {}
+    damaged: dict[str, list[str]] = {}
     for summary in summaries:
-        by_profile.setdefault(str(summary.get(K.PROFILE) or summary.get(K.RUN)), []).append(
-            _level(summary, slo)
-        )
+        name = str(summary.get(K.PROFILE) or summary.get(K.RUN))
+        by_profile.setdefault(name, []).append(_level(summary, slo))
+        damaged.setdefault(name, []).extend(damage([summary]))
     plans = [
-        _plan_profile(name, levels, target_rps, headroom, str(slo))
+        dataclasses.replace(
+            _plan_profile(name, levels, target_rps, headroom, str(slo)),
+            warnings=tuple(damaged[name]),
+        )
         for name, levels in by_profile.items()
     ]
     plans.sort(key=lambda p: (p.replicas is None, p.replicas or 0, -(p.sustainable_rps or 0)))

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from vprof.analysis.alternation import is_alternating, side_views
+from vprof.analysis.keys import SummaryKey as K
 from vprof.analysis.slo import Slo
 from vprof.analysis.stats import DEFAULT_PERCENTILES
 from vprof.common.errors import RunError
@@ -83,11 +84,22 @@ def display_names(summaries: Sequence[dict[str, Any]]) -> list[str]:
     return [f"{n}#{i + 1}" for i, n in enumerate(names)]
 
 
+def damage(summaries: Sequence[dict[str, Any]], names: Sequence[str] | None = None) -> list[str]:
+    """What was damaged in the runs read, one line per run (``NAME: 46 of 70 records
+    readable …``): every command that reads runs prints these on stderr and keeps them in its
+    JSON, so a number from part of a run is never shown as if from all of it."""
+    labels = names if names is not None else [str(s.get(K.RUN)) for s in summaries]
+    return [
+        f"{label}: {s[K.RECORDS_NOTE]}"
+        for label, s in zip(labels, summaries, strict=True)
+        if s.get(K.RECORDS_NOTE)
+    ]
+
+
 def replica_rows(names: Sequence[str], summaries: Sequence[dict[str, Any]]) -> list[dict]:
     """Runs that spread their load over several servers: one row per run and replica (its
     requests, completed, throughput and TTFT percentiles), for tables."""
     from vprof.analysis.keys import REPLICA_TABLE_KEYS
-    from vprof.analysis.keys import SummaryKey as K
 
     rows = []
     for name, summary in zip(names, summaries, strict=True):
@@ -162,7 +174,7 @@ def summarize_loaded(
         # what the trace's shared blocks imply, beside the server's prefix_cache_hit_rate
         head["trace_implied_hit_rate"] = trace["implied_token_hit_rate"]
     if run.records_note:
-        head["records_note"] = run.records_note
+        head[K.RECORDS_NOTE] = run.records_note
     body = summarize(
         run.records,
         warmup_until=run.warmup_until,
@@ -305,7 +317,7 @@ def _keep_better_summary(folder: RunDir, summary: dict[str, Any]) -> None:
     now = _read_requests(summary)
     if before is None or now is None or now >= before:
         return
-    note = summary.get("records_note")
+    note = summary.get(K.RECORDS_NOTE)
     raise RunError(
         f"kept as it is: it counted {before:,} requests, this read of the records only "
         f"{now:,}" + (f": {note}" if note else ""),

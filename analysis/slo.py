@@ -7,6 +7,7 @@ when it names a percentile, a distribution target (p95 of TTFT at or under 500 m
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 
@@ -17,7 +18,10 @@ _ALIASES = {"e2e": "e2el", "latency": "e2el"}
 _UNITS_MS = {"ms": 1.0, "s": 1000.0, "us": 0.001, "µs": 0.001}
 _EXAMPLE = "e.g. ttft_p95=500ms,tpot_p95=50ms,errors=1%"
 _KEY = re.compile(r"^(?P<metric>[a-z0-9]+?)(?:_p(?P<pct>\d+(?:\.\d+)?))?$")
-_VALUE = re.compile(r"^(?P<number>\d+(?:\.\d*)?|\.\d+)\s*(?P<unit>ms|s|us|µs)?$")
+_NUMBER = r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:e[-+]?\d+)?"
+_VALUE = re.compile(rf"^(?P<number>{_NUMBER})\s*(?P<unit>[a-zµ%]*)$")
+_MAX_MS = 86_400_000.0  # a day: a latency objective beyond it is a slip of the unit
+_DURATION_HINT = "write a number with its unit: ms, s or us, e.g. 500ms or 0.5s"
 
 
 class SloError(VprofError):
@@ -48,7 +52,11 @@ class Slo:
     def __str__(self) -> str:
         return self.text or ",".join(
             [f"{t.key}={t.threshold_ms:g}ms" for t in self.targets]
-            + ([f"errors={self.max_error_rate:.4g}"] if self.max_error_rate is not None else [])
+            + (
+                [f"errors={self.max_error_rate * 100:.4g}%"]
+                if self.max_error_rate is not None
+                else []
+            )
         )
 
 
@@ -56,9 +64,11 @@ def parse_slo(text: str) -> Slo:
     """Parse ``key=value`` pairs such as ``ttft_p95=500ms,tpot_p95=50ms,errors=1%``.
 
     Keys are ``ttft``, ``tpot``, ``itl`` or ``e2el`` with an optional ``_pNN`` percentile, or
-    ``errors``. Values take ``ms`` (the default), ``s`` or ``us``; ``errors`` takes ``1%`` or
-    ``0.01``. ITL targets are checked on the pooled distribution only and do not enter goodput
-    (as in ``vllm bench serve``, whose goodput accepts ttft, tpot and e2el).
+    ``errors``. Units are said, never guessed: a latency is a positive number with ``ms``,
+    ``s`` or ``us``; ``errors`` is a percentage with ``%`` (a bare ``0`` is allowed: no
+    errors at all). A bare number is refused with the spelling to use. ITL targets are
+    checked on the pooled distribution only and do not enter goodput (as in ``vllm bench
+    serve``, whose goodput accepts ttft, tpot and e2el).
 
     Example:
         >>> parse_slo("ttft_p95=0.5s").targets[0].threshold_ms
@@ -100,28 +110,47 @@ def parse_slo(text: str) -> Slo:
 
 
 def _parse_ms(value: str, key: str) -> float:
-    match = _VALUE.match(value.strip().lower())
+    """A latency bound: a positive number with its unit, in milliseconds."""
+    text = value.strip().lower()
+    match = _VALUE.match(text)
     if not match:
+        raise SloError(f"{key}={value!r} is not a duration", key="--slo", hint=_DURATION_HINT)
+    number, unit = match["number"], match["unit"]
+    if not unit:
         raise SloError(
-            f"{key}={value!r} is not a duration",
+            f"{key}={value!r} has no unit",
             key="--slo",
-            hint="write a number with ms, s or us, e.g. 500ms",
+            hint=f"write {key}={number}ms or {key}={number}s",
         )
-    from vprof.common.numbers import check_number
-
-    # 400 digits parse as float("inf"): the one rule for numbers applies here too
-    ms = float(match["number"]) * _UNITS_MS[match["unit"] or "ms"]
-    return float(check_number(ms, error=SloError, key=f"--slo {key}"))
+    if unit not in _UNITS_MS:
+        raise SloError(f"{key}={value!r}: unknown unit {unit!r}", key="--slo", hint=_DURATION_HINT)
+    ms = float(number) * _UNITS_MS[unit]
+    if not math.isfinite(ms):  # 400 digits parse as float("inf")
+        raise SloError(f"{key}={value!r} is not a finite duration", key="--slo")
+    if ms <= 0:
+        raise SloError(
+            f"{key}={value!r}: a bound must be more than 0 (one of 0 or less is never met)",
+            key="--slo",
+        )
+    if ms > _MAX_MS:
+        raise SloError(f"{key}={value!r} is more than a day", key="--slo", hint=_DURATION_HINT)
+    return ms
 
 
 def _parse_rate(value: str, key: str) -> float:
-    raw = value.strip()
-    try:
-        rate = float(raw[:-1]) / 100.0 if raw.endswith("%") else float(raw)
-    except ValueError:
+    """An error-rate ceiling: a percentage with ``%`` (or a bare 0), as a fraction."""
+    text = value.strip()
+    match = _VALUE.match(text.lower())
+    if not match or match["unit"] not in ("%", ""):
+        raise SloError(f"{key}={value!r} is not a rate", key="--slo", hint="write e.g. 1%")
+    number = float(match["number"])
+    if not match["unit"] and number != 0:
         raise SloError(
-            f"{key}={value!r} is not a rate", key="--slo", hint="write 1% or 0.01"
-        ) from None
-    if not 0.0 <= rate <= 1.0:
+            f"{key}={value!r} has no unit",
+            key="--slo",
+            hint=f"write a percentage: {key}={match['number']}%"
+            + (f" (or {key}={number * 100:g}% if {number:g} is a fraction)" if number < 1 else ""),
+        )
+    if not 0.0 <= number <= 100.0:  # nan fails this too
         raise SloError(f"{key}={value!r} must be between 0 and 100 %", key="--slo")
-    return rate
+    return number / 100.0

@@ -165,10 +165,26 @@ def run_options(func):
             is_flag=True,
             help="Do not scrape /metrics at all (no server-side numbers in the summary).",
         ),
+        click.option(
+            "--force",
+            is_flag=True,
+            help="Replace report.html (and a sweep's manifest) in --out even when vprof did "
+            "not write it.",
+        ),
     ]
     for option in reversed(options):
         func = option(func)
     return profile_override_options(profiles_dir_option(func))
+
+
+def _claim_outputs(opts: dict[str, Any], *, sweep: bool = False) -> None:
+    """Refuse, before anything runs, to write over a file in --out that vprof did not write."""
+    from vprof.records.outputs import REPORT, SWEEP, claim_output
+    from vprof.records.rundir import sweep_manifest
+
+    claim_output(opts["out_dir"] / "report.html", REPORT, force=opts["force"])
+    if sweep:
+        claim_output(sweep_manifest(opts["out_dir"]), SWEEP, force=opts["force"])
 
 
 def _spec(opts: dict[str, Any], **extra: Any):
@@ -235,7 +251,7 @@ def _html_report(paths: list[Path], opts: dict[str, Any], **options: Any) -> Non
 
     target = opts["out_dir"] / "report.html"
     try:
-        write_report(paths, target, slo=opts["slo"], **options)
+        write_report(paths, target, slo=opts["slo"], force=opts["force"], **options)
     except VprofError as exc:
         click.echo(f"note: no report written: {exc}", err=True)
         return
@@ -342,6 +358,7 @@ def bench(profile_names: tuple[str, ...], fmt: str, **opts: Any) -> None:
     from vprof.runs import run_bench
 
     spec = _spec(opts)  # the run's own checks (--url, --slo, --tokenizer) come first
+    _claim_outputs(opts)
     profiles = _profiles(profile_names, opts, spec.url)
     with _interruptible(opts["out_dir"]):
         outcomes = run_bench(profiles, spec, _say)
@@ -453,6 +470,7 @@ def _ladder(
 
     spec = _spec(opts)
     check_ladder(spec)
+    _claim_outputs(opts, sweep=True)
     (profile,) = _profiles((profile_name,), opts, spec.url)
     rungs = rungs_of(profile)
     with _interruptible(opts["out_dir"]):
@@ -591,6 +609,7 @@ def load(profile_name: str, levels: str, target_rps: float | None, fmt: str, **o
 
     values = parse_levels(levels)
     spec = _spec(opts)
+    _claim_outputs(opts, sweep=True)
     (profile,) = _profiles((profile_name,), opts, spec.url)
     with _interruptible(opts["out_dir"]):
         rows, outcomes = run_load_ladder(profile, opts["traffic"][0], values, spec, _say)

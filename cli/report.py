@@ -11,6 +11,13 @@ import click
 from vprof.cli.options import FiniteFloat
 from vprof.cli.output import HUMAN, Part, emit_parts, format_option
 
+
+def warn(lines: Sequence[str]) -> None:
+    """What a reader must know before trusting the numbers, on stderr (JSON carries it too)."""
+    for line in lines:
+        click.echo(f"warning: {line}", err=True)
+
+
 slo_option = click.option(
     "--slo", default=None, help="Objectives, e.g. ttft_p95=500ms,tpot_p95=50ms,errors=1%."
 )
@@ -33,6 +40,7 @@ def summary_parts(
     """
     from vprof.analysis.keys import SHOWN_WHEN_NONZERO, SUMMARY_TABLE_KEYS
     from vprof.analysis.run import (
+        damage,
         display_names,
         json_safe,
         load_run,
@@ -55,9 +63,8 @@ def summary_parts(
         else:
             summaries += summaries_of(path, slo=parsed)
     names = display_names(summaries)
+    warn(damage(summaries, names))
     for name, summary in zip(names, summaries, strict=True):
-        if summary.get("records_note"):
-            click.echo(f"warning: {name}: {summary['records_note']}", err=True)
         if summary.get("client_limited"):
             why = "; ".join(summary.get("client_limited_by") or [])
             click.echo(f"warning: {name}: the load generator set the pace ({why})", err=True)
@@ -120,6 +127,7 @@ def comparison_parts(
         detect=detect,
     )
     rows = json_safe(frame.to_dict("records"))
+    warn(frame.attrs.get("warnings", []))
     for note in frame.attrs.get("notes", []):
         click.echo(f"note: {note}", err=True)
     if fmt not in HUMAN or not rows:
@@ -252,8 +260,10 @@ def plan_parts(
     parsed = parse_slo(slo)
     result = make_plan(expand_runs(runs), target_rps=target_rps, slo=parsed, headroom=headroom)
     rows = json_safe(result.rows())
-    # In a table the sentence is printed below each row's numbers rather than as a column.
-    columns = [c for c in rows[0] if c != "plan"] if fmt in HUMAN else None
+    warn(result.warnings)
+    # In a table the sentence is printed below each row's numbers rather than as a column, and
+    # the warnings went to stderr.
+    columns = [c for c in rows[0] if c not in ("plan", "warnings")] if fmt in HUMAN else None
     parts: list[Part] = [("plan", rows, columns)]
     if evidence:
         parts.append(("evidence", json_safe(result.evidence_rows()), None))

@@ -16,7 +16,8 @@ import click
     type=click.Path(dir_okay=False, path_type=Path),
     default=Path("report.html"),
     show_default=True,
-    help="The HTML file to write.",
+    help="The HTML file to write (an earlier vprof report there is replaced, any other file "
+    "only with --force).",
 )
 @click.option(
     "--slo", default=None, help="Objectives, e.g. ttft_p95=500ms,tpot_p95=50ms,errors=1%."
@@ -52,9 +53,13 @@ import click
     "--seed", default=0, show_default=True, help="Seed for the bootstrap and curve sampling."
 )
 @click.option("--title", default=None, help="The report's title.")
+@click.option(
+    "--force", is_flag=True, help="Replace --out even when it is not a report vprof wrote."
+)
 def report(
     runs: tuple[str, ...], out: Path, slo: str | None, target_rps: float | None, headroom: float,
     gpu_hour_price: float | None, baseline: str | None, n_boot: int, seed: int, title: str | None,
+    force: bool,
 ) -> None:  # fmt: skip
     """An HTML report of runs, benches or sweeps.
 
@@ -73,7 +78,8 @@ def report(
     path = write_report(
         runs, out, slo=slo, target_rps=target_rps, headroom=headroom,
         gpu_hour_price=gpu_hour_price, baseline=baseline, n_boot=n_boot, seed=seed, title=title,
-        progress=lambda message: click.echo(message, err=True),
+        progress=lambda message: click.echo(message, err=True), force=force,
+        warn=lambda line: click.echo(f"warning: {line}", err=True),
     )  # fmt: skip
     size_mb = path.stat().st_size / 1e6
     click.echo(f"wrote {path} ({size_mb:.1f} MB)")

@@ -160,6 +160,12 @@ _COLUMNS = (
 )
 @click.option("--tokenizer", default=None, help="Tokenizer for building prompts.")
 @click.option("--no-report", is_flag=True, help="Do not write report.html.")
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Write into --out even over files vprof did not write there, or another request's "
+    "tune.json (its runs stay beside).",
+)
 @profile_override_options
 @profiles_dir_option
 @format_option
@@ -217,6 +223,7 @@ def tune(profile_name: str, fmt: str, **opts: Any) -> None:
         processes=opts["processes"],
         tokenizer=opts["tokenizer"],
         report=not opts["no_report"],
+        force=opts["force"],
     )
     with _interruptible(opts["out_dir"]):
         outcome = run_tune(request, _say)

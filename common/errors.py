@@ -58,3 +58,7 @@ class RunError(VprofError):
 
 class ReportError(VprofError):
     """A report that cannot be made from what it was given (a bad option or input file)."""
+
+
+class OutputError(VprofError):
+    """A file vprof was asked to write that it may not replace, or cannot write."""

@@ -18,8 +18,9 @@ Nothing here imports Locust or gevent: the policies are plain objects with unit 
 
 from __future__ import annotations
 
+import ipaddress
+import socket
 from collections.abc import Sequence
-from typing import Any
 
 from vprof.common.errors import RunError
 from vprof.locustfiles.optiontable import BALANCE_CHOICES, DEFAULT_BALANCE
@@ -104,28 +105,73 @@ def check_policy(policy: str, key: str = "--balance") -> str:
 
 
 def check_replicas(urls: Sequence[str], key: str = "--url") -> tuple[str, ...]:
-    """Every URL checked as a server's base address (``common.urls``), none given twice."""
+    """Every URL checked as a server's base address (``common.urls``), none given twice.
+
+    Two URLs are one server when their ports and paths agree and their hosts resolve to a
+    common address — ``localhost`` and ``127.0.0.1`` are one, and so is every address of this
+    machine (a server listening on all of them answers at each): measuring one server as two
+    replicas would double its capacity.
+    """
     from urllib.parse import urlsplit
 
     from vprof.common.urls import check_server_url
 
-    checked: list[str] = []
-    seen: dict[tuple[Any, ...], str] = {}
-    for url in urls:
-        text = check_server_url(url, key=key)
+    checked = [check_server_url(url, key=key) for url in urls]
+    if len(checked) < 2:
+        return tuple(checked)
+    local = _local_addresses()
+    seen: list[tuple[int, str, frozenset[str], str]] = []
+    for url, text in zip(urls, checked, strict=True):
         parts = urlsplit(text)
         port = parts.port or (443 if parts.scheme == "https" else 80)
-        # the same server however it is spelt: scheme and host are case-blind, ports default
-        same = (parts.scheme.lower(), (parts.hostname or "").lower(), port, parts.path)
-        if same in seen:
-            raise RunError(
-                f"{url!r} names the same server as {seen[same]!r}: each replica once",
-                key=key,
-                hint="give each server's address once",
-            )
-        seen[same] = url
-        checked.append(text)
+        path = parts.path.rstrip("/")
+        where = _addresses(parts.hostname or "", port, local)
+        for other_port, other_path, other_where, other_url in seen:
+            if (port, path) == (other_port, other_path) and where & other_where:
+                how = "this machine's" if where & other_where == {_THIS_MACHINE} else "the same"
+                raise RunError(
+                    f"{url!r} names the same server as {other_url!r} ({how} address, port "
+                    f"{port}): each replica once",
+                    key=key,
+                    hint="give each server's address once; replicas are different servers",
+                )
+        seen.append((port, path, where, url))
     return tuple(checked)
+
+
+_THIS_MACHINE = "this machine"
+
+
+def _local_addresses() -> frozenset[str]:
+    """The addresses of this machine's interfaces (a server on 0.0.0.0 answers at each)."""
+    try:
+        import psutil
+
+        return frozenset(
+            str(ipaddress.ip_address(a.address.split("%")[0]))
+            for addrs in psutil.net_if_addrs().values()
+            for a in addrs
+            if a.family in (socket.AF_INET, socket.AF_INET6)
+        )
+    except (ImportError, OSError, ValueError):
+        return frozenset()
+
+
+def _addresses(host: str, port: int, local: frozenset[str]) -> frozenset[str]:
+    """Where ``host`` leads: its resolved addresses, any of this machine's as one; a name that
+    does not resolve stays itself (the health check then says it cannot be reached)."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except (OSError, UnicodeError):
+        return frozenset({host.lower()})
+    out = set()
+    for info in infos:
+        address = ipaddress.ip_address(str(info[4][0]).split("%")[0])
+        if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped:
+            address = address.ipv4_mapped
+        mine = address.is_loopback or address.is_unspecified or str(address) in local
+        out.add(_THIS_MACHINE if mine else str(address))
+    return frozenset(out) or frozenset({host.lower()})
 
 
 def parse_hosts(text: str, key: str = "--hosts") -> tuple[str, ...]:

@@ -51,9 +51,10 @@ ENDPOINT_PATHS = {
     "generate": "/generate",
 }
 CONNECT_TIMEOUT_S = 10.0
-# A closed-loop user whose requests keep failing (HTTP errors, connection failures) waits
-# BACKOFF_FIRST_S after the first, twice as long after each further one, at most BACKOFF_MAX_S:
-# a server that rejects everything is not hammered, and one that recovers is back in seconds.
+# A closed-loop user whose requests keep failing (HTTP errors, connection failures, broken
+# streams) waits BACKOFF_FIRST_S after the first, twice as long after each further one, at most
+# BACKOFF_MAX_S: a server that rejects everything is not hammered, and one that recovers is
+# back in seconds.
 BACKOFF_FIRST_S = 0.05
 BACKOFF_MAX_S = 5.0
 
@@ -323,9 +324,11 @@ class LLMUser(User):
                   prepared=prepared, on_record=_done)  # fmt: skip
 
     def _back_off(self, record: RequestRecord) -> None:
-        """Wait before the next request after consecutive rejections (bounded exponential),
-        and say so in the log once per streak; a stopping test cuts the wait short."""
-        if record.status != Status.ERROR.value or record.http_status == 200:
+        """Wait before the next request after consecutive failures (bounded exponential),
+        and say so in the log once per streak; a stopping test cuts the wait short. Every
+        failed request counts alike: an HTTP error, a connection failure, and an HTTP 200
+        whose stream is broken (not JSON, no chunk with choices, no [DONE])."""
+        if record.status != Status.ERROR.value:
             if self._failures > 1:
                 name = type(self).__name__
                 log.warning("%s: the server answers again after %d failures", name, self._failures)

@@ -215,8 +215,11 @@ def _distribution_groups(
 
 
 def _warnings(labels: Sequence[str], summaries: Sequence[dict[str, Any]]) -> list[str]:
-    """What a reader must know before trusting the numbers: failed runs, a saturated client."""
-    out = []
+    """What a reader must know before trusting the numbers: damaged records, failed runs, a
+    saturated client."""
+    from vprof.analysis.run import damage
+
+    out = damage(summaries, labels)
     for label, s in zip(labels, summaries, strict=True):
         if s.get(K.STATE) not in (RunState.COMPLETED, None):
             why = f": {s[K.REASON]}" if s.get(K.REASON) else ""
@@ -231,29 +234,29 @@ def write_report(
     out: str | Path,
     *,
     progress: Callable[[str], None] | None = None,
+    warn: Callable[[str], None] | None = None,
+    force: bool = False,
     **options: Any,
 ) -> Path:
     """Write one self-contained HTML report of ``paths`` (run, bench or sweep folders) to ``out``.
 
     ``options``: ``slo``, ``target_rps``, ``headroom``, ``gpu_hour_price``, ``baseline``,
     ``n_boot``, ``seed``, ``title`` (see :func:`vprof.report.options.check_options`).
+    ``warn`` is told each of the report's warnings (damaged records, failed runs). An
+    existing ``out`` that is not a vprof report is left alone (``OutputError``) unless
+    ``force``; a file of the runs read is never written over.
 
     Example:
         >>> write_report(["vprof-runs/"], "report.html", slo="ttft_p95=500ms", target_rps=40)
         ... # doctest: +SKIP
     """
+    from vprof.records.outputs import REPORT, claim_output, protected_inputs, write_output
     from vprof.report.html import render
 
     paths = list(paths)
+    target = claim_output(out, REPORT, force=force, protected=protected_inputs(paths))
     data = build_data(paths, progress=progress, **options)
-    target = Path(out)
-    if target.is_dir():
-        raise ReportError(
-            "is a folder", path=str(target), hint="give a file name such as report.html"
-        )
-    html = render(data)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(target.name + ".tmp")
-    tmp.write_text(html, encoding="utf-8")
-    tmp.replace(target)
-    return target
+    if warn is not None:
+        for line in data["warnings"]:
+            warn(line)
+    return write_output(target, render(data))

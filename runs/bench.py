@@ -170,10 +170,13 @@ def check_before_running(profiles: Sequence[Profile], spec: BenchSpec, say: Prog
     profile, workload or traffic name fails now. Warns when a profile's max-model-len would
     reject part of the workload."""
     from vprof.server import plan_server
+    from vprof.traffic.shape import check_pairing
     from vprof.workloads import get_workload
 
     workload = get_workload(spec.workload)
     shapes = tuple(_shape(t) for t in spec.traffic)
+    for shape in shapes:
+        check_pairing(shape, workload)
     if spec.tokenizer is not None:
         from vprof.workloads.synthesis import load_tokenizer
 

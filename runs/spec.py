@@ -57,7 +57,7 @@ class BenchSpec:
         # What can be checked without a server is checked here, before anything runs: a bad
         # SLO must not cost a whole run, and an empty --url must not become a local launch.
         from vprof.analysis.slo import parse_slo
-        from vprof.common.errors import WorkloadError
+        from vprof.common.errors import RunError, WorkloadError
         from vprof.locustfiles.balance import check_policy, check_replicas
 
         urls = tuple(self.urls) or ((self.url,) if self.url is not None else ())
@@ -66,6 +66,14 @@ class BenchSpec:
         object.__setattr__(self, "urls", check_replicas(urls))
         object.__setattr__(self, "url", self.urls[0] if self.urls else None)
         check_policy(self.balance)
+        if self.fresh_server and self.urls:
+            raise RunError(
+                "--fresh-server restarts the server between repeats, but vprof did not start "
+                f"the server at --url {self.urls[0]} and cannot restart it",
+                key="--fresh-server",
+                hint="leave out --fresh-server with --url (restart the server yourself "
+                "between runs), or leave out --url to let vprof launch the profile",
+            )
         if self.slo is not None:
             parse_slo(self.slo)
         if self.tokenizer is not None and not Path(self.tokenizer).expanduser().exists():

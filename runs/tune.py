@@ -103,6 +103,7 @@ class TuneRequest:
     processes: int = 1
     tokenizer: str | None = None
     report: bool = True
+    force: bool = False  # replace --out's files even when they are not this tune's
 
 
 def parse_duration(text: str, key: str = "--budget-time") -> float:
@@ -218,8 +219,22 @@ def prepare(request: TuneRequest, say: Say = lambda _: None) -> Prepared:
         tokenizer=request.tokenizer,
         extra_meta={"tune": {"profile": base.name, "slo": str(slo)}},
     )
-    return Prepared(request, slo, objective, settings, base, on_disk, space, start, level_shape,
-                    spec, tuned_name, workload.name)  # fmt: skip
+    prepared = Prepared(
+        request,
+        slo,
+        objective,
+        settings,
+        base,
+        on_disk,
+        space,
+        start,
+        level_shape,
+        spec,
+        tuned_name,
+        workload.name,
+    )
+    _claim_outputs(prepared)
+    return prepared
 
 
 def _objective(request: TuneRequest) -> Objective:
@@ -298,6 +313,63 @@ def _check_name(name: str) -> None:
         raise ProfileError(
             f"profile name {name!r} must be letters, digits, '.', '_' or '-'", key="--name"
         )
+
+
+def _request_of(prepared: Prepared) -> dict[str, Any]:
+    """What makes two tunes one search, as ``tune.json`` holds it (read back through JSON): a
+    ``tune.json`` holding other values is another request's."""
+    import json
+
+    request = prepared.request
+    values = {
+        "profile": prepared.base.name,
+        "workload": prepared.workload_name,
+        "slo": str(prepared.slo),
+        "objective": prepared.objective.kind,
+        "target_rps": prepared.objective.target_rps,
+        "space": prepared.space.to_dict(),
+        "traffic": request.traffic,
+        "level_s": request.level_s,
+        "warmup_s": request.warmup_s,
+        "max_in_flight": request.max_in_flight,
+    }
+    return dict(json.loads(json.dumps(values, default=str)))
+
+
+def _other_request(earlier: Mapping[str, Any], prepared: Prepared) -> list[str]:
+    """How an earlier ``tune.json`` differs from this request (``[]``: the same search)."""
+    now = _request_of(prepared)
+    return [
+        f"{key} {earlier[key]!r}, now {now[key]!r}" if key != "space" else "space"
+        for key in now
+        if key in earlier and earlier[key] != now[key]
+    ]
+
+
+def _claim_outputs(prepared: Prepared) -> None:
+    """Refuse before any server starts to write over what is not this tune's (``--force``
+    replaces it): a file in --out of another kind, or a ``tune.json`` of another request."""
+    from vprof.records.outputs import REPORT, SWEEP, TUNE, TUNED_PROFILE, claim_output
+    from vprof.records.rundir import sweep_manifest
+
+    request = prepared.request
+    folder, force = request.out_dir, request.force
+    earlier = read_json(tune_manifest(folder), fields=TUNE_FIELDS)  # damaged: its own error
+    manifest = claim_output(tune_manifest(folder), TUNE, force=force)
+    if earlier and not force:
+        differs = _other_request(earlier, prepared)
+        if differs:
+            raise RunError(
+                f"holds the tune of another request ({'; '.join(differs)}): resuming it would "
+                "mix two searches",
+                path=str(manifest),
+                hint="give another --out, or --force to start this tune there (the earlier "
+                "runs stay beside it)",
+            )
+    claim_output(folder / f"{prepared.tuned_name}.yaml", TUNED_PROFILE, force=force)
+    claim_output(sweep_manifest(folder), SWEEP, force=force)
+    if request.report:
+        claim_output(folder / REPORT_FILE, REPORT, force=force)
 
 
 # --------------------------------------------------------------------------- running trials
@@ -457,8 +529,9 @@ def run_prepared(prepared: Prepared, say: Say = print) -> TuneOutcome:
     # vprof writes tune.json atomically: a damaged one is foreign, and resuming from it would
     # forget which candidates failed to start
     earlier = read_json(tune_manifest(folder), fields=TUNE_FIELDS)
-    if earlier.get("profile") not in (None, p.base.name):
-        say(f"warning: {folder} holds a tune of {earlier['profile']}; its runs stay beside these")
+    if _other_request(earlier, prepared):  # only with --force: prepare refused it otherwise
+        say(f"note: replacing {tune_manifest(folder)}, another request's (--force)")
+        earlier = {}
     failures: dict[str, str] = dict(earlier.get("start_failures") or {})
     for note in p.space.notes:
         say(f"note: {note}")
@@ -509,6 +582,7 @@ def _report(folder: Path, prepared: Prepared, say: Say) -> Path | None:
             [folder], folder / REPORT_FILE, slo=str(prepared.slo), target_rps=objective.target_rps,
             headroom=objective.headroom, gpu_hour_price=objective.gpu_hour_price,
             title=f"vprof tune: {prepared.base.name} for {prepared.workload_name}",
+            force=prepared.request.force,
         )  # fmt: skip
     except RunError as exc:  # a damaged run folder must not lose the tune's answer
         say(f"could not write the report: {exc}")
@@ -647,6 +721,7 @@ def write_tuned_profile(prepared: Prepared, result: TuneResult, tuned: Profile, 
     engine arguments that differ from it; checked by the validator once written."""
     import yaml
 
+    from vprof.records.outputs import TUNED_PROFILE_HEADER, write_output
     from vprof.registry import get_profile, validate
 
     best = result.best
@@ -667,8 +742,8 @@ def write_tuned_profile(prepared: Prepared, result: TuneResult, tuned: Profile, 
         data["model"] = tuned.model
     data["engine_args"] = args
     header = [
-        f"Written by `vprof tune` on {time.strftime('%Y-%m-%d %H:%M')}: the best of "
-        f"{len(result.measured)} measured candidates.",
+        f"{TUNED_PROFILE_HEADER.removeprefix('# ')} on {time.strftime('%Y-%m-%d %H:%M')}: "
+        f"the best of {len(result.measured)} measured candidates.",
         f"Evidence: {TUNE_FILE} and the run folders beside this file; "
         f"{best.confirmed or 'one rate search'}.",
         f"Launch: vprof launch {path}" + _dirs_hint(prepared),
@@ -676,7 +751,7 @@ def write_tuned_profile(prepared: Prepared, result: TuneResult, tuned: Profile, 
     text = "".join(f"# {line}\n" for line in header)
     # one line per value: the description stays whole however long it is
     text += yaml.safe_dump(data, sort_keys=False, allow_unicode=True, width=10**6)
-    path.write_text(text, encoding="utf-8")
+    write_output(path, text)
     profile = get_profile(str(path), list(prepared.request.profiles_dirs))
     validate(profile)  # a profile vprof writes must pass its own validator
     return path
@@ -712,17 +787,8 @@ def _write_state(
 
     request = prepared.request
     data: dict[str, Any] = {
-        "profile": prepared.base.name,
-        "workload": prepared.workload_name,
-        "slo": str(prepared.slo),
-        "objective": prepared.objective.kind,
-        "target_rps": prepared.objective.target_rps,
-        "space": prepared.space.to_dict(),
+        **_request_of(prepared),
         "start": prepared.start.as_dict(),
-        "traffic": request.traffic,
-        "level_s": request.level_s,
-        "warmup_s": request.warmup_s,
-        "max_in_flight": request.max_in_flight,
         "repeat": request.repeat,
         "command": sys.argv,
         "start_failures": dict(failures),

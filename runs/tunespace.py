@@ -292,6 +292,14 @@ def build_space(
 
     Raises :class:`ProfileError` naming the key when a value breaks the guide's rules (a
     max-model-len below the workload's longest request)."""
+    for key in given:
+        if profile.origins.get(key) == "--set":
+            raise ProfileError(
+                f"--set {key}={_yaml_text(profile.engine_args.get(key, ''))} pins it, and --space "
+                f"{key} searches it: the two contradict each other",
+                key=f"--space {key}",
+                hint=f"give --set {key} to keep one value, or --space {key} to search",
+            )
     longest = int(workload.max_request_tokens())
     args = profile.engine_args
     pinned = {k for k in TUNED_KEYS if profile.origins.get(k) == "--set"}

@@ -239,7 +239,7 @@ def test_slo_met_and_missed_are_reported_per_objective():
 
 
 def test_parse_slo_units_percentiles_and_errors():
-    slo = parse_slo("ttft_p95=0.5s, tpot_p99.9=50, e2e=2s, itl_p99=40000us, errors=1%")
+    slo = parse_slo("ttft_p95=0.5s, tpot_p99.9=50ms, e2e=2s, itl_p99=40000us, errors=1%")
     assert [(t.metric, t.percentile, t.threshold_ms) for t in slo.targets] == [
         ("ttft", 95.0, 500.0),
         ("tpot", 99.9, 50.0),

@@ -469,3 +469,193 @@ def test_a_torn_last_metrics_line_is_a_sampler_killed_mid_write(run, saved):  # 
     result = run("summarize", str(folder), "--format", "json")
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)[0]["metrics_samples"] >= 1
+
+
+# ----------------------------------------------- outputs: never over what vprof did not write
+
+
+@pytest.fixture
+def a_run(tmp_path):
+    return good_run(tmp_path / "runs" / "a")
+
+
+@pytest.mark.parametrize(
+    "name, body",
+    [
+        ("notes.txt", b"my notes\n"),
+        ("my-profile.yaml", b"model: m\nengine_args: {max-num-seqs: 8}\n"),
+        ("page.html", b"<!doctype html><html><body>someone else's page</body></html>\n"),
+        ("empty.html", b""),
+    ],
+)
+def test_report_over_a_file_it_did_not_write_leaves_it_byte_identical(
+    run,  # noqa: F811
+    tmp_path,
+    a_run,
+    name,
+    body,
+):
+    target = tmp_path / name
+    target.write_bytes(body)
+    assert_refused(
+        run("report", str(a_run), "-o", str(target)), name, "is not a vprof report", "--force"
+    )
+    assert target.read_bytes() == body
+    forced = run("report", str(a_run), "-o", str(target), "--force")
+    assert forced.exit_code == 0, forced.output
+    assert target.read_bytes().startswith(b"<!doctype html>")
+
+
+@pytest.mark.parametrize("force", [(), ("--force",)])
+@pytest.mark.parametrize("name", ["records.arrow", "run.json", "summary.json", "new.html"])
+def test_report_never_writes_inside_a_run_it_reads(run, tmp_path, a_run, name, force):  # noqa: F811
+    target = a_run / name
+    before = target.read_bytes() if target.exists() else None
+    assert_refused(
+        run("report", str(tmp_path / "runs"), "-o", str(target), *force),
+        "is inside a run folder being read",
+    )
+    assert (target.read_bytes() if target.exists() else None) == before
+    assert run("summarize", str(a_run)).exit_code == 0  # the run still reads
+
+
+def test_report_replaces_its_own_earlier_report_and_force_does_too(run, tmp_path, a_run):  # noqa: F811
+    target = tmp_path / "out" / "r.html"
+    for args in ((), (), ("--force",)):
+        result = run("report", str(a_run), "-o", str(target), *args)
+        assert result.exit_code == 0, result.output
+    assert target.read_bytes().startswith(b"<!doctype html>")
+    assert [p.name for p in target.parent.iterdir()] == ["r.html"]  # no temporary file left
+
+
+@pytest.mark.parametrize(
+    "out, fragments",
+    [
+        ("/proc/nope/r.html", ["/proc/nope/r.html: cannot be written"]),
+        ("{tmp}/a-file/r.html", ["a-file/r.html: cannot be written", "is a file, not a folder"]),
+    ],
+)
+def test_an_unwritable_report_path_is_one_line(run, tmp_path, a_run, out, fragments):  # noqa: F811
+    (tmp_path / "a-file").write_text("x")
+    result = run("report", str(a_run), "-o", out.format(tmp=tmp_path))
+    assert_refused(result, *fragments)
+    assert len(result.output.strip().splitlines()) == 1
+
+
+def test_a_disk_that_refuses_the_write_is_one_line(tmp_path, monkeypatch):
+    from vprof.common.errors import OutputError
+    from vprof.records.outputs import write_output
+
+    def full(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "replace", full)
+    with pytest.raises(OutputError, match="r.html: cannot be written: No space left on device"):
+        write_output(tmp_path / "r.html", "<!doctype html>")
+    assert list(tmp_path.iterdir()) == []  # the temporary file went too
+
+
+@pytest.mark.parametrize(
+    "args, file",
+    [
+        (["bench", "base"], "report.html"),
+        (["sweep", "chunked", "base", "--sizes", "128"], "report.html"),
+        (["sweep", "chunked", "base", "--sizes", "128"], "sweep.json"),
+        (["sweep", "load", "base", "--levels", "2"], "sweep.json"),
+    ],
+)
+def test_bench_and_sweeps_refuse_a_foreign_output_before_anything_runs(
+    run,  # noqa: F811
+    tmp_path,
+    args,
+    file,
+):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / file).write_text("not vprof's\n")
+    assert_refused(run(*args, "--out", str(out)), f"{file}: exists and is not", "--force")
+    assert (out / file).read_text() == "not vprof's\n"
+
+
+def _tune(out: Path, **changes):
+    from vprof.runs.tune import TuneRequest
+
+    return TuneRequest(
+        **{
+            "profile": "chunked-512",
+            "slo": "ttft_p95=1000ms",
+            "workload": "tiny-smoke",
+            "space": ("max-num-seqs=8,16",),
+            "out_dir": out,
+            **changes,
+        }
+    )
+
+
+def test_tune_refuses_a_tune_json_of_another_request_unless_forced(tmp_path):
+    from vprof.common.errors import RunError
+    from vprof.runs.tune import _request_of, prepare
+
+    out = tmp_path / "t"
+    out.mkdir()
+    earlier = {**_request_of(prepare(_tune(out))), "start_failures": {}}
+    (out / "tune.json").write_text(json.dumps(earlier))
+    prepare(_tune(out))  # the same request resumes
+    body = (out / "tune.json").read_bytes()
+    with pytest.raises(RunError, match=r"tune.json: holds the tune of another request \(slo"):
+        prepare(_tune(out, slo="ttft_p95=500ms"))
+    with pytest.raises(RunError, match="another request .*workload 'tiny-smoke', now 'chat'"):
+        prepare(_tune(out, workload="chat"))
+    assert (out / "tune.json").read_bytes() == body
+    prepare(_tune(out, slo="ttft_p95=500ms", force=True))
+
+
+@pytest.mark.parametrize("name", ["chunked-512-tuned.yaml", "sweep.json", "report.html"])
+def test_tune_refuses_a_foreign_file_where_it_writes_before_any_server(tmp_path, name):
+    from vprof.common.errors import OutputError
+    from vprof.runs.tune import prepare
+
+    out = tmp_path / "t"
+    out.mkdir()
+    (out / name).write_text("model: mine\n")
+    with pytest.raises(OutputError, match=f"{name}: exists and is not"):
+        prepare(_tune(out))
+    assert (out / name).read_text() == "model: mine\n"
+    prepare(_tune(out, force=True))
+
+
+# ------------------------------------------------------ damage is said wherever a run is read
+
+READERS = {
+    "summarize": ["summarize", "{a}", "{b}", "--format", "json"],
+    "compare": ["compare", "{a}", "vs", "{b}", "--format", "json"],
+    "plan": ["plan", "{a}", "{b}", "--rps", "4", "--slo", "ttft_p95=10s", "--format", "json"],
+    "report": ["report", "{a}", "{b}", "-o", "{out}"],
+}
+
+
+@pytest.mark.parametrize("command", list(READERS))
+def test_damaged_records_are_said_on_stderr_and_in_the_json_of_every_reader(
+    run,  # noqa: F811
+    tmp_path,
+    command,
+):
+    a = good_run(tmp_path / "runs" / "a")
+    b = good_run(tmp_path / "runs" / "b")
+    assert run("summarize", str(a), "--save").exit_code == 0  # a summary.json that is now stale
+    cut(a, (batch_ends(a)[2] + batch_ends(a)[3]) // 2)
+    note = read_records_file(RunDir(a).records).describe(N)
+    out = tmp_path / "r.html"
+    args = [x.format(a=a, b=b, out=out) for x in READERS[command]]
+    result = run(*args)
+    assert result.exit_code == 0, result.output
+    said = [line for line in result.stderr.splitlines() if line.startswith("warning: ")]
+    assert len(said) == 1 and said[0].endswith(f": {note}"), result.stderr
+    if command == "report":
+        assert note in out.read_text()
+        return
+    document = json.loads(result.stdout)
+    if command == "summarize":
+        assert [s.get("records_note") for s in document] == [note, None]
+    else:
+        assert all(row["warnings"] == [said[0].removeprefix("warning: ")] for row in document)

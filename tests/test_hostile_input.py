@@ -420,6 +420,18 @@ TRAFFIC_REFUSED = [
     ("kind: 010\nduration_s: 10\n", ["t.yaml:1: kind: unknown kind '010'"]),
     (SEVEN_LEVEL_BOMB, ["t.yaml:", "expands to more than 200,000 values"]),
     (
+        "kind: spike\nduration_s: 10\nusers: 0\nspike_users: 0\n",
+        ["t.yaml:3: users: users is 0 and spike_users is 0 too: no request would ever be sent"],
+    ),
+    (
+        "kind: spike\nduration_s: 10\nusers: 0\n",
+        ["t.yaml:3: users: users is 0 and spike_users is 0 too"],
+    ),
+    (
+        "kind: spike\nduration_s: 10\nusers: 0\nspike_users: 8\nspike_at_s: 10\nspike_s: 5\n",
+        ["t.yaml:3: users: users is 0 and the spike (spike_at_s, spike_s) never falls within"],
+    ),
+    (
         b"kind: steady\nduration_s: 10\ndescription: \xff\n",
         ["t.yaml:3: cannot read the traffic shape file: byte 0xff"],
     ),
@@ -463,7 +475,7 @@ FLAGS_REFUSED = [
     ),
     (
         ["plan", "{runs}", "--slo", "ttft_p95=" + "9" * 400 + "ms", "--rps", "4"],
-        ["--slo ttft_p95: must be a finite number"],
+        ["--slo: ttft_p95=", "is not a finite duration"],
     ),
     (
         ["summarize", "{runs}", "--timeline", "--interval", "-1"],
@@ -525,3 +537,53 @@ def test_hostile_number_and_path_flags_are_refused_naming_the_flag(
     assert_refused(run(*args), *fragments)
     for name in ("summary.json", "timeline.csv"):  # nothing half-written
         assert not (tmp_path / "runs" / "a" / name).exists()
+
+
+# ---------------------------------------------------------------- units are said, never guessed
+
+SLO_REFUSED = [
+    ("errors=0.5", ["errors='0.5' has no unit", "errors=0.5%", "errors=50% if 0.5 is a fraction"]),
+    ("errors=5", ["errors='5' has no unit", "errors=5%"]),
+    ("ttft_p95=0.5", ["ttft_p95='0.5' has no unit", "ttft_p95=0.5ms or ttft_p95=0.5s"]),
+    ("ttft_p95=500,tpot_p95=50ms", ["ttft_p95='500' has no unit"]),
+    ("ttft_p95=0ms", ["ttft_p95='0ms': a bound must be more than 0"]),
+    ("tpot_p99=0s", ["tpot_p99='0s': a bound must be more than 0"]),
+    ("ttft_p95=-5ms", ["ttft_p95='-5ms': a bound must be more than 0"]),
+    ("e2el=2d", ["e2el='2d': unknown unit 'd'"]),
+    ("ttft_p95=100000s", ["is more than a day"]),
+    ("errors=-1%", ["must be between 0 and 100 %"]),
+    ("errors=nan%", ["errors='nan%' is not a rate"]),
+]
+
+
+@pytest.mark.parametrize("command", ["summarize", "plan", "report", "bench", "tune"])
+@pytest.mark.parametrize("slo, fragments", SLO_REFUSED)
+def test_an_slo_term_without_its_unit_or_with_a_bound_never_met_is_refused(
+    run, tmp_path, runs_dir, command, slo, fragments
+):
+    args = {
+        "summarize": ["summarize", runs_dir],
+        "plan": ["plan", runs_dir, "--rps", "4"],
+        "report": ["report", runs_dir, "-o", str(tmp_path / "r.html")],
+        "bench": ["bench", "base", "--out", str(tmp_path / "out")],
+        "tune": ["tune", "chunked-512", "--out", str(tmp_path / "out")],
+    }[command]
+    assert_refused(run(*args, "--slo", slo), "--slo", *fragments)
+    assert not (tmp_path / "r.html").exists() and not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
+    "slo, ms, errors",
+    [
+        ("ttft_p95=0.5s", 500.0, None),
+        ("ttft_p95=500 ms,errors=0.5%", 500.0, 0.005),
+        ("tpot_p99=40000us,errors=0", 40.0, 0.0),
+        ("ttft_p95=1e3ms,errors=100%", 1000.0, 1.0),
+    ],
+)
+def test_an_slo_with_its_units_reads_as_written(slo, ms, errors):
+    from vprof.analysis.slo import parse_slo
+
+    parsed = parse_slo(slo)
+    assert parsed.targets[0].threshold_ms == ms and parsed.max_error_rate == errors
+    assert parse_slo(str(parsed)) == parsed

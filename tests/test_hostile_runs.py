@@ -10,6 +10,7 @@ Part of the hostile-input suite (``test_hostile_input.py`` holds the other class
 from __future__ import annotations
 
 import json
+import socket
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -20,10 +21,11 @@ from click.testing import CliRunner
 from test_hostile_input import assert_refused, run, write  # noqa: F401  (run is a fixture)
 
 from vprof.cli.main import cli
-from vprof.common.errors import LaunchError
+from vprof.common.errors import LaunchError, RunError
 from vprof.emulator.config import EmulatorConfig
 from vprof.emulator.server import Emulator
 from vprof.records import RunDir
+from vprof.records.store import read_records_file
 
 
 class _Hostile(BaseHTTPRequestHandler):
@@ -31,6 +33,7 @@ class _Hostile(BaseHTTPRequestHandler):
     server that does not implement completions)."""
 
     post_status = 501
+    post_stream: tuple[bytes, ...] = ()  # set: every POST is HTTP 200 with these bodies in turn
     max_model_len = 4096
     posts: list[str]
 
@@ -61,8 +64,18 @@ class _Hostile(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         self.posts.append(self.path)
         length = int(self.headers.get("content-length") or 0)
-        self.rfile.read(length)
-        self._send(self.post_status, {"error": {"message": "Not Implemented"}})
+        body = json.loads(self.rfile.read(length) or b"{}")
+        if self.post_stream and body.get("stream"):
+            stream = self.post_stream[len(self.posts) % len(self.post_stream)]
+            self.send_response(200)
+            self.send_header("content-type", "text/event-stream")
+            self.send_header("content-length", str(len(stream)))
+            self.end_headers()
+            self.wfile.write(stream)
+        elif self.post_stream:  # the warm-up's plain completion
+            self._send(200, {"choices": [{"text": "ok", "index": 0}]})
+        else:
+            self._send(self.post_status, {"error": {"message": "Not Implemented"}})
 
 
 def _serve(**attrs) -> Iterator[tuple[str, list[str]]]:
@@ -153,6 +166,11 @@ REFUSED_AT_ONCE = [
     (["sweep", "batched-tokens", "base", "--url", "http://h:1"], ["--url: a sweep of server"]),
     (["sweep", "set", "base", "max-num-seqs=8,16", "--url", "http://h:1"],
      ["--url: a sweep of server settings"]),
+    (["bench", "dep", "--url", "http://127.0.0.1:8000", "--url", "http://localhost:8000"],
+     ["--url: 'http://localhost:8000' names the same server as 'http://127.0.0.1:8000'"]),
+    (["bench", "dep", "--url", "http://h:1", "--fresh-server", "--repeat", "2"],
+     ["--fresh-server: --fresh-server restarts the server between repeats, but vprof did not "
+      "start the server at --url http://h:1"]),
     (["bench", "base", "--tokenizer", "/nope"], ["--tokenizer: no such file or folder: /nope"]),
     (["sweep", "load", "base", "--levels", "2", "--tokenizer", "/nope"], ["--tokenizer: no such"]),
 ]  # fmt: skip
@@ -167,6 +185,53 @@ def test_what_the_command_line_gets_wrong_is_refused_before_anything_runs(
 ):
     assert_refused(run(*args, "--out", str(tmp_path / "out")), *fragments)
     assert not (tmp_path / "out").exists()
+
+
+def _own_address() -> str:
+    import psutil
+
+    return next(
+        a.address
+        for addrs in psutil.net_if_addrs().values()
+        for a in addrs
+        if a.family == socket.AF_INET and not a.address.startswith("127.")
+    )
+
+
+@pytest.mark.parametrize(
+    "first, second",
+    [
+        ("http://127.0.0.1:8000", "http://localhost:8000"),
+        ("http://localhost:8000", "http://[::1]:8000"),
+        ("http://127.0.0.1:8000", "http://127.0.0.2:8000"),
+        ("http://0.0.0.0:8000", "http://127.0.0.1:8000/"),
+        ("http://[::ffff:10.0.0.9]:80", "http://10.0.0.9"),
+        ("http://localhost:8000", "http://{own}:8000"),
+        ("https://10.0.0.9", "http://10.0.0.9:443"),
+    ],
+)
+def test_one_server_is_one_replica_however_its_address_is_spelt(first, second):
+    from vprof.locustfiles.balance import check_replicas
+
+    if "{own}" in second:
+        second = second.format(own=_own_address())
+    with pytest.raises(RunError, match="names the same server as"):
+        check_replicas([first, second])
+
+
+@pytest.mark.parametrize(
+    "urls",
+    [
+        ("http://127.0.0.1:8000", "http://127.0.0.1:8001"),
+        ("http://10.0.0.5:8000", "http://10.0.0.6:8000"),
+        ("http://gateway:80/a", "http://gateway:80/b"),
+        ("http://no-such-host.invalid:1", "http://other-host.invalid:1"),
+    ],
+)
+def test_different_servers_stay_replicas(urls):
+    from vprof.locustfiles.balance import check_replicas
+
+    assert check_replicas(urls) == urls
 
 
 def test_a_tokenizer_that_is_not_one_is_refused_before_any_server_starts(no_launch, tmp_path):
@@ -349,3 +414,94 @@ def test_a_settings_sweep_whose_servers_never_start_writes_nothing(tmp_path, mon
     assert "the server died at start-up" in result.output
     assert "nothing to recommend" in result.output
     assert not Path("o").exists()  # no sweep.json, no report.html, no empty folder
+
+
+# ------------------------------------------------------- contradictory options, refused first
+
+
+@pytest.mark.parametrize(
+    "workload, fragment",
+    [
+        ("chat", "but workload 'chat' is not a trace"),
+        ("{other}", "replays another trace or window"),
+    ],
+)
+def test_a_trace_replay_with_another_workload_is_refused_before_any_server(
+    no_launch, tmp_path, workload, fragment
+):
+    from vprof.workloads.loading import get_workload
+
+    sample = get_workload("sample-trace")
+    other = write(
+        tmp_path / "other.yaml",
+        f"kind: trace\nfile: {sample.trace.file}\ntime_scale: 3\nendpoint: completions\n",
+    )
+    args = [
+        "bench",
+        "base",
+        "--traffic",
+        "sample-trace",
+        "--workload",
+        workload.format(other=other),
+        "--out",
+        str(tmp_path / "out"),
+    ]
+    assert_refused(
+        no_launch(*args),
+        "--traffic: traffic 'sample-trace' sends requests at the "
+        "times of trace workload 'sample-trace'",
+        fragment,
+    )
+
+
+def test_a_trace_replay_with_its_own_workload_by_name_or_path_passes_the_check():
+    from vprof.traffic import get_shape
+    from vprof.traffic.shape import check_pairing
+    from vprof.workloads.loading import get_workload
+
+    shape = get_shape("sample-trace")
+    check_pairing(shape, get_workload("sample-trace"))
+    check_pairing(shape, get_workload(get_workload("sample-trace").source))
+    check_pairing(get_shape("steady"), get_workload("chat"))  # not a replay: nothing to pair
+
+
+# ------------------------------------------------------------- fail fast, for the right reason
+
+MALFORMED = (
+    b"data: <html>gateway</html>\n\ndata: [DONE]\n\n",  # not JSON
+    b'data: {"object": "text_completion"}\n\ndata: [DONE]\n\n',  # no chunk with choices
+    b'data: {"choices": [{"text": "a", "index": 0}]}\n\n',  # no [DONE]
+)
+
+
+def test_a_server_answering_200_with_malformed_streams_gets_a_handful_of_requests(tmp_path):
+    """Every kind of failed request feeds the users' back-off, not only HTTP errors: 2 closed-
+    loop users for 3 s against a server whose every stream is broken (in turn: not JSON, no
+    chunk with choices, no [DONE]) send a handful of requests each. Before, an answer with
+    HTTP 200 reset the back-off: 537-677 requests here."""
+    from vprof.runs.bench import resolve_profiles as profiles
+    from vprof.runs.bench import run_bench
+    from vprof.runs.spec import BenchSpec
+
+    shape = write(tmp_path / "t.yaml", "kind: steady\nusers: 2\nduration_s: 3\n")
+    said: list[str] = []
+    for url, posts in _serve(post_stream=MALFORMED):
+        spec = BenchSpec(
+            traffic=(str(shape),),
+            workload="tiny-smoke",
+            out_dir=tmp_path / "out",
+            url=url,
+            metrics=False,
+        )
+        (outcome,) = run_bench(profiles(["dep"], url=url, say=said.append), spec, said.append)
+        sent = len(posts)
+    print(f"{sent} requests in all (4 of them the warm-up)")
+    assert outcome.state == "failed" and outcome.reason.startswith("every request failed (")
+    assert sent <= 40, sent
+    errors = read_records_file(RunDir(outcome.run.path).records).table.column("error")
+    assert {e.split(":")[0] for e in errors.to_pylist()} >= {
+        "StreamError",
+        "never received a chunk with choices",
+        "stream ended without [DONE]",
+    }
+    assert "backing off" in RunDir(outcome.run.path).locust_log.read_text()

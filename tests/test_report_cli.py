@@ -57,8 +57,8 @@ def test_bad_slo_exits_2_with_one_clear_line(bench):
     result = CliRunner().invoke(cli, ["summarize", str(bench), "--slo", "ttft_p95=fast"])
     assert result.exit_code == 2
     assert result.output.strip().splitlines() == [
-        "Error: --slo: ttft_p95='fast' is not a duration (write a number with ms, s or us, "
-        "e.g. 500ms)"
+        "Error: --slo: ttft_p95='fast' is not a duration (write a number with its unit: ms, s "
+        "or us, e.g. 500ms or 0.5s)"
     ]
 
 

@@ -55,6 +55,9 @@ def tune(*args: str):
         (["--slo", "ttft_p95=1s", "--objective", "min-latency"], "Error: --rps: min-latency"),
         (["--slo", "ttft_p95=1s", "--objective", "max-rates"],
          "Error: --objective: unknown objective 'max-rates' (did you mean 'max-rate'?)"),
+        (["--slo", "ttft_p95=1s", "--set", "max-num-seqs=64", "--space", "max-num-seqs=16,32"],
+         "Error: --space max-num-seqs: --set max-num-seqs=64 pins it, and --space max-num-seqs "
+         "searches it"),
         (["--slo", "ttft_p95=1s", "--traffic", "steady"],
          "Error: --traffic: steady is closed-loop"),
         (["--slo", "ttft_p95=1s", "--set", "max-model-len=64", "--workload", "chat"],

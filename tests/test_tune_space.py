@@ -105,7 +105,10 @@ def test_max_model_len_below_the_longest_request_is_refused_before_anything_runs
 
 
 def test_the_search_starts_from_the_profiles_own_settings():
-    profile = resolve_profile("baseline", set_args=["max-num-seqs=100"])
+    from dataclasses import replace
+
+    base = resolve_profile("baseline")  # as if its file said max-num-seqs: 100
+    profile = replace(base, engine_args={**base.engine_args, "max-num-seqs": 100})
     space = build_space(profile, get_workload("long-prompt-short-answer"),
                         parse_space(["max-num-seqs=32,128,512"]), gpu=False)  # fmt: skip
     start = starting_candidate(space, profile)

@@ -103,9 +103,23 @@ def shape_from_dict(
     if kind == "step" and values.get("step_s", 10.0) <= 0:
         raise fail("step_s", "must be positive")
     try:
-        return TrafficShape(name=name, source=source, **values)
+        shape = TrafficShape(name=name, source=source, **values)
     except WorkloadError as exc:  # a combination of fields, e.g. too many scheduled requests
         raise fail(exc.key, exc.message, exc.hint) from None
+    if shape.kind == "spike" and shape.users < 1:
+        spike_runs = shape.spike_s > 0 and shape.spike_at_s < shape.duration_s
+        if shape.spike_users < 1 or not spike_runs:
+            why = (
+                "spike_users is 0 too"
+                if shape.spike_users < 1
+                else "the spike (spike_at_s, spike_s) never falls within duration_s"
+            )
+            raise fail(
+                "users" if "users" in values else None,
+                f"users is 0 and {why}: no request would ever be sent",
+                "give spike_users (and a spike_s within duration_s) or users at least 1",
+            )
+    return shape
 
 
 def _trace_settings(

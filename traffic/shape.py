@@ -215,6 +215,35 @@ def trace_schedule(workload: str) -> tuple[str, list[float]]:
     return where, load_trace(found.trace).offsets_s()
 
 
+def check_pairing(shape: TrafficShape, workload: Any) -> None:
+    """A trace replay sends request *i* at the *i*-th time of the trace workload it names: the
+    run's ``workload`` must replay that same trace window, or the times belong to other
+    requests. Raises :class:`WorkloadError` naming both."""
+    if shape.process != "trace":
+        return
+    from vprof.workloads.loading import get_workload
+
+    replayed = get_workload(shape.trace)
+
+    def window(w: Any) -> tuple[Any, ...] | None:
+        t = w.trace
+        if t is None:
+            return None
+        return (t.file, t.format, t.time_scale, t.start_s, t.duration_s, t.max_requests)
+
+    if window(workload) is not None and window(workload) == window(replayed):
+        return
+    what = "is not a trace" if workload.trace is None else "replays another trace or window"
+    raise WorkloadError(
+        f"traffic {shape.name!r} sends requests at the times of trace workload "
+        f"{replayed.name!r}, but workload {workload.name!r} {what}: each time would belong to "
+        "another request",
+        key="--traffic",
+        hint=f"give --workload {replayed.name} with it (by its path if it is a file), or a "
+        "traffic shape that is not a trace replay",
+    )
+
+
 def partition(n: int, worker_index: int, workers: int) -> range:
     """The schedule indices one of ``workers`` processes sends: i with i % workers == index."""
     return range(worker_index, n, workers)
