@@ -347,5 +347,5 @@ def test_metrics_of_two_engines_keep_fractions_fractions_and_add_up_counts() -> 
 
 
 def test_a_ratio_name_that_is_not_a_gauge_still_adds_up() -> None:
-    text = "# TYPE x_rate counter\nx_rate{a=\"1\"} 1\nx_rate{a=\"2\"} 2\n"
+    text = '# TYPE x_rate counter\nx_rate{a="1"} 1\nx_rate{a="2"} 2\n'
     assert parse_metrics(text) == {"x_rate": 3.0}
