@@ -34,6 +34,7 @@ INT_COLUMNS = (
     "conversation_id",
     "turn",
     "session_last",
+    "prefix_group",
 )
 
 
@@ -49,6 +50,7 @@ class Columns:
     itl_blocks: tuple[tuple[Any, Any], ...]
     errors: Any = None  # numpy array of str: each record's error ("" when none)
     replicas: Any = None  # numpy array of str: the server each record went to ("" when one)
+    endpoints: Any = None  # numpy array of str: completions | chat | generate ("" unknown)
 
     def gaps(self, mask: Any) -> tuple[Any, Any]:
         """(pooled gaps, per-request gap counts) of the requests selected by ``mask``."""
@@ -119,6 +121,7 @@ def _from_frame(df: Any) -> Columns:
         blocks,
         strings("error", ""),
         strings("replica", ""),
+        strings("endpoint", ""),
     )
 
 
@@ -197,4 +200,5 @@ def _from_table(table: Any) -> Columns:
         tuple(_list_block(chunk) for chunk in chunks if len(chunk)),
         strings("error", ""),
         strings("replica", ""),
+        strings("endpoint", ""),
     )

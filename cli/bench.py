@@ -125,7 +125,14 @@ def run_options(func):
         click.option(
             "--tokenizer",
             default=None,
-            help="Tokenizer (model folder or tokenizer.json) for building prompts.",
+            help="Tokenizer (model folder or tokenizer.json) for building prompts [default: "
+            "the served model's, from its folder or the local Hugging Face cache].",
+        ),
+        click.option(
+            "--fetch-tokenizer",
+            is_flag=True,
+            help="Download the served model's tokenizer from the Hugging Face hub when no "
+            "local copy has it (otherwise vprof's tiny model's stands in, and says so).",
         ),
         click.option(
             "--repeat",
@@ -184,6 +191,7 @@ def _spec(opts: dict[str, Any], **extra: Any):
         processes=opts["processes"],
         slo=opts["slo"],
         tokenizer=opts["tokenizer"],
+        fetch_tokenizer=opts["fetch_tokenizer"],
         repeat=opts["repeat"],
         order=opts["order"],
         fresh_server=opts["fresh_server"],

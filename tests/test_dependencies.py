@@ -104,12 +104,22 @@ def test_a_fresh_environment_from_the_declared_dependencies_imports_every_module
     for name in ("pyproject.toml", "README.md"):
         shutil.copy2(ROOT / name, source / name)
     for folder in set(PYPROJECT["tool"]["setuptools"]["package-dir"].values()):
-        shutil.copytree(ROOT / folder, source / folder, ignore=shutil.ignore_patterns("__pycache__"))
+        shutil.copytree(
+            ROOT / folder, source / folder, ignore=shutil.ignore_patterns("__pycache__")
+        )
     env_dir = tmp_path / "venv"
     venv.EnvBuilder(with_pip=True).create(env_dir)
     python = env_dir / "bin" / "python"
     install = subprocess.run(
-        [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", str(source)],
+        [
+            str(python),
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+            str(source),
+        ],
         capture_output=True,
         text=True,
         timeout=840,
