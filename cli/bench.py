@@ -173,6 +173,97 @@ def run_options(func):
     return profile_override_options(profiles_dir_option(func))
 
 
+def trace_options(func):
+    """``--trace FILE`` and the settings ``vprof trace stats`` has: a replay in one flag."""
+    options = [
+        click.option(
+            "--trace",
+            "trace_file",
+            default=None,
+            metavar="FILE",
+            help="Replay a request trace (Mooncake or vprof JSONL, Azure or vprof CSV): each "
+            "request at its own time, its own lengths; instead of --workload and --traffic.",
+        ),
+        click.option(
+            "--trace-format",
+            type=click.Choice(["auto", "mooncake", "azure", "vprof"]),
+            default=None,
+            help="With --trace: the file's schema [default: detected from its fields].",
+        ),
+        click.option(
+            "--time-scale",
+            type=FiniteFloat(),
+            default=None,
+            help="With --trace: replay speed, 2 = twice as fast [default: 1].",
+        ),
+        click.option(
+            "--start",
+            "start_s",
+            type=FiniteFloat(),
+            default=None,
+            help="With --trace: skip the first S trace seconds.",
+        ),
+        click.option(
+            "--duration",
+            "duration_s",
+            type=FiniteFloat(),
+            default=None,
+            help="With --trace: keep S trace seconds.",
+        ),
+        click.option(
+            "--max-requests",
+            type=int,
+            default=None,
+            help="With --trace: keep at most N requests.",
+        ),
+        click.option(
+            "--block-size",
+            type=int,
+            default=None,
+            help="With --trace: tokens per hash id [default: 512].",
+        ),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+_TRACE_SETTINGS = {
+    "trace_format": "format",
+    "time_scale": "time_scale",
+    "start_s": "start_s",
+    "duration_s": "duration_s",
+    "max_requests": "max_requests",
+    "block_size": "block_size",
+}
+
+
+def _trace_replay(opts: dict[str, Any]) -> None:
+    """``--trace FILE``: write the replay's workload and traffic shape and run those (the
+    trace settings without ``--trace``, or beside ``--workload``/``--traffic``, are refused)."""
+    ctx = click.get_current_context()
+    settings = {_TRACE_SETTINGS[k]: opts.pop(k) for k in _TRACE_SETTINGS}
+    file = opts.pop("trace_file")
+    if file is None:
+        from vprof.traffic.replay import TRACE_FLAGS
+
+        given = [TRACE_FLAGS[k] for k, v in settings.items() if v is not None]
+        if given:
+            raise click.UsageError(f"{given[0]} applies only with --trace FILE")
+        return
+    for name in ("traffic", "workload"):
+        if ctx.get_parameter_source(name) is not click.core.ParameterSource.DEFAULT:
+            raise click.UsageError(
+                f"--trace replays the trace's own requests at their own times; leave out "
+                f"--{name} (or give the replay's YAML as --workload and --traffic instead)"
+            )
+    from vprof.traffic.replay import write_trace_replay
+
+    replay = write_trace_replay(file, **settings)
+    _say(replay.note())
+    opts["workload"], opts["traffic"] = str(replay.workload), (str(replay.traffic),)
+
+
 def _spec(opts: dict[str, Any], **extra: Any):
     from vprof.runs import BenchSpec
 
@@ -256,6 +347,7 @@ def _outcome_rows(outcomes) -> list[dict[str, Any]]:
 @click.command(short_help="Run profiles × traffic shapes and summarise them.")
 @click.argument("profile_names", metavar="PROFILE...", nargs=-1, required=True)
 @run_options
+@trace_options
 @format_option
 def bench(profile_names: tuple[str, ...], fmt: str, **opts: Any) -> None:
     """Run each PROFILE against each traffic shape and compare them.
@@ -271,9 +363,11 @@ def bench(profile_names: tuple[str, ...], fmt: str, **opts: Any) -> None:
       vprof bench chunked-256 --traffic steady --traffic spike --workload rag-shared-prefix
       vprof bench my-deployment --url http://10.0.0.5:8000 --traffic poisson
       vprof bench my-deployment --url http://10.0.0.5:8000 --url http://10.0.0.6:8000
+      vprof bench chunked-256 --trace mooncake_trace.jsonl --start 600 --duration 300
     """
     from vprof.runs import run_bench
 
+    _trace_replay(opts)
     spec = _spec(opts)  # the run's own checks (--url, --slo, --tokenizer) come first
     profiles = _profiles(profile_names, opts, spec.url)
     with _interruptible(opts["out_dir"]):
