@@ -35,6 +35,7 @@ INT_COLUMNS = (
     "turn",
     "session_last",
     "slice",
+    "prefix_group",
 )
 
 
@@ -92,6 +93,7 @@ class Columns:
     itl_blocks: tuple[tuple[Any, Any], ...]
     errors: Coded | None = None  # each record's error ("" when none)
     replicas: Coded | None = None  # the server each record went to ("" when one)
+    endpoints: Coded | None = None  # completions | chat | generate ("" unknown)
 
     def gaps(self, mask: Any) -> tuple[Any, Any]:
         """(pooled gaps, per-request gap counts) of the requests selected by ``mask``."""
@@ -164,6 +166,7 @@ def _from_frame(df: Any) -> Columns:
         blocks,
         strings("error", ""),
         strings("replica", ""),
+        strings("endpoint", ""),
     )
 
 
@@ -212,4 +215,5 @@ def _from_table(table: Any) -> Columns:
         tuple(arrays.list_block(chunk) for chunk in chunks if len(chunk)),
         strings("error", ""),
         strings("replica", ""),
+        strings("endpoint", ""),
     )

@@ -23,6 +23,8 @@ class SummaryKey(StrEnum):
     REASON = "reason"
     VLLM_VERSION = "vllm_version"
     WARMUP_UNTIL = "warmup_until"
+    TOKENIZER = "tokenizer"  # what prompts were built with (run.json's tokenizer, as a label)
+    TOKENIZER_IS_STAND_IN = "tokenizer_is_stand_in"  # not the served model's own tokenizer
     OFFERED_LOAD = "offered_load"
     OFFERED_LOAD_UNIT = "offered_load_unit"
     OPEN_LOOP = "open_loop"
@@ -62,7 +64,9 @@ class SummaryKey(StrEnum):
     MAX_OUTPUT_TOKENS_PER_S = "max_output_tokens_per_s"
     MAX_CONCURRENT_REQUESTS = "max_concurrent_requests"
     PROMPT_TOKEN_MISMATCH_RATE = "prompt_token_mismatch_rate"
-    MEAN_PROMPT_TOKEN_EXCESS = "mean_prompt_token_excess"
+    MEAN_PROMPT_TOKEN_EXCESS = "mean_prompt_token_excess"  # beyond the chat template's
+    CHAT_TEMPLATE_PROMPT_TOKENS = "chat_template_prompt_tokens"  # per chat request, first turns
+    PROMPT_TOKEN_WARNING = "prompt_token_warning"  # the server counted other prompt lengths
     CACHED_TOKEN_SHARE = "cached_token_share"
     # latency statistics read by name elsewhere
     MEDIAN_TTFT_MS = "median_ttft_ms"
@@ -126,6 +130,7 @@ SUMMARY_TABLE_KEYS: tuple[str, ...] = (
     K.MAX_OUTPUT_TOKENS_PER_S, K.MAX_CONCURRENT_REQUESTS, K.PREFIX_CACHE_HIT_RATE,
     K.TRACE_IMPLIED_HIT_RATE,
     K.CACHED_TOKEN_SHARE, K.PROMPT_TOKEN_MISMATCH_RATE, K.MEAN_PROMPT_TOKEN_EXCESS,
+    K.CHAT_TEMPLATE_PROMPT_TOKENS, K.TOKENIZER_IS_STAND_IN,
     K.NUM_PREEMPTIONS, K.MAX_KV_CACHE_USAGE_PERC,
     K.MAX_NUM_REQUESTS_WAITING, K.METRICS_FROM, K.METRICS_SCRAPE_MAX_MS, K.METRICS_WARNING,
     K.LOADGEN_MAX_CPU_PERCENT, K.LOADGEN_LOOP_LAG_P99_MS,
@@ -135,7 +140,8 @@ SUMMARY_TABLE_KEYS: tuple[str, ...] = (
 # Rows of the table shown only when some run has something to say there (not zero or empty).
 SHOWN_WHEN_NONZERO = frozenset(
     {K.FAILURES_BY_CAUSE, K.CANCELLED, K.NOT_SENT, K.HELD_BACK, K.HELD_BACK_S, K.UNANSWERED_RATE,
-     K.CLIENT_LIMITED_BY, K.METRICS_WARNING, K.METRICS_FROM, K.HOST_UNSTEADY}
+     K.CLIENT_LIMITED_BY, K.METRICS_WARNING, K.METRICS_FROM, K.MEAN_PROMPT_TOKEN_EXCESS,
+     K.TOKENIZER_IS_STAND_IN, K.HOST_UNSTEADY}
 )  # fmt: skip
 # The columns of the per-replica table (after run and replica), from a summary's per_replica.
 REPLICA_TABLE_KEYS: tuple[str, ...] = (

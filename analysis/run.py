@@ -173,6 +173,7 @@ def summarize_loaded(
     if isinstance(trace, dict) and trace.get("implied_token_hit_rate") is not None:
         # what the trace's shared blocks imply, beside the server's prefix_cache_hit_rate
         head["trace_implied_hit_rate"] = trace["implied_token_hit_rate"]
+    head |= _tokenizer(run.meta)
     if run.records_note:
         head[K.RECORDS_NOTE] = run.records_note
     body = summarize(
@@ -190,7 +191,46 @@ def summarize_loaded(
     open_loop = run.meta.get("open_loop", run.locust.get("open_loop"))
     if open_loop is not None:
         body["open_loop"] = bool(open_loop) or body["open_loop"]
+    if warning := prompt_token_warning(head, body):
+        body[K.PROMPT_TOKEN_WARNING] = warning
     return head | body
+
+
+# Above this share of requests whose prompt the server counted differently from the plan (the
+# chat template set apart), the summary says so and names the likely cause.
+PROMPT_MISMATCH_TOLERANCE = 0.02
+
+
+def _tokenizer(meta: dict[str, Any]) -> dict[str, Any]:
+    """What ``run.json`` says prompts were built with (runs from before it said nothing)."""
+    given = meta.get("tokenizer")
+    if not isinstance(given, dict):
+        return {}
+    label = given.get("label") or given.get("path")
+    return {K.TOKENIZER: label, K.TOKENIZER_IS_STAND_IN: bool(meta.get("tokenizer_is_stand_in"))}
+
+
+def prompt_token_warning(head: dict[str, Any], body: dict[str, Any]) -> str:
+    """A sentence when the server counted other prompt lengths than planned, with the likely
+    cause ("" when they agree within :data:`PROMPT_MISMATCH_TOLERANCE`)."""
+    rate = body.get(K.PROMPT_TOKEN_MISMATCH_RATE)
+    if not isinstance(rate, float) or rate <= PROMPT_MISMATCH_TOLERANCE:
+        return ""
+    excess = body.get(K.MEAN_PROMPT_TOKEN_EXCESS) or 0.0
+    what = (
+        f"the server counted other prompt lengths than planned for {rate:.0%} of requests "
+        f"({excess:+.1f} tokens on average)"
+    )
+    if head.get(K.TOKENIZER_IS_STAND_IN):
+        return (
+            f"{what}: prompts were built with {head.get(K.TOKENIZER)}; pass --tokenizer or "
+            "--fetch-tokenizer for the served model's own"
+        )
+    built = f" with {head[K.TOKENIZER]}" if head.get(K.TOKENIZER) else ""
+    return (
+        f"{what}, although prompts were built{built}: the server may serve another model or "
+        "revision than that tokenizer's, or add special tokens (BOS) differently"
+    )
 
 
 def _gpus(profile: dict[str, Any]) -> int | None:

@@ -23,6 +23,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from vprof.analysis.columns import Columns, from_records
+from vprof.analysis.keys import SummaryKey
 from vprof.analysis.samples import host_stats, loadgen_stats, server_stats
 from vprof.analysis.slo import Slo, SloTarget, parse_slo
 from vprof.analysis.stats import DEFAULT_PERCENTILES, BlockQuantiles, describe, percentile
@@ -402,19 +403,48 @@ def _tokens(cols: Columns, ok: Any, duration: float) -> dict[str, Any]:
     input_tokens = np.where(prompt >= 0, prompt, np.maximum(expected, 0))
     total_in, total_out = int(input_tokens.sum()), int(np.maximum(output, 0).sum())
     per_s = (lambda v: v / duration) if duration > 0 else (lambda v: math.nan)
-    # Prompts are built to exact lengths with the model's tokenizer; the server's count says
-    # whether that held. For chat the excess is the chat template's tokens.
-    both = (prompt >= 0) & (expected >= 0)
-    excess = (prompt[both] - expected[both]).astype(float)
+    counted = (cols.ints["prompt_tokens"] >= 0) & (cols.ints["expected_prompt_tokens"] >= 0)
     return {
-        "prompt_token_mismatch_rate": float((excess != 0).mean()) if excess.size else None,
-        "mean_prompt_token_excess": float(excess.mean()) if excess.size else None,
+        **_prompt_token_excess(cols, ok & counted),
         "total_input_tokens": total_in,
         "total_output_tokens": total_out,
         "requests_without_usage": int(((prompt < 0) | (output < 0)).sum()),
         "request_throughput": per_s(int(ok.sum())),
         "output_throughput": per_s(total_out),
         "total_token_throughput": per_s(total_in + total_out),
+    }
+
+
+def _prompt_token_excess(cols: Columns, judged: Any) -> dict[str, Any]:
+    """How the server's prompt counts compare with the plan's, the chat template set apart.
+
+    Prompts are built to exact lengths with the model's tokenizer, so for completions any
+    difference is a mismatch. A chat request's count also holds the chat template's tokens,
+    which depend only on the messages' roles and number: among first turns of the same shape
+    (with or without the shared system prompt) the most common excess is the template's, and
+    a request that differs from it is a mismatch. Later turns carry the server's own replies,
+    whose tokens can merge with the template's at the joins; they are not judged.
+    """
+    import numpy as np
+
+    prompt, expected = cols.ints["prompt_tokens"], cols.ints["expected_prompt_tokens"]
+    excess = (prompt - expected).astype(float)
+    chat = judged & cols.endpoints.isin("chat") if cols.endpoints is not None else judged & False
+    first_chat = chat & (cols.ints["turn"] <= 0)
+    template = np.zeros(cols.n)
+    for shared in (True, False):
+        group = first_chat & ((cols.ints["prefix_group"] >= 0) == shared)
+        if group.any():
+            values, counts = np.unique(excess[group], return_counts=True)
+            template[group] = values[np.argmax(counts)]
+    judged = judged & ~(chat & ~first_chat)
+    beyond = (excess - template)[judged]
+    return {
+        SummaryKey.PROMPT_TOKEN_MISMATCH_RATE: float((beyond != 0).mean()) if beyond.size else None,
+        SummaryKey.MEAN_PROMPT_TOKEN_EXCESS: float(beyond.mean()) if beyond.size else None,
+        SummaryKey.CHAT_TEMPLATE_PROMPT_TOKENS: (
+            float(template[first_chat].mean()) if first_chat.any() else None
+        ),
     }
 
 

@@ -130,7 +130,14 @@ def run_options(func):
         click.option(
             "--tokenizer",
             default=None,
-            help="Tokenizer (model folder or tokenizer.json) for building prompts.",
+            help="Tokenizer (model folder or tokenizer.json) for building prompts [default: "
+            "the served model's, from its folder or the local Hugging Face cache].",
+        ),
+        click.option(
+            "--fetch-tokenizer",
+            is_flag=True,
+            help="Download the served model's tokenizer from the Hugging Face hub when no "
+            "local copy has it (otherwise vprof's tiny model's stands in, and says so).",
         ),
         click.option(
             "--repeat",
@@ -187,6 +194,97 @@ def _claim_outputs(opts: dict[str, Any], *, sweep: bool = False) -> None:
         claim_output(sweep_manifest(opts["out_dir"]), SWEEP, force=opts["force"])
 
 
+def trace_options(func):
+    """``--trace FILE`` and the settings ``vprof trace stats`` has: a replay in one flag."""
+    options = [
+        click.option(
+            "--trace",
+            "trace_file",
+            default=None,
+            metavar="FILE",
+            help="Replay a request trace (Mooncake or vprof JSONL, Azure or vprof CSV): each "
+            "request at its own time, its own lengths; instead of --workload and --traffic.",
+        ),
+        click.option(
+            "--trace-format",
+            type=click.Choice(["auto", "mooncake", "azure", "vprof"]),
+            default=None,
+            help="With --trace: the file's schema [default: detected from its fields].",
+        ),
+        click.option(
+            "--time-scale",
+            type=FiniteFloat(),
+            default=None,
+            help="With --trace: replay speed, 2 = twice as fast [default: 1].",
+        ),
+        click.option(
+            "--start",
+            "start_s",
+            type=FiniteFloat(),
+            default=None,
+            help="With --trace: skip the first S trace seconds.",
+        ),
+        click.option(
+            "--duration",
+            "duration_s",
+            type=FiniteFloat(),
+            default=None,
+            help="With --trace: keep S trace seconds.",
+        ),
+        click.option(
+            "--max-requests",
+            type=int,
+            default=None,
+            help="With --trace: keep at most N requests.",
+        ),
+        click.option(
+            "--block-size",
+            type=int,
+            default=None,
+            help="With --trace: tokens per hash id [default: 512].",
+        ),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+_TRACE_SETTINGS = {
+    "trace_format": "format",
+    "time_scale": "time_scale",
+    "start_s": "start_s",
+    "duration_s": "duration_s",
+    "max_requests": "max_requests",
+    "block_size": "block_size",
+}
+
+
+def _trace_replay(opts: dict[str, Any]) -> None:
+    """``--trace FILE``: write the replay's workload and traffic shape and run those (the
+    trace settings without ``--trace``, or beside ``--workload``/``--traffic``, are refused)."""
+    ctx = click.get_current_context()
+    settings = {_TRACE_SETTINGS[k]: opts.pop(k) for k in _TRACE_SETTINGS}
+    file = opts.pop("trace_file")
+    if file is None:
+        from vprof.traffic.replay import TRACE_FLAGS
+
+        given = [TRACE_FLAGS[k] for k, v in settings.items() if v is not None]
+        if given:
+            raise click.UsageError(f"{given[0]} applies only with --trace FILE")
+        return
+    for name in ("traffic", "workload"):
+        if ctx.get_parameter_source(name) is not click.core.ParameterSource.DEFAULT:
+            raise click.UsageError(
+                f"--trace replays the trace's own requests at their own times; leave out "
+                f"--{name} (or give the replay's YAML as --workload and --traffic instead)"
+            )
+    from vprof.traffic.replay import write_trace_replay
+
+    replay = write_trace_replay(file, **settings)
+    _say(replay.note())
+    opts["workload"], opts["traffic"] = str(replay.workload), (str(replay.traffic),)
+
+
 def _spec(opts: dict[str, Any], **extra: Any):
     from vprof.runs import BenchSpec
 
@@ -205,6 +303,7 @@ def _spec(opts: dict[str, Any], **extra: Any):
         processes=opts["processes"],
         slo=opts["slo"],
         tokenizer=opts["tokenizer"],
+        fetch_tokenizer=opts["fetch_tokenizer"],
         repeat=opts["repeat"],
         order=opts["order"],
         fresh_server=opts["fresh_server"],
@@ -323,6 +422,7 @@ def alternate_options(func):
 @click.argument("profile_names", metavar="PROFILE...", nargs=-1)
 @run_options
 @alternate_options
+@trace_options
 @format_option
 def bench(profile_names: tuple[str, ...], fmt: str, **opts: Any) -> None:
     """Run each PROFILE against each traffic shape and compare them.
@@ -344,7 +444,9 @@ def bench(profile_names: tuple[str, ...], fmt: str, **opts: Any) -> None:
       vprof bench my-deployment --url http://10.0.0.5:8000 --url http://10.0.0.6:8000
       vprof bench chunked-256 chunked-512 --alternate --precision 5% --time-budget 10m
       vprof bench --alternate --url a=http://10.0.0.5:8000 --url b=http://10.0.0.6:8000
+      vprof bench chunked-256 --trace mooncake_trace.jsonl --start 600 --duration 300
     """
+    _trace_replay(opts)
     if opts["alternate"]:
         _alternate(profile_names, fmt, opts)
         return
@@ -411,6 +513,7 @@ def _alternate(profile_names: tuple[str, ...], fmt: str, opts: dict[str, Any]) -
         url_sides=tuple(url_sides),
     )
     spec = _spec({**opts, "urls": ()})
+    _claim_outputs(opts)
     profiles = _profiles(profile_names, opts, None) if profile_names else []
     with _interruptible(opts["out_dir"]):
         outcomes = run_alternating(profiles, spec, alt, _say)
@@ -432,6 +535,7 @@ def _until_precise(profile_names: tuple[str, ...], fmt: str, opts: dict[str, Any
         else None
     )
     spec = _spec(opts)
+    _claim_outputs(opts)
     profiles = _profiles(profile_names, opts, spec.url)
     with _interruptible(opts["out_dir"]):
         outcomes = repeat_until_precise(

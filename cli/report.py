@@ -70,6 +70,8 @@ def summary_parts(
             click.echo(f"warning: {name}: the load generator set the pace ({why})", err=True)
         if summary.get("metrics_warning"):
             click.echo(f"warning: {name}: {summary['metrics_warning']}", err=True)
+        if summary.get("prompt_token_warning"):
+            click.echo(f"warning: {name}: {summary['prompt_token_warning']}", err=True)
     if fmt in HUMAN or fmt == "csv":
         rows = [
             {"metric": key, **{name: s.get(key) for name, s in zip(names, summaries, strict=True)}}

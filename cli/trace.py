@@ -11,17 +11,8 @@ import click
 from vprof.cli.options import FiniteFloat
 from vprof.cli.output import HUMAN, Part, emit_parts, format_option
 from vprof.common.errors import WorkloadError
+from vprof.traffic.replay import TRACE_FLAGS
 
-# TraceSpec field -> the flag that sets it, so a bad value is reported as the flag.
-_FLAGS = {
-    "format": "--trace-format",
-    "block_size": "--block-size",
-    "time_scale": "--time-scale",
-    "start_s": "--start",
-    "duration_s": "--duration",
-    "max_requests": "--max-requests",
-    "max_model_len": "--max-model-len",
-}
 _BAR_WIDTH = 30
 
 
@@ -90,7 +81,7 @@ def stats(source: str, bucket_s: float | None, fmt: str, **flags: Any) -> None:
         spec = TraceSpec(**settings)
     except WorkloadError as exc:
         raise WorkloadError(
-            exc.message, key=_FLAGS.get(exc.key or "", exc.key), hint=exc.hint
+            exc.message, key=TRACE_FLAGS.get(exc.key or "", exc.key), hint=exc.hint
         ) from None
     result = trace_stats(load_trace(spec), bucket_s)
     if fmt not in HUMAN:

@@ -158,7 +158,17 @@ _COLUMNS = (
     show_default=True,
     help="Locust worker processes (one per spare core).",
 )
-@click.option("--tokenizer", default=None, help="Tokenizer for building prompts.")
+@click.option(
+    "--tokenizer",
+    default=None,
+    help="Tokenizer for building prompts [default: the model's, from its folder or the local "
+    "Hugging Face cache].",
+)
+@click.option(
+    "--fetch-tokenizer",
+    is_flag=True,
+    help="Download the model's tokenizer from the Hugging Face hub when no local copy has it.",
+)
 @click.option("--no-report", is_flag=True, help="Do not write report.html.")
 @click.option(
     "--force",
@@ -222,6 +232,7 @@ def tune(profile_name: str, fmt: str, **opts: Any) -> None:
         seed=opts["seed"],
         processes=opts["processes"],
         tokenizer=opts["tokenizer"],
+        fetch_tokenizer=opts["fetch_tokenizer"],
         report=not opts["no_report"],
         force=opts["force"],
     )

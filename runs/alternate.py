@@ -41,7 +41,6 @@ from vprof.runs.measure import (
     asdict_deep,
     nothing_succeeded,
     summarize_run_folder,
-    tokenizer_for,
     workload_file,
 )
 from vprof.runs.sampler import MetricsSampler
@@ -401,6 +400,7 @@ class AlternatingBench:
             "url": self.sides[0].urls[0],
             "urls": [u for s in self.sides for u in s.urls],
             "workload": asdict_deep(self.workload),
+            **(self.sides[0].server.tokenizer_choice().record() if self.sides[0].server else {}),
             "traffic": asdict_deep(self.shape),
             "seed": self.spec.seed,
             "salt": salt,
@@ -440,7 +440,7 @@ class AlternatingBench:
                 seed=spec.seed,
                 salt=salt,
                 model=self.model,
-                tokenizer=spec.tokenizer or tokenizer_for(first.profile),
+                tokenizer=first.server.tokenizer_choice().path if first.server else spec.tokenizer,
                 processes=spec.processes,
                 urls=urls,
                 balance=spec.balance,

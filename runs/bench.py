@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from vprof.common.errors import LaunchError, ProfileError, RunError, WorkloadError
 from vprof.records.rundir import RunDir, RunState
-from vprof.runs.measure import Server, check_fits, run_one, tokenizer_for
+from vprof.runs.measure import Server, check_fits, run_one
 from vprof.runs.order import block_order
 from vprof.runs.spec import NOT_STARTED, SKIPPED, BenchSpec, Progress, RunOutcome
 
@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from vprof.server import ServerPlan
     from vprof.traffic import TrafficShape
     from vprof.workloads import Workload
+    from vprof.workloads.modeltokenizer import TokenizerChoice
 
 
 @dataclass(frozen=True)
@@ -39,6 +40,9 @@ class _Resolved:
     workload: Workload
     shapes: tuple[TrafficShape, ...]
     plans: Mapping[str, ServerPlan]  # by profile name; empty with --url
+    # the tokenizer each profile's prompts are built with (by name; absent: decided once its
+    # server answers, see _Bench._tokenizer_after_start)
+    tokenizers: Mapping[str, TokenizerChoice]
 
 
 def slug(text: str) -> str:
@@ -132,11 +136,18 @@ def tokenizer_digest(tokenizer: str | None) -> str | None:
 
 
 def run_key(
-    profile: Profile, spec: BenchSpec, workload: Workload, shape: TrafficShape, repeat: int = 1
+    profile: Profile,
+    spec: BenchSpec,
+    workload: Workload,
+    shape: TrafficShape,
+    repeat: int = 1,
+    *,
+    tokenizer: str | None = None,
 ) -> str:
-    """Folder name of a run: readable parts plus a hash of everything that defines it, and
-    ``--rN`` for its N-th repeat (the first repeat is the plain run, so ``--repeat 3`` after a
-    single run adds two)."""
+    """Folder name of a run: readable parts plus a hash of everything that defines it (the
+    files of ``tokenizer``, the one prompts are built with, among them), and ``--rN`` for its
+    N-th repeat (the first repeat is the plain run, so ``--repeat 3`` after a single run adds
+    two)."""
     from vprof.traffic import shape_to_json
 
     identity = json.dumps(
@@ -150,7 +161,7 @@ def run_key(
             **({"urls": list(spec.urls), "balance": spec.balance} if len(spec.urls) > 1 else {}),
             "processes": spec.processes,
             "tokenizer": spec.tokenizer,
-            "tokenizer_files": tokenizer_digest(spec.tokenizer or tokenizer_for(profile)),
+            "tokenizer_files": tokenizer_digest(spec.tokenizer or tokenizer),
         },
         sort_keys=True,
     )
@@ -166,9 +177,9 @@ def _shape(traffic: str | TrafficShape) -> TrafficShape:
 
 
 def check_before_running(profiles: Sequence[Profile], spec: BenchSpec, say: Progress) -> _Resolved:
-    """Resolve the workload and shapes and plan every profile's server before any starts: a bad
-    profile, workload or traffic name fails now. Warns when a profile's max-model-len would
-    reject part of the workload."""
+    """Resolve the workload and shapes, plan every profile's server and find the tokenizer of
+    each one's model before any starts: a bad profile, workload or traffic name fails now.
+    Warns when a profile's max-model-len would reject part of the workload."""
     from vprof.server import plan_server
     from vprof.traffic.shape import check_pairing
     from vprof.workloads import get_workload
@@ -187,6 +198,7 @@ def check_before_running(profiles: Sequence[Profile], spec: BenchSpec, say: Prog
                 exc.message, path=exc.path, key="--tokenizer", hint=exc.hint
             ) from None
     plans: dict[str, ServerPlan] = {}
+    tokenizers: dict[str, TokenizerChoice] = {}
     for profile in profiles:
         if spec.url:
             continue
@@ -194,7 +206,30 @@ def check_before_running(profiles: Sequence[Profile], spec: BenchSpec, say: Prog
         limit = plans[profile.name].profile.engine_args.get("max-model-len")
         if isinstance(limit, int) and not isinstance(limit, bool) and limit > 0:
             check_fits(workload, limit, profile.name, say)
-    return _Resolved(workload, shapes, plans)
+        tokenizers[profile.name] = _find_tokenizer(spec, [plans[profile.name].profile.model])
+    if spec.url and (served := _served_model_names(spec.url)):
+        choice = _find_tokenizer(spec, served)
+        tokenizers = {profile.name: choice for profile in profiles}
+    return _Resolved(workload, shapes, plans, tokenizers)
+
+
+def _find_tokenizer(spec: BenchSpec, models: Sequence[str | None]) -> TokenizerChoice:
+    from vprof.workloads.modeltokenizer import find_tokenizer
+
+    return find_tokenizer(models, given=spec.tokenizer, fetch=spec.fetch_tokenizer)
+
+
+def _served_model_names(url: str) -> list[str]:
+    """What ``/v1/models`` says the server at ``url`` serves: the model it loaded (``root``,
+    a hub id or folder) before the name it serves it as (``id``); empty if it does not answer
+    (its start then says why)."""
+    from vprof.runs.warmup import served_models
+
+    try:
+        first = served_models(url, timeout_s=5.0)[0]
+    except LaunchError:
+        return []
+    return [str(first[key]) for key in ("root", "id") if first.get(key)]
 
 
 class _Bench:
@@ -212,6 +247,14 @@ class _Bench:
         self.server: Server | None = None
         self.serving = -1  # the profile index whose server is up
         self.starts = 0  # servers this bench tried to start
+        self._said: set[str] = set()  # tokenizer notes already printed (each is said once)
+        for choice in self.resolved.tokenizers.values():
+            self._say_once(choice.note())
+
+    def _say_once(self, note: str) -> None:
+        if note and note not in self._said:
+            self._said.add(note)
+            self.say(note)
 
     def run(self) -> list[RunOutcome]:
         spec = self.spec
@@ -229,10 +272,15 @@ class _Bench:
 
     def _cells(self, profile: Profile, repeat: int) -> list[tuple[TrafficShape, RunDir]]:
         workload = self.resolved.workload
+        choice = self.resolved.tokenizers.get(profile.name)
+        tokenizer = choice.path if choice is not None else None
         return [
             (
                 shape,
-                RunDir(self.spec.out_dir / run_key(profile, self.spec, workload, shape, repeat)),
+                RunDir(
+                    self.spec.out_dir
+                    / run_key(profile, self.spec, workload, shape, repeat, tokenizer=tokenizer)
+                ),
             )
             for shape in self.resolved.shapes
         ]
@@ -293,9 +341,11 @@ class _Bench:
         self.say(f"{profile.name}: " + (f"using {using}" if spec.url else "starting its server"))
         log_path = spec.out_dir / f"{slug(profile.name)}.server.log"
         server = Server(profile, self.resolved.plans.get(profile.name), spec, log_path)
+        server.tokenizer = self.resolved.tokenizers.get(profile.name)
         self.starts += 1
         try:
             server.start(self.say, self.resolved.workload)
+            self._tokenizer_after_start(server)
         except LaunchError as exc:
             server.stop()
             self.say(f"{profile.name}: the server did not start: {exc}")
@@ -305,6 +355,19 @@ class _Bench:
             return None
         self.server, self.serving = server, index
         return server
+
+    def _tokenizer_after_start(self, server: Server) -> None:
+        """Decide the tokenizer now if its server did not answer before, and look again for a
+        launched model's once its server is up (vLLM downloads a hub model into the cache)."""
+        choice = server.tokenizer
+        if choice is not None and not (choice.is_stand_in and server.plan is not None):
+            return
+        models = [server.profile.model] if server.plan is not None else []
+        models += _served_model_names(server.url) if server.url else []
+        found = _find_tokenizer(self.spec, models)
+        if choice is None or not found.is_stand_in:
+            server.tokenizer = found
+            self._say_once(found.note())
 
     def _stop_server(self) -> None:
         if self.server is not None:

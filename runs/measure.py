@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from vprof.server import ServerPlan, StartedServer
     from vprof.traffic import TrafficShape
     from vprof.workloads import Workload
+    from vprof.workloads.modeltokenizer import TokenizerChoice
 
 
 def _health_problem(url: str) -> str:
@@ -77,11 +78,20 @@ class Server:
         self.settings: dict[str, Any] = {}
         self.url = spec.url or ""
         self.urls: tuple[str, ...] = spec.urls  # with --url: every replica (url is the first)
+        self.tokenizer: TokenizerChoice | None = None  # the bench decides it (runs.bench)
 
     @property
     def replicas(self) -> tuple[str, ...]:
         """Servers already running that each run spreads its load over (empty: one server)."""
         return self.urls if self.plan is None and len(self.urls) > 1 else ()
+
+    def tokenizer_choice(self) -> TokenizerChoice:
+        """The tokenizer prompts for this server are built with (found now if not decided)."""
+        if self.tokenizer is None:
+            from vprof.workloads.modeltokenizer import find_tokenizer
+
+            self.tokenizer = find_tokenizer([self.profile.model], given=self.spec.tokenizer)
+        return self.tokenizer
 
     @property
     def argv(self) -> list[str]:
@@ -212,6 +222,7 @@ def _run_meta(
         "url": server.url,
         **_replica_meta(server, spec),
         "workload": asdict_deep(workload),
+        **server.tokenizer_choice().record(),
         **_trace_meta(workload),
         "traffic": asdict_deep(shape),
         "seed": spec.seed,
@@ -299,7 +310,7 @@ def run_one(
             seed=spec.seed,
             salt=salt,
             model=server.profile.engine_args.get("served-model-name"),
-            tokenizer=spec.tokenizer or tokenizer_for(server.profile),
+            tokenizer=server.tokenizer_choice().path,
             processes=spec.processes,
             urls=server.replicas,
             balance=spec.balance,
@@ -380,12 +391,6 @@ def nothing_succeeded(run: RunDir) -> str:
         f"every request failed ({len(errors):,} of {table.num_rows:,}); "
         f"the first error: {errors[0].as_py()}"
     )
-
-
-def tokenizer_for(profile: Profile) -> str | None:
-    """The profile's model folder when it holds a tokenizer (prompts are built with it)."""
-    model = Path(str(profile.model))
-    return str(model) if (model / "tokenizer.json").exists() else None
 
 
 def summarize_run_folder(run: RunDir, spec: BenchSpec, say: Progress) -> None:

@@ -47,6 +47,7 @@ class BenchSpec:
     metrics_interval_s: float = DEFAULT_INTERVAL_S  # /metrics gauges; backs off when slow
     metrics: bool = True  # False: no /metrics scrape at all
     tokenizer: str | None = None
+    fetch_tokenizer: bool = False  # download the model's tokenizer when no local copy has it
     slo: str | None = None
     repeat: int = 1  # runs per profile × shape
     order: str = "interleaved"  # of the (profile, repeat) blocks: see runs.order

@@ -102,6 +102,7 @@ class TuneRequest:
     seed: int = 0
     processes: int = 1
     tokenizer: str | None = None
+    fetch_tokenizer: bool = False
     report: bool = True
     force: bool = False  # replace --out's files even when they are not this tune's
 
@@ -217,6 +218,7 @@ def prepare(request: TuneRequest, say: Say = lambda _: None) -> Prepared:
         processes=request.processes,
         slo=str(slo),
         tokenizer=request.tokenizer,
+        fetch_tokenizer=request.fetch_tokenizer,
         extra_meta={"tune": {"profile": base.name, "slo": str(slo)}},
     )
     prepared = Prepared(

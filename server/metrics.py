@@ -10,7 +10,7 @@ _SKIP_SUFFIXES = ("_bucket", "_created")
 
 
 def scrape(url: str, timeout_s: float = 2.0) -> dict[str, float]:
-    """Fetch ``URL/metrics`` and return each metric summed over its label sets."""
+    """Fetch ``URL/metrics`` and return each metric over its label sets (:func:`parse_metrics`)."""
     import requests
 
     target = url.rstrip("/")
@@ -21,18 +21,63 @@ def scrape(url: str, timeout_s: float = 2.0) -> dict[str, float]:
     return parse_metrics(response.text)
 
 
-def parse_metrics(text: str) -> dict[str, float]:
-    """Sum each sample name over its label sets; keep histogram ``_sum``/``_count``, skip buckets.
+# Families whose series are fractions (0..1) or per-series facts, not parts of a total: summed
+# over data-parallel engines (``engine="0"``, ``engine="1"``) a KV-cache use of 0.7 and 0.9 would
+# read 1.6. vLLM names its fractions ``*_perc`` (``vllm:kv_cache_usage_perc`` is 0..1) and, in
+# older releases, ``*_hit_rate``; Prometheus' own conventions say ``*_ratio``.
+_RATIO_SUFFIXES = ("_perc", "_percent", "_ratio", "_fraction", "_rate", "_info")
+# Sample-name suffixes that belong to a family declared under a shorter name.
+_FAMILY_SUFFIXES = ("_total", "_sum", "_count", "_bucket", "_created", "_gsum", "_gcount")
 
-    ``vllm:num_requests_running{engine="0",model_name="tiny"} 3.0`` and the same name with
-    other labels add up to one ``"vllm:num_requests_running"`` entry. NaN samples are ignored.
+
+def parse_metrics(text: str) -> dict[str, float]:
+    """One value per sample name, combined over its label sets as its ``# TYPE`` says.
+
+    Counters, histogram and summary ``_sum``/``_count``, and gauges that count something
+    (requests running or waiting) add up over label sets — over a server's data-parallel
+    engines that is the server's total. Gauges that are fractions or info (names ending
+    ``_perc``, ``_ratio``, ``_rate``, ``_info`` …) take the largest series instead: the busiest
+    engine's KV-cache use, the same rule as over replicas (``analysis.samples``), so a fraction
+    stays a fraction. A name without a ``# TYPE`` line adds up. Histogram buckets and
+    ``_created`` timestamps are skipped; NaN samples are ignored.
     """
-    totals: dict[str, float] = {}
-    for name, _labels, value in iter_samples(text):
+    types: dict[str, str] = {}
+    combined: dict[str, float] = {}
+    for raw in text.splitlines():
+        line = raw.strip()
+        if line.startswith("#"):
+            declared = line[1:].split()
+            if len(declared) >= 3 and declared[0] == "TYPE":
+                types[declared[1]] = declared[2].lower()
+            continue
+        parsed = _parse_line(line) if line else None
+        if parsed is None:
+            continue
+        name, _labels, value = parsed
         if name.endswith(_SKIP_SUFFIXES) or math.isnan(value):
             continue
-        totals[name] = totals.get(name, 0.0) + value
-    return totals
+        known = combined.get(name)
+        if known is None:
+            combined[name] = value
+        elif _is_fraction(name, types):
+            combined[name] = max(known, value)
+        else:
+            combined[name] = known + value
+    return combined
+
+
+def metric_type(name: str, types: dict[str, str]) -> str:
+    """The ``# TYPE`` of the family a sample ``name`` belongs to (``"untyped"`` if none)."""
+    if name in types:
+        return types[name]
+    for suffix in _FAMILY_SUFFIXES:
+        if name.endswith(suffix) and name[: -len(suffix)] in types:
+            return types[name[: -len(suffix)]]
+    return "untyped"
+
+
+def _is_fraction(name: str, types: dict[str, str]) -> bool:
+    return metric_type(name, types) == "gauge" and name.endswith(_RATIO_SUFFIXES)
 
 
 def metric_labels(text: str, name: str) -> list[dict[str, str]]:

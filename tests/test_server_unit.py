@@ -302,3 +302,50 @@ def test_log_tail_leaves_out_shutdown_chatter() -> None:
         "EngineDeadError: EngineCore encountered an issue.",
         "INFO:     Finished server process [4399]",
     ]
+
+
+TWO_ENGINES = """\
+# HELP vllm:kv_cache_usage_perc KV-cache usage. 1 means 100 percent usage.
+# TYPE vllm:kv_cache_usage_perc gauge
+vllm:kv_cache_usage_perc{engine="0",model_name="m"} 0.75
+vllm:kv_cache_usage_perc{engine="1",model_name="m"} 0.5
+# TYPE vllm:num_requests_running gauge
+vllm:num_requests_running{engine="0",model_name="m"} 3.0
+vllm:num_requests_running{engine="1",model_name="m"} 4.0
+# TYPE vllm:num_preemptions_total counter
+vllm:num_preemptions_total{engine="0",model_name="m"} 2.0
+vllm:num_preemptions_total{engine="1",model_name="m"} 5.0
+# TYPE vllm:prefix_cache_hits counter
+vllm:prefix_cache_hits_total{engine="0",model_name="m"} 100.0
+vllm:prefix_cache_hits_total{engine="1",model_name="m"} 50.0
+# TYPE vllm:e2e_request_latency_seconds histogram
+vllm:e2e_request_latency_seconds_sum{engine="0",model_name="m"} 1.5
+vllm:e2e_request_latency_seconds_bucket{engine="0",le="+Inf",model_name="m"} 3.0
+vllm:e2e_request_latency_seconds_count{engine="0",model_name="m"} 3.0
+vllm:e2e_request_latency_seconds_sum{engine="1",model_name="m"} 2.5
+vllm:e2e_request_latency_seconds_count{engine="1",model_name="m"} 4.0
+# TYPE vllm:cache_config_info gauge
+vllm:cache_config_info{engine="0",block_size="16"} 1.0
+vllm:cache_config_info{engine="1",block_size="16"} 1.0
+# an untyped name adds up, as before
+vllm:mystery{engine="0"} 1.0
+vllm:mystery{engine="1"} 2.0
+"""
+
+
+def test_metrics_of_two_engines_keep_fractions_fractions_and_add_up_counts() -> None:
+    # Issue 27: data-parallel engines' KV-cache use summed past 1.
+    values = parse_metrics(TWO_ENGINES)
+    assert values["vllm:kv_cache_usage_perc"] == 0.75  # the busiest engine, still a fraction
+    assert values["vllm:cache_config_info"] == 1.0
+    assert values["vllm:num_requests_running"] == 7.0  # requests add up over engines
+    assert values["vllm:num_preemptions_total"] == 7.0
+    assert values["vllm:prefix_cache_hits_total"] == 150.0  # family declared without _total
+    assert values["vllm:e2e_request_latency_seconds_sum"] == 4.0
+    assert values["vllm:e2e_request_latency_seconds_count"] == 7.0
+    assert values["vllm:mystery"] == 3.0
+
+
+def test_a_ratio_name_that_is_not_a_gauge_still_adds_up() -> None:
+    text = '# TYPE x_rate counter\nx_rate{a="1"} 1\nx_rate{a="2"} 2\n'
+    assert parse_metrics(text) == {"x_rate": 3.0}
