@@ -58,3 +58,11 @@ class RunError(VprofError):
 
 class ReportError(VprofError):
     """A report that cannot be made from what it was given (a bad option or input file)."""
+
+
+def os_reason(exc: OSError) -> str:
+    """What went wrong in an OS call, for people: ``No space left on device``, not Arrow's or
+    Python's wrapping of it."""
+    import os
+
+    return os.strerror(exc.errno) if exc.errno else str(exc)

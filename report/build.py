@@ -15,7 +15,7 @@ from typing import Any
 
 from vprof.analysis.keys import SummaryKey as K
 from vprof.common.errors import ReportError
-from vprof.records.rundir import RunDir, RunState
+from vprof.records.rundir import RunDir, RunState, replace_atomically
 from vprof.report.options import ReportOptions, check_options
 
 SCHEMA_VERSION = 1
@@ -253,7 +253,5 @@ def write_report(
         )
     html = render(data)
     target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(target.name + ".tmp")
-    tmp.write_text(html, encoding="utf-8")
-    tmp.replace(target)
+    replace_atomically(target, lambda tmp: tmp.write_text(html, encoding="utf-8"))
     return target
