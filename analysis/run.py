@@ -18,7 +18,13 @@ from vprof.analysis.keys import SummaryKey as K
 from vprof.analysis.slo import Slo
 from vprof.analysis.stats import DEFAULT_PERCENTILES
 from vprof.common.errors import RunError
-from vprof.records.rundir import RunDir, is_run_dir, read_json, write_json_atomic
+from vprof.records.rundir import (
+    RunDir,
+    is_run_dir,
+    read_json,
+    replace_atomically,
+    write_json_atomic,
+)
 
 
 @dataclass(frozen=True)
@@ -337,9 +343,7 @@ def write_summary(
         _keep_better_summary(folder, summary)
     frame = timeline(run.records, interval_s)
     write_json_atomic(folder.summary_json, json_safe(summary))
-    tmp = folder.timeline_csv.with_name(folder.timeline_csv.name + ".tmp")
-    frame.to_csv(tmp, index=False)
-    tmp.replace(folder.timeline_csv)
+    replace_atomically(folder.timeline_csv, lambda tmp: frame.to_csv(tmp, index=False))
     return summary
 
 

@@ -345,7 +345,7 @@ def _report(outcomes, fmt: str, opts: dict[str, Any], *, alternating: bool = Fal
 
 def _html_report(paths: list[Path], opts: dict[str, Any], **options: Any) -> None:
     """``<out>/report.html`` of what was just measured; a report that fails loses no run."""
-    from vprof.common.errors import VprofError
+    from vprof.common.errors import VprofError, os_reason
     from vprof.report import write_report
 
     target = opts["out_dir"] / "report.html"
@@ -353,6 +353,9 @@ def _html_report(paths: list[Path], opts: dict[str, Any], **options: Any) -> Non
         write_report(paths, target, slo=opts["slo"], force=opts["force"], **options)
     except VprofError as exc:
         click.echo(f"note: no report written: {exc}", err=True)
+        return
+    except OSError as exc:  # a full disk: the runs are kept, the report is not
+        click.echo(f"note: no report written: {target}: {os_reason(exc)}", err=True)
         return
     click.echo(f"report: {target}", err=True)
 

@@ -62,3 +62,11 @@ class ReportError(VprofError):
 
 class OutputError(VprofError):
     """A file vprof was asked to write that it may not replace, or cannot write."""
+
+
+def os_reason(exc: OSError) -> str:
+    """What went wrong in an OS call, for people: ``No space left on device``, not Arrow's or
+    Python's wrapping of it."""
+    import os
+
+    return os.strerror(exc.errno) if exc.errno else str(exc)

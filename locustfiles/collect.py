@@ -8,13 +8,19 @@ local runner appends records to ``<run-dir>/records.arrow`` with :class:`RecordW
 memory: only the current batch is held), health samples to ``loadgen.jsonl``, and describes the
 test in ``locust.json``. Callbacks given to :func:`subscribe` see each list of record dicts as
 it arrives (the web UI's live table uses this).
+
+A write that fails (a full disk) stops the test at once: :func:`stop_for_fault` tells the
+parent why on a ``FAULT_MARK`` line, the records file keeps its complete batches, and nothing
+more is written.
 """
 
 import locust  # noqa: F401  (first: gevent patching)
 from locust.runners import LocalRunner, MasterRunner, WorkerRunner
 
+import logging
 import os
 import socket
+import sys
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -22,12 +28,16 @@ from typing import Any
 
 import gevent
 
+from vprof.common.errors import os_reason
 from vprof.locustfiles.health import run_sampler
+from vprof.locustfiles.optiontable import FAULT_EXIT_CODE, FAULT_MARK
 from vprof.records.rundir import RunDir, append_jsonl
 from vprof.records.store import RecordWriter
 
 RECORDS_MESSAGE = "vprof_records"
 LOCAL_FLUSH_INTERVAL_S = 1.0
+
+log = logging.getLogger("vprof")
 
 Callback = Callable[[list[dict[str, Any]]], None]
 
@@ -65,36 +75,79 @@ class Collector:
         self.writer: RecordWriter | None = None
         self.info: dict[str, Any] = {}
         self.received = 0
+        self.fault = ""  # why writing stopped (a full disk); nothing is written after it
 
     def open(self, run_dir: Path) -> None:
-        if self.writer is not None:
+        if self.writer is not None or self.fault:
             return  # a second test in the same process (web UI) appends to the same run
         self.run_dir = RunDir(run_dir)
         self.run_dir.path.mkdir(parents=True, exist_ok=True)
-        self.writer = RecordWriter(self.run_dir.records, batch_size=500)
+        self._write(
+            self.run_dir.records,
+            lambda: setattr(self, "writer", RecordWriter(self.run_dir.records, batch_size=500)),  # type: ignore[union-attr]
+        )
 
     def add(self, records: list[dict[str, Any]], health: list[dict[str, Any]] = ()) -> None:  # type: ignore[assignment]
         if records:
             self.received += len(records)
-            if self.writer is not None:
-                self.writer.extend(records)
-                self.writer.flush()  # every arrival is complete on disk; batches stay small
+            writer = self.writer
+            if writer is not None:
+                # every arrival is complete on disk; batches stay small
+                self._write(writer.path, lambda: (writer.extend(records), writer.flush()))
             for callback in list(self.callbacks):
                 callback(records)
         if health and self.run_dir is not None:
-            append_jsonl(self.run_dir.loadgen_jsonl, health)
+            path = self.run_dir.loadgen_jsonl
+            self._write(path, lambda: append_jsonl(path, health))
 
     def write_info(self, **updates: Any) -> None:
         self.info.update(updates)
         if self.run_dir is None:
             return
         self.info["records"] = self.received
-        self.run_dir.write_locust_info(self.info)
+        run_dir = self.run_dir
+        self._write(run_dir.locust_json, lambda: run_dir.write_locust_info(self.info))
+
+    def _write(self, path: Path, write: Callable[[], object]) -> None:
+        """Run one write; the first that fails stops the test (nothing is written after it)."""
+        if self.fault:
+            return
+        try:
+            write()
+        except OSError as exc:
+            written = self.writer.written if self.writer is not None else 0
+            self.writer = None
+            reason = os_reason(exc)
+            self.fault = f"could not write {path.name} in {path.parent}: {reason}"
+            stop_for_fault(self.environment, self.fault, records_written=written)
 
     def close(self) -> None:
-        if self.writer is not None:
-            self.writer.close()
-            self.writer = None
+        writer, self.writer = self.writer, None
+        if writer is not None:
+            self._write(writer.path, writer.close)
+
+
+def stop_for_fault(environment: Any, reason: str, **details: Any) -> None:
+    """Stop this Locust process's test at once because it cannot go on (``reason``): its
+    parent reads the ``FAULT_MARK`` line (``details`` as ``key=value`` after the reason), and
+    Locust exits with ``FAULT_EXIT_CODE``. Streams in flight are cut off: their records could
+    not be kept anyway."""
+    line = reason + "".join(f"; {key}={value}" for key, value in details.items())
+    try:
+        sys.stderr.write(f"{FAULT_MARK}{line}\n")
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass
+    log.error("vprof: stopping the test: %s", reason)
+    environment.process_exit_code = FAULT_EXIT_CODE
+    environment.stop_timeout = 0
+    environment._vprof_fault = reason
+    gevent.spawn(environment.runner.quit)
+
+
+def fault(environment: Any) -> str:
+    """Why this process stopped its test at once (``""``: it did not)."""
+    return str(getattr(environment, "_vprof_fault", "") or "")
 
 
 def _buffer(environment: Any) -> _Buffer:

@@ -19,6 +19,17 @@ DEFAULT_REQUEST_TIMEOUT_S = 300.0
 STOP_TIMEOUT_S = 60
 ENDPOINT_CHOICES = ("", "completions", "chat", "generate")
 ARRIVAL_CHOICES = ("", "constant", "poisson", "gamma")
+# How much longer than its traffic shape (and the stop timeout) a load generator may take
+# before its parent stops it as hung.
+FINISH_GRACE_S = 30.0
+# What the load generator tells its parent besides its exit code. A line of its output that
+# starts with FAULT_MARK says why it stopped the test at once (it then exits with
+# FAULT_EXIT_CODE); one that starts with EVENT_MARK is news for the person watching (a worker
+# lost). PARENT_PID_ENV names the process whose death stops the load (vprof's own pid).
+FAULT_MARK = "vprof-fault: "
+EVENT_MARK = "vprof-event: "
+FAULT_EXIT_CODE = 3
+PARENT_PID_ENV = "VPROF_PARENT_PID"
 # How requests are spread over several servers (``--hosts``): see ``vprof.locustfiles.balance``.
 BALANCE_CHOICES = ("least-outstanding", "round-robin")
 DEFAULT_BALANCE = "least-outstanding"

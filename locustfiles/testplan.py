@@ -29,7 +29,7 @@ import gevent.lock
 
 from vprof.common.clock import wall_now
 from vprof.common.errors import VprofError
-from vprof.locustfiles.collect import finished_workers, ship_to_master
+from vprof.locustfiles.collect import fault, finished_workers, ship_to_master
 from vprof.locustfiles.options import effective_shape, opt
 from vprof.locustfiles.sessionqueue import SessionQueue
 from vprof.traffic.shape import TrafficShape, arrival_offsets, partition
@@ -390,8 +390,8 @@ def drain_workers(environment: Any) -> None:
     worker sleep for the whole stop timeout afterwards.)
     """
     runner = environment.runner
-    if not isinstance(runner, MasterRunner):
-        return
+    if not isinstance(runner, MasterRunner) or fault(environment):
+        return  # a test stopped for a fault waits for nothing
     workers = {c.id for c in runner.clients.all}
     if not workers:
         return

@@ -24,8 +24,10 @@ earlier, unfinished attempt beside it as ``<run>.attempt-N``: nothing is deleted
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import secrets
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
@@ -275,11 +277,42 @@ HOST_LINE: dict[str, Check] = {
 }
 
 
-def write_json_atomic(path: Path, data: Any) -> None:
-    """Write JSON so a reader never sees half a file (a temporary file, then a rename)."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2, default=str) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+def temporary_beside(path: Path) -> Path:
+    """A name for a temporary file next to ``path`` that no other writer picks (this process's
+    id and a random part), hidden, so two commands writing one folder never collide."""
+    return path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+
+
+def replace_atomically(path: Path, write: Callable[[Path], object]) -> None:
+    """``write(tmp)`` to a temporary file beside ``path``, then rename it over ``path``; the
+    temporary file is removed when writing fails."""
+    tmp = temporary_beside(path)
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+_FULL = (errno.ENOSPC, errno.EDQUOT)
+
+
+def write_json_atomic(path: Path, data: Any, *, in_place_when_full: bool = False) -> None:
+    """Write JSON so a reader never sees half a file (a temporary file, then a rename).
+
+    ``in_place_when_full``: on a full disk, overwrite the file where it stands instead (the
+    blocks it holds take a small file's new text), so a run's state can still be recorded.
+    """
+    text = json.dumps(data, indent=2, default=str) + "\n"
+    try:
+        replace_atomically(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
+    except OSError as exc:
+        if not (in_place_when_full and exc.errno in _FULL and path.is_file()):
+            raise
+        with path.open("r+", encoding="utf-8") as out:
+            out.write(text)
+            out.truncate()
 
 
 def read_json(
@@ -459,7 +492,7 @@ class RunDir:
         }
         if state is not RunState.RUNNING:
             status["finished_at"] = time.time()
-        write_json_atomic(self.status_json, status)
+        write_json_atomic(self.status_json, status, in_place_when_full=True)
 
     def locust_info(self) -> dict[str, Any]:
         """``locust.json``, checked (a damaged file raises :class:`RunError`)."""

@@ -31,7 +31,13 @@ from vprof.records.schema import (
 
 
 class RecordWriter:
-    """Buffer records and append them to ``path`` as Arrow record batches."""
+    """Buffer records and append them to ``path`` as Arrow record batches.
+
+    A write that fails (a full disk) leaves the file as it was up to the failed batch, and
+    the writer broken: every later call raises the same error and writes nothing, so a torn
+    batch is never followed by bytes a reader would take for more records. ``written``
+    counts the records of complete batches.
+    """
 
     def __init__(self, path: Path, batch_size: int = 1000) -> None:
         import pyarrow as pa
@@ -45,8 +51,12 @@ class RecordWriter:
         self._writer = pa.ipc.new_stream(self._sink, self.schema)
         self._buffer: list[dict[str, Any]] = []
         self.count = 0
+        self.written = 0
+        self.error: OSError | None = None
 
     def add(self, record: RequestRecord | dict[str, Any]) -> None:
+        if self.error is not None:
+            raise self.error
         row = record.to_dict() if isinstance(record, RequestRecord) else record
         self._buffer.append(row)
         self.count += 1
@@ -58,20 +68,41 @@ class RecordWriter:
             self.add(record)
 
     def flush(self) -> None:
+        if self.error is not None:
+            raise self.error
         if not self._buffer:
             return
         columns = {name: [row.get(name) for row in self._buffer] for name in FIELDS}
         batch = self._pa.RecordBatch.from_pydict(columns, schema=self.schema)
-        self._writer.write_batch(batch)
-        self._sink.flush()
+        try:
+            self._writer.write_batch(batch)
+            self._sink.flush()
+        except OSError as exc:
+            self._broken(exc)
+            raise
+        self.written += len(self._buffer)
         self._buffer.clear()
+
+    def _broken(self, exc: OSError) -> None:
+        """Write nothing more: the file keeps its complete batches (and a torn tail)."""
+        self.error = exc
+        self._buffer.clear()
+        try:
+            self._sink.close()
+        except OSError:
+            pass
 
     def close(self) -> None:
         if self._writer is None:
             return
-        self.flush()
-        self._writer.close()
-        self._sink.close()
+        if self.error is None:
+            self.flush()
+            try:
+                self._writer.close()
+                self._sink.close()
+            except OSError as exc:
+                self._broken(exc)
+                raise
         self._writer = None  # type: ignore[assignment]
 
     def __enter__(self) -> RecordWriter:
@@ -93,10 +124,12 @@ class RecordsFile:
     table: Any  # pyarrow.Table with vprof's schema
     batches: int  # complete batches read
     torn_bytes: int = 0  # bytes after the last complete batch that are not a whole batch
+    damage: str = ""  # why the bytes after the last good batch were not read, when they parse
 
     @property
     def torn(self) -> bool:
-        """The file ends mid-batch (its writer was killed while writing)."""
+        """The file ends mid-batch (its writer was killed while writing), or what follows its
+        last good batch is damaged."""
         return self.torn_bytes > 0
 
     def describe(self, expected: int | None = None) -> str:
@@ -107,7 +140,9 @@ class RecordsFile:
             return ""
         text = f"{n:,} of {expected:,} records readable" if short else f"{n:,} records readable"
         text += f" ({self.batches:,} complete batch{'es' if self.batches != 1 else ''})"
-        if self.torn:
+        if self.damage:
+            text += f"; the {self.torn_bytes:,} bytes after them are damaged ({self.damage})"
+        elif self.torn:
             text += (
                 f"; the file ends mid-batch, {self.torn_bytes:,} bytes after the last complete one"
             )
@@ -119,9 +154,12 @@ class RecordsFile:
 def read_records_file(path: Path) -> RecordsFile:
     """Every complete batch of a records file, memory-mapped (no copy), schema checked.
 
-    A torn tail (a writer killed mid-batch) is kept out and reported in the result; a file
-    that is not vprof's records (other bytes, another schema, a folder) raises
-    :class:`RunError` naming it. An empty file is a run that wrote nothing yet.
+    A torn tail (a writer killed mid-batch) is kept out and reported in the result, and so
+    is everything from the first batch whose values vprof could not have written when good
+    batches come before it (a writer that went on after a failed write: what follows a torn
+    batch parses as nonsense); a file that is not vprof's records (other bytes, another
+    schema, a folder, a first batch of nonsense) raises :class:`RunError` naming it. An empty
+    file is a run that wrote nothing yet.
     """
     import pyarrow as pa
 
@@ -152,7 +190,7 @@ def read_records_file(path: Path) -> RecordsFile:
             hint="records.arrow is written by vprof's load generator; restore it or re-run",
         ) from None
     check_schema(reader.schema, where)
-    batches, end = [], source.tell()
+    batches, ends = [], [source.tell()]
     while True:
         try:
             batches.append(reader.read_next_batch())
@@ -160,10 +198,18 @@ def read_records_file(path: Path) -> RecordsFile:
             break
         except (OSError, pa.ArrowException):
             break  # torn tail: keep what was complete
-        end = source.tell()
+        ends.append(source.tell())
+    end = ends[-1]
     torn = 0 if end >= size or _only_end_marker(source, end, size) else size - end
     table = conform(pa.Table.from_batches(batches, schema=reader.schema), where)
-    check_values(table, where)
+    try:
+        check_values(table, where)
+    except RunError as exc:
+        good = _valid_batches(batches, reader.schema, where)
+        if good == 0:
+            raise
+        table = conform(pa.Table.from_batches(batches[:good], schema=reader.schema), where)
+        return RecordsFile(table, good, size - ends[good], damage=exc.message)
     return RecordsFile(table, len(batches), torn)
 
 
@@ -215,6 +261,23 @@ def release(values: Any) -> None:
                 except (ValueError, OSError):
                     pass  # closed meanwhile, or not permitted: the pages stay, nothing is lost
                 return
+
+
+def _valid_batches(batches: list[Any], schema: Any, where: str) -> int:
+    """How many leading batches hold only values vprof writes (a bad row spoils every prefix
+    that holds it, so the count is found by bisection)."""
+    import pyarrow as pa
+
+    lo, hi = 0, len(batches) - 1  # the whole list is known to fail
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        try:
+            check_values(conform(pa.Table.from_batches(batches[:mid], schema=schema), where), where)
+        except RunError:
+            hi = mid - 1
+        else:
+            lo = mid
+    return lo
 
 
 def _only_end_marker(source: Any, end: int, size: int) -> bool:

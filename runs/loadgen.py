@@ -8,17 +8,24 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import queue
 import signal
 import subprocess
 import sys
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from vprof.common.errors import os_reason
 from vprof.locustfiles.optiontable import (
     DEFAULT_BALANCE,
     DEFAULT_SLICE_S,
     DEFAULT_SLICE_WARMUP_S,
+    EVENT_MARK,
+    FAULT_MARK,
+    FINISH_GRACE_S,
+    PARENT_PID_ENV,
     STOP_TIMEOUT_S,
     option_argv,
 )
@@ -110,26 +117,74 @@ class LoadSpec:
 
 
 class LoadProcess:
-    """Locust as a child in its own process group; stopped with SIGTERM so it saves records."""
+    """Locust as a child in its own process group; stopped with SIGTERM so it saves records.
+
+    Its output (stdout and stderr) comes through a pipe: a thread copies it into
+    ``locust.out``, so a file that cannot be written (a full disk) is noticed here and never
+    blocks Locust, and picks out the lines Locust addresses to vprof — why it stopped at once
+    (``fault``) and news such as a lost worker (``events``). Locust watches this process and
+    stops its load when it dies (``PARENT_PID_ENV``).
+    """
 
     def __init__(self, spec: LoadSpec) -> None:
         self.spec = spec
-        self._out = open(spec.run_dir.locust_out, "ab")  # noqa: SIM115 - closed in wait()
+        self.output_error = ""  # why locust.out could not be written
+        self.fault = ""  # why Locust stopped its test at once (its FAULT_MARK line)
+        self.fault_details: dict[str, str] = {}
+        self.events: queue.SimpleQueue[str] = queue.SimpleQueue()
+        self._out: Any = open(spec.run_dir.locust_out, "ab")  # noqa: SIM115 - closed by the pump
         self.proc = subprocess.Popen(
             spec.argv(),
-            stdout=self._out,
+            stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             start_new_session=True,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            env={**os.environ, "PYTHONUNBUFFERED": "1", PARENT_PID_ENV: str(os.getpid())},
         )
+        self._pump = threading.Thread(target=self._copy_output, name="vprof-locust-out")
+        self._pump.daemon = True
+        self._pump.start()
+
+    def _copy_output(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            text = line.decode("utf-8", "replace")
+            if text.startswith(FAULT_MARK) and not self.fault:
+                reason, *details = text[len(FAULT_MARK) :].rstrip("\n").split("; ")
+                self.fault_details = dict(d.partition("=")[::2] for d in details if "=" in d)
+                self.fault = reason
+            elif text.startswith(EVENT_MARK):
+                self.events.put(text[len(EVENT_MARK) :].rstrip("\n"))
+            if self._out is None:
+                continue  # keep reading: a full pipe would stall Locust
+            try:
+                self._out.write(line)
+                self._out.flush()
+            except OSError as exc:
+                path = self.spec.run_dir.locust_out
+                self.output_error = f"could not write {path.name} in {path.parent}: " + (
+                    os_reason(exc)
+                )
+                self._close_out()
+        self._close_out()
+
+    def _close_out(self) -> None:
+        out, self._out = self._out, None
+        if out is not None:
+            try:
+                out.close()
+            except OSError:
+                pass
 
     def running(self) -> bool:
         return self.proc.poll() is None
 
-    def stop(self, grace_s: float = STOP_TIMEOUT_S + 30.0) -> int:
+    def stop(self, grace_s: float | None = None) -> int:
         """Ask Locust to stop (streams in flight may finish within its stop timeout; it writes
-        what it has), then make sure its group is gone."""
+        what it has), then make sure its group is gone after ``grace_s`` (default: the stop
+        timeout and the grace of ``FINISH_GRACE_S``)."""
+        if grace_s is None:
+            grace_s = STOP_TIMEOUT_S + FINISH_GRACE_S
         if self.running():
             try:
                 os.killpg(self.proc.pid, signal.SIGTERM)
@@ -150,6 +205,5 @@ class LoadProcess:
             os.killpg(self.proc.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
-        if not self._out.closed:
-            self._out.close()
+        self._pump.join(timeout=5)  # the group is gone: the pipe ends
         return rc

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from vprof.common.errors import LaunchError, RunError
+from vprof.locustfiles.optiontable import FAULT_EXIT_CODE, FINISH_GRACE_S, STOP_TIMEOUT_S
 from vprof.records.rundir import RunDir, RunState
 from vprof.runs.clientwatch import ClientWatch
 from vprof.runs.environment import client_versions, hardware, vllm_version
@@ -18,6 +19,8 @@ from vprof.runs.hostprobe import HostProbe
 from vprof.runs.loadgen import LoadProcess, LoadSpec
 from vprof.runs.sampler import MetricsSampler
 from vprof.runs.spec import BenchSpec, Progress, RunOutcome
+
+FAULT_STOP_S = 10.0  # how long a load generator that cannot write is given to stop
 
 if TYPE_CHECKING:
     from vprof.registry import Profile
@@ -319,14 +322,34 @@ def run_one(
     watch = ClientWatch(run)
     total_s = shape.total_s
     started = time.monotonic()
+    # Locust ends the shape itself; past this it is hung (a stop that never finishes).
+    deadline = started + total_s + STOP_TIMEOUT_S + FINISH_GRACE_S
     done_before: float | None = None  # the server's finished-request count when the run began
     state, reason = RunState.COMPLETED, ""
     try:
         while load.running():
             time.sleep(1.0)
+            while not load.events.empty():
+                say(f"\n  ! {load.events.get()}")
+            if problem := load.output_error or sampler.write_error:
+                state, reason = RunState.FAILED, problem
+                say(f"\n  ! {problem}; stopping the load generator")
+                break
             if not server.alive() or (spec.url and sampler.consecutive_failures >= 5):
                 state, reason = RunState.FAILED, server.death_note()
                 say(f"  ! {reason.splitlines()[0]}; stopping the load generator")
+                break
+            if time.monotonic() > deadline:
+                state, reason = (
+                    RunState.FAILED,
+                    (
+                        f"the load generator was still running {time.monotonic() - started:.0f} s "
+                        f"after it started: the traffic shape lasts {total_s:g} s, answers in "
+                        f"flight get {STOP_TIMEOUT_S} s and {FINISH_GRACE_S:g} s more were allowed "
+                        "(see locust.log)"
+                    ),
+                )
+                say(f"\n  ! {reason}; stopping it")
                 break
             if warning := watch.check():
                 say(f"\n  ! {warning}")
@@ -348,10 +371,15 @@ def run_one(
         state, reason = RunState.INTERRUPTED, "interrupted by the user (Ctrl-C)"
         raise
     finally:
-        rc = load.stop()
+        # A write that failed will fail again: stop at once instead of letting answers finish.
+        rc = load.stop(grace_s=FAULT_STOP_S if reason and _is_write_fault(load, sampler) else None)
         sampler.stop(final_sample=state is not RunState.FAILED)
         probe.stop()
         _copy_log_segment(server.log_path, log_start, run.server_log)
+        while not load.events.empty():
+            say(f"\n  ! {load.events.get()}")
+        if rc == FAULT_EXIT_CODE and load.fault and state is not RunState.INTERRUPTED:
+            state, reason = RunState.FAILED, load.fault
         if state is RunState.COMPLETED and rc not in (0, None):
             state = RunState.FAILED
             reason = f"the load generator exited with code {rc} (see locust.log)"
@@ -360,10 +388,47 @@ def run_one(
         if state is RunState.COMPLETED:
             reason = nothing_succeeded(run)
             state = RunState.FAILED if reason else state
-        summarize_run_folder(run, spec, say)
+        if state is RunState.FAILED and _is_write_fault(load, sampler, reason):
+            reason = _full_disk_note(run, reason)
         run.set_status(state, reason)
+        summarize_run_folder(run, spec, say)  # after the state, which the summary repeats
         say(f"\n  {state}: {run.path}" + (f" — {reason.splitlines()[0]}" if reason else ""))
     return RunOutcome(run, server.profile.name, shape.name, state.value, reason, repeat)
+
+
+def _is_write_fault(load: LoadProcess, sampler: MetricsSampler, reason: str = "") -> bool:
+    """The run stopped because a file of its folder could not be written."""
+    faults = (load.fault, load.output_error, sampler.write_error)
+    return any(faults) and (not reason or reason in faults)
+
+
+def _full_disk_note(run: RunDir, reason: str) -> str:
+    """A write fault, with the space left where the run was written and the records kept."""
+    import shutil
+
+    from vprof.common.errors import VprofError
+    from vprof.records.store import read_records_file
+
+    try:
+        free = f"{_bytes(shutil.disk_usage(run.path).free)} free on its filesystem"
+    except OSError:
+        free = "its free space unknown"
+    try:
+        kept = f"{read_records_file(run.records).table.num_rows:,} complete records kept"
+    except VprofError:
+        kept = "no readable records kept"
+    return f"{reason} ({free}); the run was stopped at once; {kept}"
+
+
+def _bytes(n: int) -> str:
+    """``0 bytes``, ``12 KiB``, ``3.5 MiB``, ``2.1 GiB``."""
+    if n < 1024:
+        return f"{n:,} bytes"
+    for unit in ("KiB", "MiB", "GiB", "TiB"):
+        n /= 1024  # type: ignore[assignment]
+        if n < 1024 or unit == "TiB":
+            return f"{n:,.1f} {unit}" if n < 10 else f"{n:,.0f} {unit}"
+    raise AssertionError("unreachable")
 
 
 def nothing_succeeded(run: RunDir) -> str:

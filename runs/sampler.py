@@ -19,6 +19,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from vprof.common.errors import os_reason
 from vprof.records.rundir import append_jsonl
 
 DEFAULT_INTERVAL_S = 5.0
@@ -48,6 +49,7 @@ class MetricsSampler:
         self.interval_s = interval_s
         self.enabled = enabled
         self.consecutive_failures = 0
+        self.write_error = ""  # why metrics.jsonl could not be written (sampling stopped)
         self.last_values: dict[str, float] = {}
         self.last_scrape_s = 0.0
         self.samples = 0  # passes every server answered
@@ -79,7 +81,15 @@ class MetricsSampler:
             if len(self.urls) > 1:
                 line["replica"], line["pass"] = url, self.passes
             lines.append(line)
-        append_jsonl(self.path, lines)
+        if self.write_error:
+            return False
+        try:
+            append_jsonl(self.path, lines)
+        except OSError as exc:
+            where = f"{self.path.name} in {self.path.parent}"
+            self.write_error = f"could not write {where}: {os_reason(exc)}"
+            self._stop.set()
+            return False
         self.passes += 1
         if len(lines) < len(self.urls):
             self.consecutive_failures += 1
