@@ -157,6 +157,10 @@ def summarize_loaded(
         head["trace_implied_hit_rate"] = trace["implied_token_hit_rate"]
     if run.records_note:
         head["records_note"] = run.records_note
+    forecast = run.meta.get("forecast")
+    if isinstance(forecast, dict):  # a predicted run (vprof forecast predict -o)
+        head["predicted"] = True
+        head["forecast"] = forecast
     body = summarize(
         run.records,
         warmup_until=run.warmup_until,

@@ -58,3 +58,8 @@ class RunError(VprofError):
 
 class ReportError(VprofError):
     """A report that cannot be made from what it was given (a bad option or input file)."""
+
+
+class ForecastError(VprofError):
+    """A capacity model that cannot be fitted, read or applied (a bad model file, runs of
+    another configuration, a workload it cannot replay)."""
