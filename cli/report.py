@@ -31,7 +31,6 @@ def summary_parts(
     ``timeline_interval_s`` the per-interval rows follow. A run whose client was the
     bottleneck is named on stderr first.
     """
-    from vprof.analysis.keys import SHOWN_WHEN_NONZERO, SUMMARY_TABLE_KEYS
     from vprof.analysis.run import (
         display_names,
         json_safe,
@@ -62,16 +61,7 @@ def summary_parts(
             click.echo(f"warning: {name}: the load generator set the pace ({why})", err=True)
         if summary.get("metrics_warning"):
             click.echo(f"warning: {name}: {summary['metrics_warning']}", err=True)
-    if fmt in HUMAN or fmt == "csv":
-        rows = [
-            {"metric": key, **{name: s.get(key) for name, s in zip(names, summaries, strict=True)}}
-            for key in SUMMARY_TABLE_KEYS
-            if any(s.get(key) is not None for s in summaries)
-            and (key not in SHOWN_WHEN_NONZERO or any(s.get(key) for s in summaries))
-        ]
-    else:
-        rows = [json_safe(s) for s in summaries]
-    parts: list[Part] = [("summaries", rows, None)]
+    parts: list[Part] = [("summaries", summary_rows(names, summaries, fmt), None)]
     if fmt in HUMAN and (by_replica := replica_rows(names, summaries)):
         parts.append(("per_replica", by_replica, None))  # JSON has it in each summary
     if timeline_interval_s:
@@ -83,6 +73,24 @@ def summary_parts(
             frames += json_safe(frame.to_dict("records"))
         parts.append(("timeline", frames, None))
     return parts
+
+
+def summary_rows(
+    names: Sequence[str], summaries: Sequence[dict[str, Any]], fmt: str
+) -> list[dict[str, Any]]:
+    """Summaries side by side for people (a row per metric, a column per run), or each one
+    whole for JSON."""
+    from vprof.analysis.keys import SHOWN_WHEN_NONZERO, SUMMARY_TABLE_KEYS
+    from vprof.analysis.run import json_safe
+
+    if fmt in HUMAN or fmt == "csv":
+        return [
+            {"metric": key, **{name: s.get(key) for name, s in zip(names, summaries, strict=True)}}
+            for key in SUMMARY_TABLE_KEYS
+            if any(s.get(key) is not None for s in summaries)
+            and (key not in SHOWN_WHEN_NONZERO or any(s.get(key) for s in summaries))
+        ]
+    return [json_safe(s) for s in summaries]
 
 
 def comparison_parts(

@@ -21,6 +21,25 @@ def scrape(url: str, timeout_s: float = 2.0) -> dict[str, float]:
     return parse_metrics(response.text)
 
 
+CACHE_CONFIG = "vllm:cache_config_info"
+
+
+def cache_config(url: str, timeout_s: float = 5.0) -> dict[str, str]:
+    """The labels of vLLM's ``vllm:cache_config_info`` gauge (block size, number of blocks, KV
+    cache size in tokens, prefix caching …); ``{}`` when the server does not say or cannot
+    be reached."""
+    import requests
+
+    target = url.rstrip("/") + "/metrics"
+    try:
+        response = requests.get(target, timeout=timeout_s)
+        response.raise_for_status()
+    except requests.RequestException:
+        return {}
+    found = metric_labels(response.text, CACHE_CONFIG)
+    return dict(found[0]) if found else {}
+
+
 def parse_metrics(text: str) -> dict[str, float]:
     """Sum each sample name over its label sets; keep histogram ``_sum``/``_count``, skip buckets.
 
