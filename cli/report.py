@@ -227,15 +227,18 @@ def plan_parts(
     headroom: float = 0.2,
     evidence: bool = False,
     fmt: str = "table",
+    predicted: Sequence[dict[str, Any]] = (),
 ) -> list[Part]:
-    """The replicas each profile needs, as output parts; also used by ``vprof sweep load``."""
+    """The replicas each profile needs, as output parts; also used by ``vprof sweep load``.
+    ``predicted`` summaries (``vprof forecast``) are planned beside the measured runs."""
     from vprof.analysis.plan import plan as make_plan
     from vprof.analysis.run import json_safe
     from vprof.analysis.slo import parse_slo
     from vprof.records import expand_runs
 
     parsed = parse_slo(slo)
-    result = make_plan(expand_runs(runs), target_rps=target_rps, slo=parsed, headroom=headroom)
+    levels: list[Any] = [*(expand_runs(runs) if runs else []), *predicted]
+    result = make_plan(levels, target_rps=target_rps, slo=parsed, headroom=headroom)
     rows = json_safe(result.rows())
     # In a table the sentence is printed below each row's numbers rather than as a column.
     columns = [c for c in rows[0] if c != "plan"] if fmt in HUMAN else None
@@ -252,7 +255,7 @@ def plan_parts(
 
 
 @click.command(short_help="Replicas needed to serve a request rate within an SLO.")
-@click.argument("runs", nargs=-1, required=True, type=click.Path())
+@click.argument("runs", nargs=-1, type=click.Path())
 @click.option(
     "--rps",
     "target_rps",
@@ -269,19 +272,65 @@ def plan_parts(
     help="Spare capacity (0.2 = 20 %).",
 )
 @click.option("--evidence", is_flag=True, help="Also list every measured level and its checks.")
+@click.option(
+    "--model",
+    default=None,
+    type=click.Path(),
+    help="Also plan from this capacity model (vprof forecast fit) for --workload.",
+)
+@click.option("-w", "--workload", default=None, help="With --model: the workload to predict.")
+@click.option(
+    "-t", "--traffic", default="poisson", show_default=True, help="With --model: its arrivals."
+)
+@click.option("--profile", "config", default=None, help="With --model: its configuration.")
 @format_option
 def plan(
-    runs: tuple[str, ...], target_rps: float, slo: str, headroom: float, evidence: bool, fmt: str
+    runs: tuple[str, ...],
+    target_rps: float,
+    slo: str,
+    headroom: float,
+    evidence: bool,
+    model: str | None,
+    workload: str | None,
+    traffic: str,
+    config: str | None,
+    fmt: str,
 ) -> None:
-    """Replicas of each profile needed to serve --rps within --slo, from measured runs.
+    """Replicas of each profile needed to serve --rps within --slo, from measured runs — or,
+    with --model, from a capacity model's predictions for a workload never measured.
 
-    Give several load levels per profile (runs at rising rates) for an interpolated answer.
+    Give several load levels per profile (runs at rising rates) for an interpolated answer. A
+    predicted plan is a row of its own, with the model's error beside its answer.
 
     \b
     Example:
       vprof plan runs/bench-1 --rps 40 --slo ttft_p95=500ms,tpot_p95=50ms
+      vprof plan --model model.json -w rag-shared-prefix --rps 40 --slo ttft_p95=500ms
     """
+    if not runs and not model:
+        raise click.UsageError("give run folders, or --model with --workload")
+    predicted: list[dict[str, Any]] = []
+    if model:
+        if not workload:
+            raise click.UsageError("--model needs --workload: the traffic to predict")
+        from vprof.analysis.slo import parse_slo
+        from vprof.forecast.capacity import sustainable
+        from vprof.forecast.model import read_model
+        from vprof.forecast.scenario import scenario
+
+        parsed = parse_slo(slo)  # a bad --slo fails before anything is predicted
+        fitted = read_model(model)
+        chosen = fitted.pick(config)
+        _, predicted = sustainable(
+            chosen, scenario(workload, traffic), parsed, model_path=str(model)
+        )
     parts = plan_parts(
-        runs, target_rps=target_rps, slo=slo, headroom=headroom, evidence=evidence, fmt=fmt
+        runs,
+        target_rps=target_rps,
+        slo=slo,
+        headroom=headroom,
+        evidence=evidence,
+        fmt=fmt,
+        predicted=predicted,
     )
     emit_parts(parts, fmt)

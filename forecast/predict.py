@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from vprof.forecast.model import ConfigModel
 from vprof.forecast.replayrecords import RecordContext, replay_metrics, replay_table
 from vprof.forecast.rules import SchedulerRules
@@ -164,8 +166,8 @@ def outside_span(
             continue
         if value > hi * FAR or value < lo / FAR:
             notes.append(
-                f"{words} {value:.0f} tokens on average: the model was fitted on {lo:.0f}–"
-                f"{hi:.0f}; this is far outside the measured range"
+                f"{words} about {_round2(value):,.0f} tokens on average, where the model was "
+                f"fitted on {lo:,.0f}–{hi:,.0f}: far outside the measured range"
             )
     sent = replayed.sent_s[np.isfinite(replayed.sent_s)]
     if sent.size > 1:
@@ -173,8 +175,8 @@ def outside_span(
         lo, hi = _span(span, "rate_rps")
         if hi is not None and rate > hi * FAR:
             notes.append(
-                f"{rate:.3g} req/s offered: the fastest measured level served {hi:.3g}; "
-                "far outside the measured range"
+                f"rates above {FAR:g} × the fastest level the model was fitted on ({hi:.3g} "
+                "req/s): far outside the measured range"
             )
     if rules is not None and rules != config.rules:
         changed = [
@@ -189,6 +191,14 @@ def outside_span(
                 + "): the step costs are carried over"
             )
     return notes
+
+
+def _round2(x: float) -> float:
+    """Two significant digits (a note reads the same for every level of a ladder)."""
+    if x <= 0:
+        return x
+    digits = 1 - int(np.floor(np.log10(x)))
+    return round(x, digits)
 
 
 def _span(span: Mapping[str, Sequence[float]], key: str) -> tuple[float | None, float | None]:

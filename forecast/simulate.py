@@ -277,6 +277,7 @@ class _State:
         self.P: list[int] = prompt.tolist()
         self.O: list[int] = output.tolist()
         self.clients = clients
+        self.changes_users = isinstance(clients.client, ClosedLoop)
         self.rules = rules
         none = [-1] * n
         self.keys = (
@@ -506,10 +507,12 @@ class _State:
         rules = self.rules
         max_seqs = rules.max_num_seqs
         capacity = rules.kv_cache_tokens
+        closed = isinstance(self.clients.client, ClosedLoop)
         while True:
             self.iterations += 1
             t = self.t
-            self.clients.step_to(t)
+            if closed:
+                self.clients.step_to(t)
             while heap and heap[0][0] <= t:
                 _, i = heapq.heappop(heap)
                 if self.P[i] + self.O[i] > rules.max_model_len or self.P[i] > capacity:
@@ -540,15 +543,19 @@ class _State:
         f = self._next_finish()
         k = f - s + 1 if f is not None else 1
         n_dec = self.n_dec
-        while k > 1 and not self._evict(n_dec * k + self._slack()):
-            k //= 2
+        slack = len(self.running) * self.rules.block_size // 2
+        free = self.rules.kv_cache_tokens - self.used - self.evictable_tokens - slack
+        if free < n_dec * k:
+            while k > 1 and not self._evict(n_dec * k + slack):
+                k //= 2
         if k <= 1:
             return False
         heap = self.clients.heap
-        next_arrival = (
-            heap[0][0] if heap and len(self.running) < self.rules.max_num_seqs else math.inf
-        )
-        until = min(next_arrival, self.clients.next_change(), horizon_s)
+        until = heap[0][0] if heap and len(self.running) < self.rules.max_num_seqs else math.inf
+        if self.changes_users:
+            until = min(until, self.clients.next_change())
+        if horizon_s < until:
+            until = horizon_s
         t = self.t
         base = self.c0 + self.c_dec * n_dec + self.c_ctx * self.ctx_dec
         slope = self.c_ctx * n_dec
