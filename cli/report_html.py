@@ -52,9 +52,16 @@ import click
     "--seed", default=0, show_default=True, help="Seed for the bootstrap and curve sampling."
 )
 @click.option("--title", default=None, help="The report's title.")
+@click.option(
+    "--model",
+    default=None,
+    type=click.Path(),
+    help="A capacity model (vprof forecast fit): its predicted curves beside the runs.",
+)
 def report(
     runs: tuple[str, ...], out: Path, slo: str | None, target_rps: float | None, headroom: float,
     gpu_hour_price: float | None, baseline: str | None, n_boot: int, seed: int, title: str | None,
+    model: str | None,
 ) -> None:  # fmt: skip
     """An HTML report of runs, benches or sweeps.
 
@@ -67,13 +74,14 @@ def report(
     Example:
       vprof report vprof-runs/ -o report.html
       vprof report sweep-out/ --slo ttft_p95=500ms --rps 40 --gpu-hour-price 2.5
+      vprof report sweep-out/ --slo ttft_p95=500ms --model model.json   # predicted curves too
     """
     from vprof.report import write_report
 
     path = write_report(
         runs, out, slo=slo, target_rps=target_rps, headroom=headroom,
         gpu_hour_price=gpu_hour_price, baseline=baseline, n_boot=n_boot, seed=seed, title=title,
-        progress=lambda message: click.echo(message, err=True),
+        model=model, progress=lambda message: click.echo(message, err=True),
     )  # fmt: skip
     size_mb = path.stat().st_size / 1e6
     click.echo(f"wrote {path} ({size_mb:.1f} MB)")

@@ -290,3 +290,38 @@ def test_plan_takes_predicted_runs_as_levels(model_file, tmp_path):
     answer = plan(expand_runs([tmp_path / "p"]), target_rps=20, slo="ttft_p95=300ms")
     (profile,) = answer.profiles
     assert profile.sustainable_rps is not None and len(profile.levels) == 3
+
+
+def test_plan_for_an_unmeasured_workload_prints_the_models_error_beside_the_answer(model_file):
+    result = CliRunner().invoke(
+        cli,
+        [
+            "plan",
+            "--model",
+            str(model_file),
+            "-w",
+            "fixed-800-64",
+            "--rps",
+            "30",
+            "--slo",
+            "ttft_p95=300ms",
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    answer = [
+        line for line in result.output.splitlines() if "replica" in line and "you need" in line
+    ]
+    assert answer and "(predicted)" in answer[0] and "not measured" in answer[0]
+    assert "error" in answer[0]
+
+
+def test_the_report_draws_predicted_curves_beside_the_measured_levels(cpu_runs, tmp_path):
+    from vprof.report import build_data
+
+    model = fit_model([cpu_runs / "fit"], max_evaluations=10)
+    write_model(model, tmp_path / "model.json")
+    data = build_data([cpu_runs / "held"], slo="ttft_p95=500ms", model=str(tmp_path / "model.json"))
+    curves = data["capacity"]["predicted"]
+    assert {c["workload"] for c in curves} == {"fixed-800-64", "rag-shared-prefix"}
+    assert all(len(c["levels"]) == 12 and c["error"].startswith("median error") for c in curves)
+    assert all(lv["median_ttft_ms"] > 0 for c in curves for lv in c["levels"])
