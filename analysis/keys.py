@@ -38,6 +38,8 @@ class SummaryKey(StrEnum):
     GPUS_PER_REPLICA = "gpus_per_replica"
     METRICS_FROM = "metrics_from"  # older runs over several replicas: /metrics from one only
     RECORDS_NOTE = "records_note"  # a damaged records file: how much of it was readable
+    PREDICTED = "predicted"  # a forecast (vprof forecast predict), not a measurement
+    FORECAST = "forecast"  # the model it came from, its error, and where it reaches past its runs
     # requests
     REQUESTS = "requests"
     EXCLUDED_WARMUP = "excluded_warmup"
@@ -114,10 +116,10 @@ def _stats(metric: str, *stats: str) -> tuple[str, ...]:
 K = SummaryKey
 # The rows a summary table shows, in order (JSON output has every key).
 SUMMARY_TABLE_KEYS: tuple[str, ...] = (
-    K.PROFILE, K.TRAFFIC, K.STATE, K.OPEN_LOOP, K.REPLICAS, K.REQUESTS, K.COMPLETED, K.FAILED,
-    K.FAILURES_BY_CAUSE, K.CANCELLED, K.NOT_SENT, K.HELD_BACK, K.HELD_BACK_S, K.ERROR_RATE,
-    K.UNANSWERED_RATE, K.DURATION, K.REQUEST_THROUGHPUT, K.ARRIVAL_RATE, K.SERVED_RATE,
-    K.OUTPUT_THROUGHPUT, K.TOTAL_TOKEN_THROUGHPUT, K.REQUEST_GOODPUT,
+    K.PROFILE, K.TRAFFIC, K.STATE, K.PREDICTED, K.OPEN_LOOP, K.REPLICAS, K.REQUESTS, K.COMPLETED,
+    K.FAILED, K.FAILURES_BY_CAUSE, K.CANCELLED, K.NOT_SENT, K.HELD_BACK, K.HELD_BACK_S,
+    K.ERROR_RATE, K.UNANSWERED_RATE, K.DURATION, K.REQUEST_THROUGHPUT, K.ARRIVAL_RATE,
+    K.SERVED_RATE, K.OUTPUT_THROUGHPUT, K.TOTAL_TOKEN_THROUGHPUT, K.REQUEST_GOODPUT,
     *_stats("ttft", "mean", "median", "p90", "p95", "p99", "p99.9"),
     *_stats("tpot", "mean", "median", "p95", "p99"),
     *_stats("itl", "mean", "median", "p95", "p99", "p99.9"),
@@ -141,7 +143,7 @@ SUMMARY_TABLE_KEYS: tuple[str, ...] = (
 SHOWN_WHEN_NONZERO = frozenset(
     {K.FAILURES_BY_CAUSE, K.CANCELLED, K.NOT_SENT, K.HELD_BACK, K.HELD_BACK_S, K.UNANSWERED_RATE,
      K.CLIENT_LIMITED_BY, K.METRICS_WARNING, K.METRICS_FROM, K.MEAN_PROMPT_TOKEN_EXCESS,
-     K.TOKENIZER_IS_STAND_IN, K.HOST_UNSTEADY}
+     K.TOKENIZER_IS_STAND_IN, K.HOST_UNSTEADY, K.PREDICTED}
 )  # fmt: skip
 # The columns of the per-replica table (after run and replica), from a summary's per_replica.
 REPLICA_TABLE_KEYS: tuple[str, ...] = (

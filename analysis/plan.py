@@ -158,19 +158,46 @@ def plan(
     summaries = [_summary(item, slo) for item in runs_or_summaries]
     by_profile: dict[str, list[Level]] = {}
     damaged: dict[str, list[str]] = {}
+    forecasts: dict[str, list[dict[str, Any]]] = {}
     for summary in summaries:
-        name = str(summary.get(K.PROFILE) or summary.get(K.RUN))
+        name = plan_label(summary)
         by_profile.setdefault(name, []).append(_level(summary, slo))
         damaged.setdefault(name, []).extend(damage([summary]))
-    plans = [
-        dataclasses.replace(
-            _plan_profile(name, levels, target_rps, headroom, str(slo)),
-            warnings=tuple(damaged[name]),
-        )
-        for name, levels in by_profile.items()
-    ]
+        if isinstance(summary.get(K.FORECAST), dict):
+            forecasts.setdefault(name, []).append(summary[K.FORECAST])
+
+    def planned(name: str, levels: list[Level]) -> ProfilePlan:
+        made = _plan_profile(name, levels, target_rps, headroom, str(slo))
+        if name in forecasts:
+            made = _predicted(made, forecasts[name])
+        return dataclasses.replace(made, warnings=tuple(damaged[name]))
+
+    plans = [planned(name, levels) for name, levels in by_profile.items()]
     plans.sort(key=lambda p: (p.replicas is None, p.replicas or 0, -(p.sustainable_rps or 0)))
     return Plan(target_rps, str(slo), headroom, tuple(plans))
+
+
+def plan_label(summary: dict[str, Any]) -> str:
+    """The name a summary's levels are planned under: its profile, and apart from the
+    measured levels when it was predicted (``vprof forecast``)."""
+    name = str(summary.get(K.PROFILE) or summary.get(K.RUN))
+    return f"{name} (predicted)" if summary.get(K.PREDICTED) else name
+
+
+def _predicted(answer: ProfilePlan, forecasts: list[dict[str, Any]]) -> ProfilePlan:
+    """A plan over predicted levels says so, with the model's error beside the answer, and
+    names every way the predictions reach past the runs the model was fitted on."""
+    error = next((f.get("error") for f in forecasts if f.get("error")), "error unknown")
+    notes = list(answer.notes)
+    for forecast in forecasts:
+        for note in forecast.get("notes") or []:
+            if note not in notes:
+                notes.append(note)
+    where = next((f.get("model") for f in forecasts if f.get("model")), None)
+    by = f"predicted by {where}" if where else "predicted"
+    message = f"{answer.message} — {by}, not measured; {error}"
+    basis = f"{answer.basis} ({by})"
+    return dataclasses.replace(answer, message=message, notes=tuple(notes), basis=basis)
 
 
 def _summary(item: Any, slo: Slo) -> dict[str, Any]:

@@ -182,6 +182,10 @@ def summarize_loaded(
     head |= _tokenizer(run.meta)
     if run.records_note:
         head[K.RECORDS_NOTE] = run.records_note
+    forecast = run.meta.get("forecast")
+    if isinstance(forecast, dict):  # a predicted run (vprof forecast predict -o)
+        head["predicted"] = True
+        head["forecast"] = forecast
     body = summarize(
         run.records,
         warmup_until=run.warmup_until,

@@ -34,6 +34,7 @@ COMMANDS: dict[str, str] = {
     "compare": "vprof.cli.report:compare",
     "plan": "vprof.cli.report:plan",
     "report": "vprof.cli.report_html:report",
+    "forecast": "vprof.cli.forecast:forecast",
 }
 
 

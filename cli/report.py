@@ -38,7 +38,6 @@ def summary_parts(
     ``timeline_interval_s`` the per-interval rows follow. A run whose client was the
     bottleneck is named on stderr first.
     """
-    from vprof.analysis.keys import SHOWN_WHEN_NONZERO, SUMMARY_TABLE_KEYS
     from vprof.analysis.run import (
         damage,
         display_names,
@@ -72,16 +71,7 @@ def summary_parts(
             click.echo(f"warning: {name}: {summary['metrics_warning']}", err=True)
         if summary.get("prompt_token_warning"):
             click.echo(f"warning: {name}: {summary['prompt_token_warning']}", err=True)
-    if fmt in HUMAN or fmt == "csv":
-        rows = [
-            {"metric": key, **{name: s.get(key) for name, s in zip(names, summaries, strict=True)}}
-            for key in SUMMARY_TABLE_KEYS
-            if any(s.get(key) is not None for s in summaries)
-            and (key not in SHOWN_WHEN_NONZERO or any(s.get(key) for s in summaries))
-        ]
-    else:
-        rows = [json_safe(s) for s in summaries]
-    parts: list[Part] = [("summaries", rows, None)]
+    parts: list[Part] = [("summaries", summary_rows(names, summaries, fmt), None)]
     if fmt in HUMAN and (by_replica := replica_rows(names, summaries)):
         parts.append(("per_replica", by_replica, None))  # JSON has it in each summary
     if timeline_interval_s:
@@ -93,6 +83,24 @@ def summary_parts(
             frames += json_safe(frame.to_dict("records"))
         parts.append(("timeline", frames, None))
     return parts
+
+
+def summary_rows(
+    names: Sequence[str], summaries: Sequence[dict[str, Any]], fmt: str
+) -> list[dict[str, Any]]:
+    """Summaries side by side for people (a row per metric, a column per run), or each one
+    whole for JSON."""
+    from vprof.analysis.keys import SHOWN_WHEN_NONZERO, SUMMARY_TABLE_KEYS
+    from vprof.analysis.run import json_safe
+
+    if fmt in HUMAN or fmt == "csv":
+        return [
+            {"metric": key, **{name: s.get(key) for name, s in zip(names, summaries, strict=True)}}
+            for key in SUMMARY_TABLE_KEYS
+            if any(s.get(key) is not None for s in summaries)
+            and (key not in SHOWN_WHEN_NONZERO or any(s.get(key) for s in summaries))
+        ]
+    return [json_safe(s) for s in summaries]
 
 
 def comparison_parts(
@@ -252,15 +260,18 @@ def plan_parts(
     headroom: float = 0.2,
     evidence: bool = False,
     fmt: str = "table",
+    predicted: Sequence[dict[str, Any]] = (),
 ) -> list[Part]:
-    """The replicas each profile needs, as output parts; also used by ``vprof sweep load``."""
+    """The replicas each profile needs, as output parts; also used by ``vprof sweep load``.
+    ``predicted`` summaries (``vprof forecast``) are planned beside the measured runs."""
     from vprof.analysis.plan import plan as make_plan
     from vprof.analysis.run import json_safe
     from vprof.analysis.slo import parse_slo
     from vprof.records import expand_runs
 
     parsed = parse_slo(slo)
-    result = make_plan(expand_runs(runs), target_rps=target_rps, slo=parsed, headroom=headroom)
+    levels: list[Any] = [*(expand_runs(runs) if runs else []), *predicted]
+    result = make_plan(levels, target_rps=target_rps, slo=parsed, headroom=headroom)
     rows = json_safe(result.rows())
     warn(result.warnings)
     # In a table the sentence is printed below each row's numbers rather than as a column, and
@@ -279,7 +290,7 @@ def plan_parts(
 
 
 @click.command(short_help="Replicas needed to serve a request rate within an SLO.")
-@click.argument("runs", nargs=-1, required=True, type=click.Path())
+@click.argument("runs", nargs=-1, type=click.Path())
 @click.option(
     "--rps",
     "target_rps",
@@ -296,19 +307,65 @@ def plan_parts(
     help="Spare capacity (0.2 = 20 %).",
 )
 @click.option("--evidence", is_flag=True, help="Also list every measured level and its checks.")
+@click.option(
+    "--model",
+    default=None,
+    type=click.Path(),
+    help="Also plan from this capacity model (vprof forecast fit) for --workload.",
+)
+@click.option("-w", "--workload", default=None, help="With --model: the workload to predict.")
+@click.option(
+    "-t", "--traffic", default="poisson", show_default=True, help="With --model: its arrivals."
+)
+@click.option("--profile", "config", default=None, help="With --model: its configuration.")
 @format_option
 def plan(
-    runs: tuple[str, ...], target_rps: float, slo: str, headroom: float, evidence: bool, fmt: str
+    runs: tuple[str, ...],
+    target_rps: float,
+    slo: str,
+    headroom: float,
+    evidence: bool,
+    model: str | None,
+    workload: str | None,
+    traffic: str,
+    config: str | None,
+    fmt: str,
 ) -> None:
-    """Replicas of each profile needed to serve --rps within --slo, from measured runs.
+    """Replicas of each profile needed to serve --rps within --slo, from measured runs — or,
+    with --model, from a capacity model's predictions for a workload never measured.
 
-    Give several load levels per profile (runs at rising rates) for an interpolated answer.
+    Give several load levels per profile (runs at rising rates) for an interpolated answer. A
+    predicted plan is a row of its own, with the model's error beside its answer.
 
     \b
     Example:
       vprof plan runs/bench-1 --rps 40 --slo ttft_p95=500ms,tpot_p95=50ms
+      vprof plan --model model.json -w rag-shared-prefix --rps 40 --slo ttft_p95=500ms
     """
+    if not runs and not model:
+        raise click.UsageError("give run folders, or --model with --workload")
+    predicted: list[dict[str, Any]] = []
+    if model:
+        if not workload:
+            raise click.UsageError("--model needs --workload: the traffic to predict")
+        from vprof.analysis.slo import parse_slo
+        from vprof.forecast.capacity import sustainable
+        from vprof.forecast.model import read_model
+        from vprof.forecast.scenario import scenario
+
+        parsed = parse_slo(slo)  # a bad --slo fails before anything is predicted
+        fitted = read_model(model)
+        chosen = fitted.pick(config)
+        _, predicted = sustainable(
+            chosen, scenario(workload, traffic), parsed, model_path=str(model)
+        )
     parts = plan_parts(
-        runs, target_rps=target_rps, slo=slo, headroom=headroom, evidence=evidence, fmt=fmt
+        runs,
+        target_rps=target_rps,
+        slo=slo,
+        headroom=headroom,
+        evidence=evidence,
+        fmt=fmt,
+        predicted=predicted,
     )
     emit_parts(parts, fmt)

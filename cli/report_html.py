@@ -56,10 +56,17 @@ import click
 @click.option(
     "--force", is_flag=True, help="Replace --out even when it is not a report vprof wrote."
 )
+@click.option(
+    "--model",
+    default=None,
+    type=click.Path(),
+    help="A capacity model (vprof forecast fit): its predicted curves beside the runs.",
+)
 def report(
     runs: tuple[str, ...], out: Path, slo: str | None, target_rps: float | None, headroom: float,
     gpu_hour_price: float | None, baseline: str | None, n_boot: int, seed: int, title: str | None,
     force: bool,
+    model: str | None,
 ) -> None:  # fmt: skip
     """An HTML report of runs, benches or sweeps.
 
@@ -72,6 +79,7 @@ def report(
     Example:
       vprof report vprof-runs/ -o report.html
       vprof report sweep-out/ --slo ttft_p95=500ms --rps 40 --gpu-hour-price 2.5
+      vprof report sweep-out/ --slo ttft_p95=500ms --model model.json   # predicted curves too
     """
     from vprof.report import write_report
 
@@ -80,6 +88,7 @@ def report(
         gpu_hour_price=gpu_hour_price, baseline=baseline, n_boot=n_boot, seed=seed, title=title,
         progress=lambda message: click.echo(message, err=True), force=force,
         warn=lambda line: click.echo(f"warning: {line}", err=True),
+        model=model,
     )  # fmt: skip
     size_mb = path.stat().st_size / 1e6
     click.echo(f"wrote {path} ({size_mb:.1f} MB)")

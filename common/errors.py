@@ -70,3 +70,8 @@ def os_reason(exc: OSError) -> str:
     import os
 
     return os.strerror(exc.errno) if exc.errno else str(exc)
+
+
+class ForecastError(VprofError):
+    """A capacity model that cannot be fitted, read or applied (a bad model file, runs of
+    another configuration, a workload it cannot replay)."""

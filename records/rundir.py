@@ -214,6 +214,16 @@ RUN_FIELDS: dict[str, Check] = {
     "open_loop": _flag,
     "vllm_version": _text(null=True),
     "created_at": EPOCH_S,
+    # a predicted run: the model that predicted it (vprof forecast predict -o)
+    "forecast": _obj(
+        {
+            "model": _text(null=True),
+            "configuration": _text(null=True),
+            "error": _text(null=True),
+            "notes": _items(_text(), limit=1000),
+        },
+        null=True,
+    ),
 }
 STATUS_FIELDS: dict[str, Check] = {
     "state": _text(),

@@ -112,6 +112,16 @@ class RecordWriter:
         self.close()
 
 
+def write_records_table(path: Path, table: Any, batch_size: int = 10_000) -> None:
+    """Write a whole table of records (vprof's schema) as the records file, in batches."""
+    import pyarrow as pa
+
+    table = table.cast(arrow_schema())
+    with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_stream(sink, table.schema) as writer:
+        for batch in table.to_batches(max_chunksize=batch_size):
+            writer.write_batch(batch)
+
+
 # Arrow's *file* format is the stream format after this magic (and a footer after it).
 _FILE_MAGIC = b"ARROW1"
 _CONTINUATION = b"\xff\xff\xff\xff"  # every message of a stream starts with it

@@ -60,7 +60,15 @@ def build_data(
                 "provenance": json_safe(provenance(run)),
             }
         )
-    capacity_data = capacity(ids, summaries, opts)
+    forecast: dict[str, Any] = {"curves": [], "notes": []}
+    if opts.model is not None:
+        from vprof.report.forecast import predicted_curves
+
+        if progress is not None:
+            progress(f"predicting curves with {opts.model.path}")
+        forecast = predicted_curves(runs, summaries, opts.model)
+    capacity_data = capacity(ids, summaries, opts, forecast["curves"])
+    capacity_data["predicted_notes"] = forecast["notes"]
     metas: dict[str, tuple[dict[str, Any], str]] = {}
     for run, summary in zip(runs, summaries, strict=True):
         metas.setdefault(str(summary.get(K.PROFILE) or summary.get(K.RUN)),

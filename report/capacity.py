@@ -32,12 +32,29 @@ def _stats(summary: dict[str, Any], metric: str) -> dict[str, Any]:
     return out
 
 
-def capacity(
-    run_ids: Sequence[str], summaries: Sequence[dict[str, Any]], options: ReportOptions
-) -> dict[str, Any]:
-    """Levels per profile for the curves, and the plan when an SLO was given."""
-    from vprof.analysis import plan
+def _level(run_id: str | None, summary: dict[str, Any], metrics: Sequence[str]) -> dict[str, Any]:
+    """One load level as the curves draw it."""
     from vprof.analysis.plan import level_rate
+
+    level = {"run_id": run_id, "run": summary.get(K.RUN)}
+    level |= {k: summary.get(k) for k in _LEVEL_KEYS}
+    level["rate"] = level_rate(summary)  # the plan's x: sustainable rates are on its scale
+    for metric in metrics:
+        level |= _stats(summary, metric)
+    return level
+
+
+def capacity(
+    run_ids: Sequence[str],
+    summaries: Sequence[dict[str, Any]],
+    options: ReportOptions,
+    predicted: Sequence[dict[str, Any]] = (),
+) -> dict[str, Any]:
+    """Levels per profile for the curves, and the plan when an SLO was given; ``predicted``
+    curves (``report.forecast``: a model's summaries over the measured rates) are drawn
+    beside them."""
+    from vprof.analysis import plan
+    from vprof.analysis.plan import plan_label
     from vprof.analysis.run import json_safe
 
     metrics = list(LATENCY_METRICS)
@@ -46,13 +63,14 @@ def capacity(
         metrics.append("itl")
     by_profile: dict[str, list[dict[str, Any]]] = {}
     for run_id, summary in zip(run_ids, summaries, strict=True):
-        level = {"run_id": run_id, "run": summary.get(K.RUN)}
-        level |= {k: summary.get(k) for k in _LEVEL_KEYS}
-        level["rate"] = level_rate(summary)  # the plan's x: sustainable rates are on its scale
-        for metric in metrics:
-            level |= _stats(summary, metric)
-        by_profile.setdefault(str(summary.get(K.PROFILE) or summary.get(K.RUN)), []).append(level)
+        level = _level(run_id, summary, metrics)
+        by_profile.setdefault(plan_label(summary), []).append(level)
     out: dict[str, Any] = {"metrics": metrics, "profiles": [], "plan": None, "why": None}
+    out["predicted"] = []
+    for curve in predicted:
+        drawn = {k: v for k, v in curve.items() if k != "summaries"}
+        drawn["levels"] = json_safe([_level(None, s, metrics) for s in curve["summaries"]])
+        out["predicted"].append(drawn)
     result = None
     if (
         slo is not None

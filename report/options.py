@@ -25,6 +25,7 @@ class ReportOptions:
     n_boot: int = DEFAULT_N_BOOT
     seed: int = 0
     title: str | None = None
+    model: Any = None  # a vprof.forecast ForecastModel: predicted curves beside the runs
 
     def to_dict(self) -> dict[str, Any]:
         """The options as the report's data shows them (the SLO as text)."""
@@ -36,6 +37,7 @@ class ReportOptions:
             "baseline": self.baseline,
             "n_boot": self.n_boot,
             "seed": self.seed,
+            "model": self.model.path if self.model is not None else None,
         }
 
 
@@ -59,6 +61,7 @@ def check_options(
     n_boot: int | None = DEFAULT_N_BOOT,
     seed: int = 0,
     title: str | None = None,
+    model: str | None = None,
 ) -> ReportOptions:
     """Parse and range-check the options; raises :class:`ReportError` (or ``SloError``)."""
     from vprof.analysis import parse_slo
@@ -92,7 +95,13 @@ def check_options(
         raise ReportError(f"--n-boot must be a whole number from 0 to 100000, got {n_boot!r}")
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise ReportError(f"--seed must be a whole number of 0 or more, got {seed!r}")
+    fitted = None
+    if model:
+        from vprof.forecast.model import read_model
+
+        fitted = read_model(model)  # a bad model file fails before any run is read
     return ReportOptions(
+        model=fitted,
         slo=parsed,
         target_rps=target_rps,
         headroom=headroom,

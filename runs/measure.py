@@ -127,6 +127,11 @@ class Server:
             say(f"  healthy after {self.started.healthy_after_s:.1f} s")
         if workload is not None:
             self._check_context(workload, say)
+        from vprof.server.metrics import cache_config
+
+        # the KV cache the server really has (blocks, block size), for capacity models
+        if found := cache_config(self.urls[0] if self.urls else self.url):
+            self.settings["cache_config"] = found
         self.settings["warmup_s"] = round(sum(warm_up(url) for url in self.urls or [self.url]), 3)
         say(f"  warmed up in {self.settings['warmup_s']:.1f} s")
 

@@ -29,6 +29,24 @@ _RATIO_SUFFIXES = ("_perc", "_percent", "_ratio", "_fraction", "_rate", "_info")
 # Sample-name suffixes that belong to a family declared under a shorter name.
 _FAMILY_SUFFIXES = ("_total", "_sum", "_count", "_bucket", "_created", "_gsum", "_gcount")
 
+CACHE_CONFIG = "vllm:cache_config_info"
+
+
+def cache_config(url: str, timeout_s: float = 5.0) -> dict[str, str]:
+    """The labels of vLLM's ``vllm:cache_config_info`` gauge (block size, number of blocks, KV
+    cache size in tokens, prefix caching …); ``{}`` when the server does not say or cannot
+    be reached."""
+    import requests
+
+    target = url.rstrip("/") + "/metrics"
+    try:
+        response = requests.get(target, timeout=timeout_s)
+        response.raise_for_status()
+    except requests.RequestException:
+        return {}
+    found = metric_labels(response.text, CACHE_CONFIG)
+    return dict(found[0]) if found else {}
+
 
 def parse_metrics(text: str) -> dict[str, float]:
     """One value per sample name, combined over its label sets as its ``# TYPE`` says.

@@ -14,7 +14,7 @@ from vprof.runs.loadgen import LoadSpec
 ROOT = Path(__file__).resolve().parents[1]
 LIBRARY = [
     "common", "records", "registry", "tinymodel", "server", "workloads", "traffic",
-    "locustfiles", "emulator", "runs", "analysis", "report", "cli",
+    "locustfiles", "emulator", "runs", "analysis", "forecast", "report", "cli",
 ]  # fmt: skip
 RUN_FOLDER_FILES = (
     "run.json", "status.json", "records.arrow", "locust.json", "loadgen.jsonl", "metrics.jsonl",

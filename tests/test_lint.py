@@ -11,7 +11,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 LIBRARY = [
     "common", "records", "registry", "tinymodel", "server", "workloads", "traffic",
-    "locustfiles", "emulator", "runs", "analysis", "report", "cli",
+    "locustfiles", "emulator", "runs", "analysis", "forecast", "report", "cli",
 ]  # fmt: skip
 
 

@@ -114,6 +114,11 @@
         lineStyle: { width: 2 } });
     });
     if (!series.length) return empty(el, "no run offered load in " + unit);
+    predictedCurves().forEach((c) => {
+      const points = c.levels.filter((lv) => lv.offered_load_unit === unit)
+        .map((lv) => [num(lv.offered_load), num(lv.request_throughput), lv.run]);
+      if (points.length) series.push(predictedSeries(c, c.name, points));
+    });
     if (unit === "req/s") {
       series.push({ name: "achieved = offered", type: "line", data: [[0, 0], [top, top]],
         symbol: "none", color: "#9498a0", lineStyle: { type: "dashed", width: 1 }, tooltip: { show: false } });
@@ -123,6 +128,20 @@
       yAxis: axis("achieved req/s", { nameGap: 40 }),
       series: series,
     }));
+  }
+
+  // A capacity model's predictions (vprof report --model): thin dashed lines without points,
+  // in the colour of the profile they predict.
+  function predictedCurves() {
+    return (DATA.capacity.predicted || []);
+  }
+
+  function predictedSeries(curve, id, points) {
+    // the profile's colour for its first curve; a profile's further workloads take the next
+    const i = DATA.capacity.profiles.findIndex((p) => p.profile === curve.profile);
+    const k = predictedCurves().filter((c) => c.profile === curve.profile).indexOf(curve);
+    return { id: id, name: curve.name, type: "line", data: points, color: color(Math.max(i, 0) + k),
+      showSymbol: false, smooth: true, lineStyle: { type: [6, 4], width: 1.5, opacity: 0.8 } };
   }
 
   function latencyChart(el) {
@@ -157,6 +176,14 @@
       });
     });
     if (!series.length) return empty(el, "no " + METRIC[metric] + " measured");
+    predictedCurves().forEach((c) => {
+      [50, 95].forEach((q) => {
+        const key = pctKey(q) + "_" + metric + "_ms";
+        const points = c.levels.map((lv) => [num(lv.rate), num(lv[key]), lv.run])
+          .filter((pt) => pt[0] !== null && pt[1] !== null);
+        if (points.length) series.push(predictedSeries(c, c.name + " p" + q, points));
+      });
+    });
     if (targets.length) {
       series.push({ name: "SLO", type: "line", data: [], color: SLO_COLOR, markLine: {
         symbol: "none", silent: true, data: targets.map((t) => ({ yAxis: t.threshold_ms,

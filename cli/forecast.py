@@ -1,0 +1,182 @@
+"""``vprof forecast fit|predict|check``: a capacity model fitted on measured runs."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import click
+
+from vprof.cli.options import OutDir
+from vprof.cli.output import HUMAN, Part, emit_parts, format_option
+
+
+def _rates(values: Sequence[str]) -> list[float]:
+    """``--rate 2 --rate 4,8`` → [2, 4, 8], each a finite positive number."""
+    from vprof.common.errors import ForecastError
+    from vprof.common.numbers import parse_number
+
+    rates: list[float] = []
+    for value in values:
+        for part in str(value).split(","):
+            if part.strip():
+                rates.append(
+                    float(
+                        parse_number(
+                            part.strip(), above=0, maximum=1e6, error=ForecastError, key="--rate"
+                        )
+                    )
+                )
+    return rates
+
+
+@click.group(short_help="Capacity models fitted on your runs: fit, predict, check.")
+def forecast() -> None:
+    """Capacity models fitted on your own runs: predict what was not measured, then check.
+
+    A model is fitted per server configuration (profile × hardware) from run folders: the
+    time of a scheduler step from what it holds, the KV cache the server had, and the
+    scheduler rules of the profile, replayed step by step as vLLM schedules.
+
+    \b
+    Example:
+      vprof forecast fit vprof-runs/chat-sweep -o model.json --holdout vprof-runs/other
+      vprof forecast predict model.json --workload rag-shared-prefix --traffic poisson --rate 4,8
+      vprof forecast check model.json vprof-runs/new-runs
+    """
+
+
+@forecast.command(short_help="Fit a model on run folders.")
+@click.argument("runs", nargs=-1, required=True, type=click.Path())
+@click.option(
+    "-o",
+    "--out",
+    "out",
+    required=True,
+    type=click.Path(path_type=Path),
+    help="The model file to write (model.json).",
+)
+@click.option(
+    "--holdout",
+    multiple=True,
+    type=click.Path(),
+    help="Runs to predict, not fit on; their error is kept with the model (repeatable).",
+)
+def fit(runs: tuple[str, ...], out: Path, holdout: tuple[str, ...]) -> None:
+    """Fit one model per server configuration the RUNS (run or bench folders) measured.
+
+    \b
+    Example:
+      vprof forecast fit vprof-runs/sweep-chat -o model.json --holdout vprof-runs/sweep-rag
+    """
+    from vprof.forecast.fit import fit_model
+    from vprof.forecast.model import write_model
+
+    model = fit_model(runs, holdout=holdout, say=lambda line: click.echo(line, err=True))
+    write_model(model, out)
+    for config in model.configs:
+        click.echo(f"{config.label}: {config.error_text()}")
+    click.echo(f"wrote {out}")
+
+
+@forecast.command(short_help="Predict summaries for a workload and traffic.")
+@click.argument("model", type=click.Path())
+@click.option("-w", "--workload", required=True, help="Workload preset or YAML file.")
+@click.option(
+    "-t",
+    "--traffic",
+    default="poisson",
+    show_default=True,
+    help="Traffic shape preset or YAML file.",
+)
+@click.option(
+    "--rate",
+    "rates",
+    multiple=True,
+    help="Open-loop rates to predict, e.g. --rate 2,4,8 (default: the shape's).",
+)
+@click.option("--profile", default=None, help="The model's configuration, when it holds several.")
+@click.option("--slo", default=None, help="Objectives, e.g. ttft_p95=500ms,tpot_p95=50ms.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed for lengths, arrivals.")
+@click.option(
+    "-o",
+    "--out",
+    "out",
+    type=OutDir(),
+    default=None,
+    help="Also write each prediction as a run folder here (for compare, plan, report).",
+)
+@format_option
+def predict(
+    model: str,
+    workload: str,
+    traffic: str,
+    rates: tuple[str, ...],
+    profile: str | None,
+    slo: str | None,
+    seed: int,
+    out: Path | None,
+    fmt: str,
+) -> None:
+    """Summaries predicted by MODEL, with the keys `vprof summarize` gives a measured run.
+
+    \b
+    Example:
+      vprof forecast predict model.json -w fixed-800-64 -t poisson --rate 4,8,16
+      vprof forecast predict model.json -w chat -t poisson --rate 12 -o predicted/
+    """
+    from vprof.analysis.run import display_names
+    from vprof.analysis.slo import parse_slo
+    from vprof.cli.report import summary_rows
+    from vprof.forecast.model import read_model
+    from vprof.forecast.predict import predict_rates, write_prediction
+    from vprof.forecast.scenario import scenario
+
+    parsed = parse_slo(slo) if slo else None
+    wanted = _rates(rates)
+    fitted = read_model(model)
+    config = fitted.pick(profile)
+    s = scenario(workload, traffic, seed=seed)
+    predictions = predict_rates(config, s, wanted, slo=parsed, model_path=str(model))
+    summaries = [p.summary for p in predictions]
+    click.echo(f"predicted by {model} ({config.label}); {config.error_text()}", err=True)
+    for p in predictions:
+        for note in p.summary.get("forecast", {}).get("notes") or []:
+            click.echo(f"warning: {p.summary['run']}: {note}", err=True)
+    if out is not None:
+        for p in predictions:
+            click.echo(f"wrote {write_prediction(p, out)}", err=True)
+    names = [_short(s) for s in summaries] if fmt in HUMAN else display_names(summaries)
+    emit_parts([("summaries", summary_rows(names, summaries, fmt), None)], fmt)
+
+
+def _short(summary: dict) -> str:
+    load = summary.get("offered_load")
+    unit = summary.get("offered_load_unit") or ""
+    return f"{load:g} {unit} (predicted)" if isinstance(load, (int, float)) else str(summary["run"])
+
+
+@forecast.command(short_help="Predicted against measured, per run and metric.")
+@click.argument("model", type=click.Path())
+@click.argument("runs", nargs=-1, required=True, type=click.Path())
+@format_option
+def check(model: str, runs: tuple[str, ...], fmt: str) -> None:
+    """Each of RUNS predicted by MODEL from its own workload, traffic and seed, beside what it
+    measured, and the median absolute error per metric.
+
+    \b
+    Example:
+      vprof forecast check model.json vprof-runs/sweep-rag
+    """
+    from vprof.analysis.run import json_safe
+    from vprof.forecast.check import check_runs
+    from vprof.forecast.model import read_model
+
+    fitted = read_model(model)
+    rows, report = check_runs(fitted, runs)
+    medians = [
+        {"metric": k, "median_abs_error_pct": v, "runs": report["runs"]}
+        for k, v in report["median_abs_pct"].items()
+    ]
+    parts: list[Part] = [("checks", json_safe(rows), None), ("errors", json_safe(medians), None)]
+    emit_parts(parts, fmt)

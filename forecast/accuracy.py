@@ -1,0 +1,61 @@
+"""Predicted against measured: per run and metric, the error, and the medians a model keeps."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+# What a check compares (summary keys); open-loop runs add the latency from the schedule.
+CHECK_METRICS = (
+    "request_throughput",
+    "median_ttft_ms",
+    "p95_ttft_ms",
+    "p99_ttft_ms",
+    "median_tpot_ms",
+    "p95_tpot_ms",
+    "median_itl_ms",
+    "median_e2el_ms",
+    "p95_e2el_ms",
+)
+OPEN_LOOP_METRICS = ("served_rate", "median_ttft_from_schedule_ms", "p95_ttft_from_schedule_ms")
+
+
+def _value(summary: Mapping[str, Any], key: str) -> float | None:
+    value = summary.get(key)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if math.isfinite(value) else None
+
+
+def compare_summaries(
+    run: str, measured: Mapping[str, Any], predicted: Mapping[str, Any]
+) -> list[dict[str, Any]]:
+    """One row per metric both summaries have: measured, predicted, error in % of measured."""
+    keys = list(CHECK_METRICS)
+    if measured.get("open_loop"):
+        keys += OPEN_LOOP_METRICS
+    rows = []
+    for key in keys:
+        m, p = _value(measured, key), _value(predicted, key)
+        if m is None or p is None:
+            continue
+        error = (p - m) / m * 100.0 if m else None
+        rows.append({"run": run, "metric": key, "measured": m, "predicted": p, "error_pct": error})
+    return rows
+
+
+def error_report(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The median absolute error per metric over the runs (and the rows themselves)."""
+    import numpy as np
+
+    by_metric: dict[str, list[float]] = {}
+    for row in rows:
+        if row.get("error_pct") is not None:
+            by_metric.setdefault(str(row["metric"]), []).append(abs(float(row["error_pct"])))
+    medians = {k: float(np.median(v)) for k, v in by_metric.items()}
+    return {
+        "runs": len({row["run"] for row in rows}),
+        "median_abs_pct": medians,
+        "rows": [dict(r) for r in rows],
+    }

@@ -1,0 +1,79 @@
+"""``vprof forecast check``: each measured run predicted from what it ran (its workload,
+traffic shape and seed), beside what it measured."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from vprof.common.errors import ForecastError
+from vprof.forecast.accuracy import compare_summaries, error_report
+from vprof.forecast.model import ConfigModel, ForecastModel
+from vprof.forecast.observed import Observed, load_observed
+from vprof.forecast.predict import predict
+from vprof.forecast.scenario import scenario_of_run
+from vprof.records.rundir import RunDir
+
+
+def check_observed(
+    config: ConfigModel, runs: Sequence[Observed], *, say: Callable[[str], None] = lambda _: None
+) -> dict[str, Any]:
+    """The error report of ``config`` on ``runs`` (each predicted from its own scenario)."""
+    rows: list[dict[str, Any]] = []
+    for o in runs:
+        s = scenario_of_run(o.meta, str(RunDir(o.path).run_json))
+        predicted = predict(config, s, slo=o.summary.get("slo")).summary
+        rows.extend(compare_summaries(o.name, o.summary, predicted))
+    report = error_report(rows)
+    medians = report["median_abs_pct"]
+    shown = ", ".join(f"{k} {v:.1f} %" for k, v in medians.items() if k in _SHOWN)
+    say(f"  median abs error over {report['runs']} runs: {shown}")
+    return report
+
+
+_SHOWN = ("request_throughput", "median_ttft_ms", "p95_ttft_ms", "median_tpot_ms")
+
+
+def matching_config(model: ForecastModel, o: Observed) -> ConfigModel:
+    """The configuration of ``model`` that ``o`` ran; :class:`ForecastError` naming the run's
+    file and key when there is none."""
+    found = model.find(o.key)
+    if found is not None:
+        return found
+    where = str(RunDir(o.path).run_json)
+    fitted = "; ".join(
+        f"{c.key.profile} ({c.key.identity}) on {c.key.hardware}" for c in model.configs
+    )
+    same_profile = [c for c in model.configs if c.key.identity == o.key.identity]
+    if same_profile:
+        raise ForecastError(
+            f"the run measured {o.key.profile} on other hardware ({o.key.hardware}); the model "
+            f"was fitted on {same_profile[0].key.hardware}",
+            path=where,
+            key="hardware",
+            hint="fit a model on runs from this hardware",
+        )
+    raise ForecastError(
+        f"the run measured profile {o.key.profile} ({o.key.identity}); the model was fitted on "
+        f"{fitted}",
+        path=where,
+        key="profile.identity",
+        hint="check runs of the configuration the model was fitted on, or fit one for this",
+    )
+
+
+def check_runs(
+    model: ForecastModel, runs: Sequence[str | Path]
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Predicted against measured for each run (rows), and the error report over them."""
+    from vprof.records import expand_runs
+
+    observed = [load_observed(p) for p in expand_runs(runs)]
+    configs = [matching_config(model, o) for o in observed]  # every run checked before any work
+    rows: list[dict[str, Any]] = []
+    for o, config in zip(observed, configs, strict=True):
+        s = scenario_of_run(o.meta, str(RunDir(o.path).run_json))
+        predicted = predict(config, s, slo=o.summary.get("slo"), model_path=model.path).summary
+        rows.extend(compare_summaries(o.name, o.summary, predicted))
+    return rows, error_report(rows)

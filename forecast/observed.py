@@ -1,0 +1,158 @@
+"""Measured runs as a fit sees them: the request stream they sent, what each request got, the
+server's rules and counters, and which configuration they belong to."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from vprof.common.errors import ForecastError
+from vprof.forecast.rules import ConfigKey, SchedulerRules, config_key, rules_from_run
+from vprof.forecast.simulate import Replay, Requests
+
+ITERATIONS = "vllm:iteration_tokens_total_count"  # steps the engine took (a histogram's count)
+ITERATION_TOKENS = "vllm:iteration_tokens_total_sum"
+
+
+@dataclass(frozen=True)
+class Observed:
+    """One measured run, ready to be replayed with the requests it really sent."""
+
+    name: str
+    path: Path
+    key: ConfigKey
+    rules: SchedulerRules
+    meta: Mapping[str, Any]
+    summary: Mapping[str, Any]
+    requests: Requests
+    client: Replay
+    epoch_s: float  # wall clock of the run's time 0
+    warmup_s: float  # requests sent before this (from time 0) are not summarised
+    measured: Mapping[str, Any]  # per request: ttft_ms, tpot_ms, ok (NaN where not measured)
+    server: Mapping[str, float] = field(default_factory=dict)  # counter deltas from /metrics
+    open_loop: bool = False
+    chat_extra_tokens: float | None = None  # chat: tokens the template adds to the content
+    idle_ms: float | None = None  # closed loop: a user's pause between answer and next send
+
+    @property
+    def workload_name(self) -> str:
+        workload = self.meta.get("workload")
+        if isinstance(workload, Mapping):
+            return str(workload.get("name") or "?")
+        return str(workload or "?")
+
+    @property
+    def traffic(self) -> Mapping[str, Any]:
+        traffic = self.meta.get("traffic")
+        return traffic if isinstance(traffic, Mapping) else {}
+
+
+def load_observed(path: str | Path) -> Observed:
+    """Read a run folder for fitting; :class:`ForecastError` (naming the file and key) when it
+    cannot be used: no records, no KV cache size, or not a run at all."""
+    import numpy as np
+
+    from vprof.analysis.columns import from_records
+    from vprof.analysis.run import load_run, summarize_loaded
+    from vprof.records.rundir import RunDir
+
+    run = load_run(path)
+    meta = run.meta
+    rules, why = rules_from_run(meta)
+    if rules is None:
+        raise ForecastError(
+            why,
+            path=str(RunDir(run.path).run_json),
+            key="server.kv_cache_tokens",
+            hint="runs that vprof launched keep it; for a server given with --url, fit needs "
+            "its cache config from /metrics",
+        )
+    cols = from_records(run.records)
+    f = cols.floats
+    sent = f["sent_at"]
+    has_sent = np.isfinite(sent)
+    if not has_sent.any():
+        raise ForecastError(
+            "no request of this run was sent", path=str(RunDir(run.path).records), key="sent_at"
+        )
+    scheduled = np.where(np.isfinite(f["scheduled_at"]), f["scheduled_at"], sent)
+    epoch = float(np.nanmin(np.where(has_sent, scheduled, np.nan)))
+    prompt = cols.ints["prompt_tokens"]
+    expected = cols.ints["expected_prompt_tokens"]
+    prompt = np.where(prompt > 0, prompt, np.maximum(expected, 1))
+    output = cols.ints["completion_tokens"]
+    expected_out = _expected_output(run.records, output)
+    ok = cols.status == "ok"
+    output = np.where(ok & (output > 0), output, expected_out)
+    keep = has_sent  # every request sent loaded the server, warm-up ones included
+    idx = np.flatnonzero(keep)
+    requests = Requests(
+        prompt_tokens=prompt[idx],
+        output_tokens=np.maximum(output[idx], 1),
+        known_hit=np.where(
+            cols.ints["cached_tokens"][idx] >= 0, cols.ints["cached_tokens"][idx], 0
+        ),
+    )
+    warmup_until = run.warmup_until
+    warmup_s = (warmup_until - epoch) if warmup_until is not None else 0.0
+    measured = {
+        "ttft_ms": f["ttft_ms"][idx],
+        "tpot_ms": f["tpot_ms"][idx],
+        "e2e_ms": f["e2e_ms"][idx],
+        "first_s": f["first_token_at"][idx] - epoch,
+        "last_s": f["last_token_at"][idx] - epoch,
+        "ok": ok[idx],
+        "after_warmup": (sent[idx] - epoch) >= warmup_s,
+    }
+    summary = summarize_loaded(run)
+    chat = (cols.ints["expected_prompt_tokens"] > 0) & (cols.ints["prompt_tokens"] > 0) & ok
+    endpoint = str((meta.get("workload") or {}).get("endpoint") or "")
+    extra = None
+    if endpoint == "chat" and chat.any():
+        diff = cols.ints["prompt_tokens"][chat] - cols.ints["expected_prompt_tokens"][chat]
+        extra = float(np.median(diff))
+    idle = f["idle_before_ms"][np.isfinite(f["idle_before_ms"])]
+    return Observed(
+        name=run.name,
+        path=run.path,
+        key=config_key(meta),
+        rules=rules,
+        meta=meta,
+        summary=summary,
+        requests=requests,
+        client=Replay(sent[idx] - epoch),
+        epoch_s=epoch,
+        warmup_s=max(warmup_s, 0.0),
+        measured=measured,
+        server=_server_counters(run.metrics),
+        open_loop=bool(summary.get("open_loop")),
+        chat_extra_tokens=extra,
+        idle_ms=float(np.median(idle)) if idle.size else None,
+    )
+
+
+def _expected_output(records: Any, fallback: Any) -> Any:
+    import numpy as np
+
+    if "expected_output_tokens" in records.column_names:
+        values = records.column("expected_output_tokens").to_numpy(zero_copy_only=False)
+        values = np.nan_to_num(values.astype(np.float64), nan=-1).astype(np.int64)
+        return np.where(values > 0, values, np.maximum(fallback, 1))
+    return np.maximum(fallback, 1)
+
+
+def _server_counters(samples: tuple[Mapping[str, Any], ...]) -> dict[str, float]:
+    """What the server counted over the run: steps and the tokens they held (first to last
+    sample; one server only — with several replicas the steps are not one engine's)."""
+    timed = sorted((s for s in samples if "t" in s), key=lambda s: float(s["t"]))
+    if len(timed) < 2 or any(s.get("replica") for s in timed):
+        return {}
+    first, last = timed[0].get("values") or {}, timed[-1].get("values") or {}
+    out: dict[str, float] = {}
+    for name, key in ((ITERATIONS, "steps"), (ITERATION_TOKENS, "step_tokens")):
+        if name in first and name in last:
+            out[key] = max(float(last[name]) - float(first[name]), 0.0)
+    out["span_s"] = float(timed[-1]["t"]) - float(timed[0]["t"])
+    return out

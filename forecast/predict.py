@@ -1,0 +1,248 @@
+"""Predictions: a scenario replayed on a fitted configuration, summarised by the code that
+summarises measured runs, and marked as predicted (with the model's error and any warning that
+the scenario lies outside what the model was fitted on)."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from vprof.forecast.model import ConfigModel
+from vprof.forecast.replayrecords import RecordContext, replay_metrics, replay_table
+from vprof.forecast.rules import SchedulerRules
+from vprof.forecast.scenario import Scenario, Stream, as_plain, build_stream
+from vprof.forecast.simulate import Replayed, simulate
+
+SEED = 0
+EPOCH_S = 1.7e9  # predicted runs are dated here (only differences of times are read)
+# A scenario this far beyond what a model was fitted on (×) is named in the prediction.
+FAR = 1.5
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """One predicted run: its summary, and what a run folder of it would hold."""
+
+    summary: dict[str, Any]
+    table: Any  # the records (pyarrow.Table)
+    metrics: list[dict[str, Any]]
+    meta: dict[str, Any]
+    replayed: Replayed
+
+
+def replay(
+    config: ConfigModel, s: Scenario, *, rules: SchedulerRules | None = None
+) -> tuple[Replayed, Stream]:
+    """Replay scenario ``s`` on ``config`` (with other scheduler ``rules``, for a candidate's
+    settings). A closed loop plans requests until the users stop asking for more."""
+    rules = rules or config.rules
+    n = None
+    while True:
+        stream = build_stream(
+            s,
+            n=n,
+            chat_template_tokens=config.chat_template_tokens,
+            gap_ms=config.closed_loop_gap_ms,
+        )
+        replayed = simulate(stream.requests, stream.client, rules, config.cost, seed=SEED)
+        if stream.open_loop or not _asked_for_more(replayed, stream):
+            return replayed, stream
+        n = stream.requests.n * 4
+
+
+def _asked_for_more(replayed: Replayed, stream: Stream) -> bool:
+    import numpy as np
+
+    return bool(np.isfinite(replayed.sent_s).all())
+
+
+def predict(
+    config: ConfigModel,
+    s: Scenario,
+    *,
+    slo: Any = None,
+    model_path: str = "",
+    rules: SchedulerRules | None = None,
+    label: str | None = None,
+) -> Prediction:
+    """The predicted summary of scenario ``s`` on ``config`` (keys as ``vprof summarize``)."""
+    from vprof.analysis.run import Run, summarize_loaded
+
+    replayed, stream = replay(config, s, rules=rules)
+    ctx = RecordContext(
+        epoch_s=EPOCH_S,
+        open_loop=stream.open_loop,
+        scheduled_s=stream.scheduled_s,
+        endpoint=stream.endpoint,
+        prefix_group=stream.prefix_group,
+        expected_prompt_tokens=stream.expected_prompt_tokens,
+    )
+    table = replay_table(replayed, stream.requests, ctx)
+    metrics = replay_metrics(replayed, stream.requests, EPOCH_S)
+    meta = predicted_meta(config, s, model_path=model_path, rules=rules, label=label)
+    meta["forecast"]["notes"] = outside_span(config, stream, replayed, rules)
+    locust = {
+        "started_at": EPOCH_S,
+        "warmup_until": EPOCH_S + stream.warmup_s,
+        "stopped_at": EPOCH_S + float(s.shape.total_s),
+        "open_loop": stream.open_loop,
+        "records": table.num_rows,
+    }
+    run = Run(
+        path=Path(meta["name"]),
+        meta=meta,
+        locust=locust,
+        status={"state": "completed", "reason": ""},
+        records=table,
+        metrics=tuple(metrics),
+    )
+    summary = summarize_loaded(run, slo=slo)
+    summary["path"] = None
+    return Prediction(summary, table, metrics, {**meta, "locust": locust}, replayed)
+
+
+def predicted_meta(
+    config: ConfigModel,
+    s: Scenario,
+    *,
+    model_path: str = "",
+    rules: SchedulerRules | None = None,
+    label: str | None = None,
+) -> dict[str, Any]:
+    """``run.json`` of a predicted run: what was predicted, with which model."""
+    shape = s.shape
+    load = f"{shape.rate_rps:g}rps" if shape.open_loop else f"{shape.users}u"
+    profile = label or config.key.profile
+    name = f"{profile}--{s.workload.name}--{shape.name}--{load}--predicted"
+    held_out = (config.errors.get("held_out") or {}).get("median_abs_pct")
+    fitted = (config.errors.get("fitted") or {}).get("median_abs_pct")
+    return {
+        "name": name,
+        "profile": {
+            "name": profile,
+            "identity": config.key.identity if rules is None else f"{profile} (candidate)",
+            "engine_args": dict(config.engine_args),
+        },
+        "server": {"kv_cache_tokens": (rules or config.rules).kv_cache_tokens},
+        "workload": as_plain(s.workload),
+        "traffic": as_plain(shape),
+        "seed": s.seed,
+        "open_loop": bool(shape.open_loop),
+        "vllm_version": config.key.vllm_version,
+        "created_at": time.time(),
+        "forecast": {
+            "model": model_path,
+            "configuration": config.key.profile,
+            "hardware": config.key.hardware,
+            "error": config.error_text(),
+            "held_out_error_pct": held_out,
+            "fitted_error_pct": fitted,
+            "rules": (rules or config.rules).to_json(),
+        },
+    }
+
+
+def outside_span(
+    config: ConfigModel, stream: Stream, replayed: Replayed, rules: SchedulerRules | None
+) -> list[str]:
+    """Sentences for each way this prediction reaches past the runs the model was fitted on."""
+    import numpy as np
+
+    notes = []
+    span = config.span
+    checks = (
+        ("prompt_tokens", float(np.mean(stream.requests.prompt_tokens)), "prompts of"),
+        ("output_tokens", float(np.mean(stream.requests.output_tokens)), "answers of"),
+    )
+    for key, value, words in checks:
+        lo, hi = _span(span, key)
+        if lo is None or hi is None:
+            continue
+        if value > hi * FAR or value < lo / FAR:
+            notes.append(
+                f"{words} about {_round2(value):,.0f} tokens on average, where the model was "
+                f"fitted on {lo:,.0f}–{hi:,.0f}: far outside the measured range"
+            )
+    sent = replayed.sent_s[np.isfinite(replayed.sent_s)]
+    if sent.size > 1:
+        rate = (sent.size - 1) / max(float(sent.max() - sent.min()), 1e-9)
+        lo, hi = _span(span, "rate_rps")
+        if hi is not None and rate > hi * FAR:
+            notes.append(
+                f"rates above {FAR:g} × the fastest level the model was fitted on ({hi:.3g} "
+                "req/s): far outside the measured range"
+            )
+    if rules is not None and rules != config.rules:
+        changed = [
+            f.name
+            for f in dataclasses.fields(rules)
+            if f.name != "sources" and getattr(rules, f.name) != getattr(config.rules, f.name)
+        ]
+        if changed:
+            notes.append(
+                "scheduler settings never measured on this configuration ("
+                + ", ".join(changed)
+                + "): the step costs are carried over"
+            )
+    return notes
+
+
+def _round2(x: float) -> float:
+    """Two significant digits (a note reads the same for every level of a ladder)."""
+    if x <= 0:
+        return x
+    digits = 1 - int(np.floor(np.log10(x)))
+    return round(x, digits)
+
+
+def _span(span: Mapping[str, Sequence[float]], key: str) -> tuple[float | None, float | None]:
+    values = span.get(key)
+    if not values or len(values) != 2:
+        return None, None
+    return float(values[0]), float(values[1])
+
+
+def predict_rates(
+    config: ConfigModel,
+    s: Scenario,
+    rates: Sequence[float],
+    *,
+    slo: Any = None,
+    model_path: str = "",
+    rules: SchedulerRules | None = None,
+    label: str | None = None,
+) -> list[Prediction]:
+    """One prediction per open-loop rate (or the scenario as it is, when ``rates`` is empty)."""
+    if not rates:
+        return [predict(config, s, slo=slo, model_path=model_path, rules=rules, label=label)]
+    return [
+        predict(config, s.at_rate(r), slo=slo, model_path=model_path, rules=rules, label=label)
+        for r in rates
+    ]
+
+
+def write_prediction(prediction: Prediction, folder: Path) -> Path:
+    """A predicted run as a run folder (``vprof summarize``, ``compare``, ``plan`` and
+    ``report`` read it as they read a measured one)."""
+    from vprof.analysis.run import json_safe
+    from vprof.records.rundir import RunDir, RunState, append_jsonl, write_json_atomic
+    from vprof.records.store import write_records_table
+
+    meta = dict(prediction.meta)
+    locust = meta.pop("locust")
+    run = RunDir(Path(folder) / meta["name"])
+    if run.path.exists():
+        run.retire()
+    run.create(json_safe(meta))
+    write_records_table(run.records, prediction.table)
+    append_jsonl(run.metrics_jsonl, prediction.metrics)
+    run.write_locust_info(locust)
+    write_json_atomic(run.summary_json, json_safe({**prediction.summary, "path": str(run.path)}))
+    run.set_status(RunState.COMPLETED)
+    return run.path

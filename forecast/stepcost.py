@@ -1,0 +1,77 @@
+"""How long one scheduler step takes, from what it holds (pure).
+
+A step's time is a constant plus a cost per prefill token, per decoding sequence, per context
+token the decodes read, and per query × key pair of the prefill chunks (attention, which grows
+with the context a chunk attends to)::
+
+    step_ms = base + prefill_token · P + decode_seq · D + decode_context · C / 1e3
+              + prefill_attention · A / 1e6
+
+where P is the prefill tokens computed in the step, D the sequences decoding, C the context
+tokens those decodes attend to and A the pairs a chunk's tokens attend to (chunk × (tokens
+before it + chunk / 2)). Requests also spend ``frontend_ms`` (+ per prompt token) between the
+client's send and the engine (HTTP, tokenising, and streaming back), and steps vary by
+``jitter`` (their coefficient of variation). Nothing here knows CPUs or GPUs: the coefficients
+are fitted on the server's own runs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields, replace
+from typing import Any
+
+# The coefficients, in the order the fit's parameter vector holds them.
+COEFFICIENTS = (
+    "base_ms",
+    "prefill_token_ms",
+    "decode_seq_ms",
+    "decode_context_ms_per_1k",
+    "prefill_attention_ms_per_1m",
+    "frontend_ms",
+    "frontend_ms_per_1k_prompt",
+)
+
+
+@dataclass(frozen=True)
+class StepCost:
+    base_ms: float
+    prefill_token_ms: float
+    decode_seq_ms: float
+    decode_context_ms_per_1k: float = 0.0
+    prefill_attention_ms_per_1m: float = 0.0
+    frontend_ms: float = 0.0
+    frontend_ms_per_1k_prompt: float = 0.0
+    jitter: float = 0.0  # coefficient of variation of a step's time
+
+    def step_ms(
+        self, prefill_tokens: float, decodes: float, context: float, attention: float
+    ) -> float:
+        """The time of one step holding these (see the module's formula)."""
+        return (
+            self.base_ms
+            + self.prefill_token_ms * prefill_tokens
+            + self.decode_seq_ms * decodes
+            + self.decode_context_ms_per_1k * context * 1e-3
+            + self.prefill_attention_ms_per_1m * attention * 1e-6
+        )
+
+    def frontend_s(self, prompt_tokens: Any) -> Any:
+        """Seconds from the client's send to the engine (and the answer back), per request."""
+        return (self.frontend_ms + self.frontend_ms_per_1k_prompt * prompt_tokens * 1e-3) * 1e-3
+
+    def vector(self) -> list[float]:
+        return [float(getattr(self, name)) for name in COEFFICIENTS]
+
+    @classmethod
+    def from_vector(cls, values: Any, jitter: float = 0.0) -> StepCost:
+        named = {name: float(v) for name, v in zip(COEFFICIENTS, values, strict=True)}
+        return cls(**named, jitter=jitter)
+
+    def with_jitter(self, jitter: float) -> StepCost:
+        return replace(self, jitter=float(jitter))
+
+    def to_json(self) -> dict[str, float]:
+        return {k: float(v) for k, v in asdict(self).items()}
+
+
+STEP_COST_FIELDS = tuple(f.name for f in fields(StepCost))

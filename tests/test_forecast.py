@@ -1,0 +1,327 @@
+"""vprof forecast: the scheduler replay's rules, the fit on runs (CPU- and GPU-like), the
+model file's checks, and predictions read like measured runs."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+from forecast_runs import cpu_truth, gpu_truth, measured_run, shape
+
+from vprof.cli.main import cli
+from vprof.common.errors import ForecastError
+from vprof.forecast.check import check_runs
+from vprof.forecast.fit import fit_model
+from vprof.forecast.model import ForecastModel, read_model, write_model
+from vprof.forecast.rules import SchedulerRules
+from vprof.forecast.simulate import ClosedLoop, OpenLoop, Replay, Requests, simulate
+from vprof.forecast.stepcost import StepCost
+
+FLAT = StepCost(base_ms=2.0, prefill_token_ms=0.01, decode_seq_ms=0.5, frontend_ms=1.0)
+
+
+def rules(**kw) -> SchedulerRules:
+    base = dict(
+        max_num_batched_tokens=512,
+        max_num_seqs=64,
+        chunked_prefill=True,
+        prefix_caching=True,
+        kv_cache_tokens=1_000_000,
+        block_size=16,
+        max_model_len=4096,
+    )
+    return SchedulerRules(**{**base, **kw})
+
+
+def once(prompts, outputs, sent, r: SchedulerRules, cost: StepCost = FLAT, **requests):
+    req = Requests(np.asarray(prompts), np.asarray(outputs), **requests)
+    return simulate(req, Replay(np.asarray(sent, dtype=float)), r, cost)
+
+
+# -- the replay ------------------------------------------------------------------------------
+
+
+def test_an_idle_server_answers_in_one_prefill_step_then_one_step_per_token():
+    out = once([100], [5], [0.0], rules())
+    prefill = 2.0 + 0.01 * 100
+    assert (out.first_s[0] - out.sent_s[0]) * 1000 == pytest.approx(1.0 + prefill)
+    gaps = np.diff(out.token_times(0, 5)) * 1000
+    assert gaps == pytest.approx([2.0 + 0.5] * 4)  # a decode step: the constant + one sequence
+    assert out.status[0] == "ok" and out.steps == 5
+
+
+def test_chunked_prefill_spreads_a_long_prompt_over_budget_sized_steps():
+    chunked = once([1000], [2], [0.0], rules(max_num_batched_tokens=256))
+    assert chunked.first_step[0] == 3  # ceil(1000 / 256) = 4 steps, the last one samples
+    whole = once([1000], [2], [0.0], rules(max_num_batched_tokens=2048, chunked_prefill=False))
+    assert whole.first_step[0] == 0
+
+
+def test_without_chunking_a_prompt_that_does_not_fit_the_rest_of_the_budget_waits():
+    plain = once(
+        [600, 600], [2, 2], [0.0, 0.0], rules(max_num_batched_tokens=1000, chunked_prefill=False)
+    )
+    assert list(plain.first_step) == [0, 1]
+    chunked = once([600, 600], [2, 2], [0.0, 0.0], rules(max_num_batched_tokens=1000))
+    # the second prompt takes the 400 tokens left in step 0 and its last 200 in step 1
+    assert list(chunked.first_step) == [0, 1]
+    assert chunked.steps_s[0] > plain.steps_s[0]  # step 0 held 1000 tokens, not 600
+
+
+def test_max_num_seqs_caps_the_requests_running_at_once():
+    out = once([50] * 6, [10] * 6, [0.0] * 6, rules(max_num_seqs=2))
+    # the third request starts only when one of the first two has finished
+    assert out.first_s[2] >= min(out.last_s[0], out.last_s[1])
+    assert out.first_s[1] < out.last_s[0]
+
+
+def test_prefix_caching_skips_the_shared_blocks_a_request_before_computed():
+    kw = dict(prefix_key=np.array([7, 7]), prefix_tokens=np.array([300, 300]))
+    on = once([400, 400], [2, 2], [0.0, 1.0], rules(block_size=16), **kw)
+    assert list(on.cached) == [0, 288]  # 300 tokens → 18 whole blocks of 16
+    assert on.first_s[1] - on.sent_s[1] < on.first_s[0] - on.sent_s[0]
+    off = once([400, 400], [2, 2], [0.0, 1.0], rules(prefix_caching=False), **kw)
+    assert list(off.cached) == [0, 0]
+
+
+def test_a_small_kv_cache_preempts_the_newest_request_and_recomputes_it():
+    out = once([200] * 8, [100] * 8, [0.0] * 8, rules(kv_cache_tokens=1200, block_size=16))
+    assert out.preemptions > 0
+    assert (out.status == "ok").all()
+    for i in range(8):
+        times = out.token_times(i, 100)
+        assert np.all(np.diff(times) > 0), i  # each token after the last, preempted or not
+
+
+def test_closed_loop_users_keep_their_requests_in_flight_one_each():
+    req = Requests(np.full(2000, 100), np.full(2000, 20))
+    out = simulate(req, ClosedLoop(((0.0, 4),), end_s=10.0), rules(), FLAT)
+    ok = out.status == "ok"
+    e2e = float(np.mean(out.last_s[ok] - out.sent_s[ok]))
+    assert ok.sum() / 10.0 == pytest.approx(4 / e2e, rel=0.05)
+
+
+def test_open_loop_arrivals_wait_for_a_free_user_when_every_one_is_busy():
+    req = Requests(np.full(40, 100), np.full(40, 200))
+    out = simulate(req, OpenLoop(np.zeros(40), max_in_flight=4, end_s=100.0), rules(), FLAT)
+    sent = np.sort(out.sent_s)
+    assert (sent[:4] == 0).all() and (sent[4:] > 0).all()
+
+
+def test_jitter_varies_steps_around_their_mean():
+    jittery = dataclasses.replace(FLAT, jitter=0.2)
+    out = once([100], [400], [0.0], rules(), jittery)
+    gaps = np.diff(out.token_times(0, 400)) * 1000
+    assert np.mean(gaps) == pytest.approx(2.5, rel=0.05)
+    assert 0.1 < np.std(gaps) / np.mean(gaps) < 0.3
+
+
+# -- fitting ---------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def cpu_runs(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("cpu")
+    truth = cpu_truth()
+    for rate in (4.0, 8.0, 12.0):
+        measured_run(folder / "fit", truth, "chat", shape(rate))
+    for workload, rate in (("fixed-800-64", 10.0), ("rag-shared-prefix", 16.0)):
+        measured_run(folder / "held", truth, workload, shape(rate))
+    return folder
+
+
+def _close(value: float, truth: float, rel: float) -> bool:
+    return abs(value - truth) <= rel * truth
+
+
+def test_fit_recovers_the_step_costs_of_cpu_like_runs_and_predicts_held_out_workloads(cpu_runs):
+    model = fit_model([cpu_runs / "fit"], holdout=[cpu_runs / "held"], max_evaluations=40)
+    (config,) = model.configs
+    truth = cpu_truth().cost
+    assert _close(config.cost.base_ms, truth.base_ms, 0.15)
+    assert _close(config.cost.decode_seq_ms, truth.decode_seq_ms, 0.35)
+    assert _close(config.cost.prefill_token_ms, truth.prefill_token_ms, 0.25)
+    held = config.errors["held_out"]["median_abs_pct"]
+    assert held["request_throughput"] < 5
+    assert held["median_ttft_ms"] < 15
+    assert held["median_tpot_ms"] < 10
+    assert config.rules.kv_cache_tokens == 524_288 and config.rules.block_size == 128
+
+
+def test_fit_takes_gpu_like_runs_the_same_way(tmp_path):
+    truth = gpu_truth()
+    for rate in (10.0, 25.0, 40.0):
+        measured_run(tmp_path / "fit", truth, "chat", shape(rate, duration_s=15.0))
+    measured_run(tmp_path / "held", truth, "long-prompt-short-answer", shape(20.0, 15.0))
+    model = fit_model([tmp_path / "fit"], holdout=[tmp_path / "held"], max_evaluations=40)
+    (config,) = model.configs
+    assert config.key.hardware == "1× NVIDIA H200, 143771 MiB"
+    assert config.rules.block_size == 16 and config.rules.max_num_seqs == 64
+    assert _close(config.cost.base_ms, truth.cost.base_ms, 0.15)
+    held = config.errors["held_out"]["median_abs_pct"]
+    assert held["request_throughput"] < 5
+    assert held["median_tpot_ms"] < 15
+
+
+# -- the model file --------------------------------------------------------------------------
+
+
+@pytest.fixture
+def model_file(tmp_path) -> Path:
+    path = tmp_path / "model.json"
+    write_model(ForecastModel((cpu_truth().config,)), path)
+    return path
+
+
+def test_a_model_file_reads_back_as_it_was_written(model_file):
+    model = read_model(model_file)
+    assert model.configs[0].cost == cpu_truth().cost
+    assert model.configs[0].rules == cpu_truth().rules
+
+
+@pytest.mark.parametrize(
+    ("edit", "key", "words"),
+    [
+        (lambda d: d.update(kind="something-else"), "kind", "not a vprof forecast model"),
+        (lambda d: d.update(version=99), "version", "this vprof reads version 1"),
+        (lambda d: d["configs"][0]["step_cost"].update(base_ms=-1), "step_cost.base_ms", "range"),
+        (lambda d: d["configs"][0]["rules"].update(block_size="16"), "rules.block_size", "number"),
+        (lambda d: d["configs"][0].pop("rules"), "configs[0].rules", "missing"),
+    ],
+)
+def test_a_foreign_or_damaged_model_file_is_refused_with_its_key(model_file, edit, key, words):
+    data = json.loads(model_file.read_text())
+    edit(data)
+    model_file.write_text(json.dumps(data, indent=2))
+    with pytest.raises(ForecastError) as raised:
+        read_model(model_file)
+    assert key in (raised.value.key or "") and words in raised.value.message
+    assert raised.value.path == str(model_file) and raised.value.line
+
+
+def test_a_model_file_that_is_not_json_is_refused_with_its_line(model_file):
+    model_file.write_text('{\n  "kind": "vprof-forecast-model",\n  oops\n}')
+    with pytest.raises(ForecastError) as raised:
+        read_model(model_file)
+    assert raised.value.line == 3
+
+
+def test_the_cli_refuses_a_corrupt_model_with_exit_code_2(model_file):
+    model_file.write_text("[1, 2]")
+    result = CliRunner().invoke(cli, ["forecast", "predict", str(model_file), "-w", "chat"])
+    assert result.exit_code == 2
+    assert str(model_file) in result.output and "expected a JSON object" in result.output
+
+
+def test_check_refuses_runs_of_another_profile_or_hardware(cpu_runs, tmp_path, model_file):
+    other = dataclasses.replace(cpu_truth("another-profile"))
+    run = measured_run(tmp_path / "other", other, "chat", shape(4.0, duration_s=5.0))
+    with pytest.raises(ForecastError) as raised:
+        check_runs(read_model(model_file), [run])
+    assert raised.value.key == "profile.identity" and raised.value.path.endswith("run.json")
+    gpu = dataclasses.replace(cpu_truth(), hardware=gpu_truth().hardware)
+    run = measured_run(tmp_path / "gpu", gpu, "chat", shape(4.0, duration_s=5.0))
+    result = CliRunner().invoke(cli, ["forecast", "check", str(model_file), str(run)])
+    assert result.exit_code == 2
+    assert "hardware" in result.output and "run.json" in result.output
+
+
+# -- predictions read like runs --------------------------------------------------------------
+
+
+def test_a_prediction_has_every_key_a_measured_summary_has(cpu_runs, model_file, tmp_path):
+    from vprof.analysis.run import summarize_run
+    from vprof.records import expand_runs
+
+    measured = summarize_run(expand_runs([cpu_runs / "fit"])[0])
+    result = CliRunner().invoke(
+        cli,
+        [
+            "forecast",
+            "predict",
+            str(model_file),
+            "-w",
+            "chat",
+            "-t",
+            "poisson",
+            "--rate",
+            "3,6",
+            "--format",
+            "json",
+            "-o",
+            str(tmp_path / "predicted"),
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    predicted = json.loads(result.stdout)
+    assert len(predicted) == 2 and all(p["predicted"] for p in predicted)
+    assert set(measured) - {"records_note"} <= set(predicted[0])
+    folders = sorted((tmp_path / "predicted").iterdir())
+    again = summarize_run(folders[0])
+    assert again["predicted"] and again["forecast"]["configuration"] == "tiny-chunked"
+
+
+def test_plan_takes_predicted_runs_as_levels(model_file, tmp_path):
+    from vprof.analysis.plan import plan
+    from vprof.records import expand_runs
+
+    runner = CliRunner()
+    result = runner.invoke(
+        cli,
+        [
+            "forecast",
+            "predict",
+            str(model_file),
+            "-w",
+            "fixed-800-64",
+            "-t",
+            "poisson",
+            "--rate",
+            "2,8,30",
+            "-o",
+            str(tmp_path / "p"),
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    answer = plan(expand_runs([tmp_path / "p"]), target_rps=20, slo="ttft_p95=300ms")
+    (profile,) = answer.profiles
+    assert profile.sustainable_rps is not None and len(profile.levels) == 3
+
+
+def test_plan_for_an_unmeasured_workload_prints_the_models_error_beside_the_answer(model_file):
+    result = CliRunner().invoke(
+        cli,
+        [
+            "plan",
+            "--model",
+            str(model_file),
+            "-w",
+            "fixed-800-64",
+            "--rps",
+            "30",
+            "--slo",
+            "ttft_p95=300ms",
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    answer = [
+        line for line in result.output.splitlines() if "replica" in line and "you need" in line
+    ]
+    assert answer and "(predicted)" in answer[0] and "not measured" in answer[0]
+    assert "error" in answer[0]
+
+
+def test_the_report_draws_predicted_curves_beside_the_measured_levels(cpu_runs, tmp_path):
+    from vprof.report import build_data
+
+    model = fit_model([cpu_runs / "fit"], max_evaluations=10)
+    write_model(model, tmp_path / "model.json")
+    data = build_data([cpu_runs / "held"], slo="ttft_p95=500ms", model=str(tmp_path / "model.json"))
+    curves = data["capacity"]["predicted"]
+    assert {c["workload"] for c in curves} == {"fixed-800-64", "rag-shared-prefix"}
+    assert all(len(c["levels"]) == 12 and c["error"].startswith("median error") for c in curves)
+    assert all(lv["median_ttft_ms"] > 0 for c in curves for lv in c["levels"])
