@@ -122,8 +122,8 @@ def slice_values(run: Run, metrics: Sequence[str] = SLICE_METRICS) -> list[dict[
     f = cols.floats
     started = np.where(np.isnan(f["sent_at"]), f["scheduled_at"], f["sent_at"])
     slice_of = cols.ints["slice"]
-    ok_status = cols.status == Status.OK.value
-    failed_status = np.isin(cols.status, (Status.ERROR.value, Status.TIMEOUT.value))
+    ok_status = cols.status.isin(Status.OK.value)
+    failed_status = cols.status.isin(Status.ERROR.value, Status.TIMEOUT.value)
     latencies = {
         "ttft": f["ttft_ms"],
         "tpot": f["tpot_ms"],
