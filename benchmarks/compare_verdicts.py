@@ -1,7 +1,7 @@
 """How often `vprof compare` calls noise significant, and how often it finds a real change, by
-the design of the experiment: independent repeats (Welch), interleaved repeats (paired), and
-alternating slices between two live servers (paired over ABBA blocks, with and without
-``--swap``).
+the design of the experiment: interleaved repeats judged as independent runs (Welch, vprof's
+way before) or paired by repeat, and alternating slices between two live servers (paired over
+ABBA blocks, with and without ``--swap``).
 
 Simulated records carry what real ones carry, shaped by measurements on an H200 and on the CPU
 build (the README's table says which): request noise (lognormal TTFT and gaps), a factor per
@@ -44,7 +44,8 @@ URLS = ("http://127.0.0.1:1", "http://127.0.0.1:2")
 
 @dataclass(frozen=True)
 class Noise:
-    period_cv: float  # a 15–20 s period's own latency factor
+    ttft_cv: float  # a 15–20 s period's own factor on first-token latency
+    itl_cv: float  # and on the gaps between tokens
     drift: float  # latency change over the whole experiment (0.2: +20 %); capacity falls alike
     instance_cv: float  # a server instance's offset, on latency and on capacity
     throughput_cv: float  # a period's own throughput factor
@@ -68,13 +69,15 @@ def _period_records(
     first_index: int = 0,
 ) -> dict[str, np.ndarray]:
     """One period's requests against a server whose latencies are scaled by ``factor`` and
-    whose throughput by ``capacity`` (times the period's own throughput factor)."""
+    whose throughput by ``capacity``, each times the period's own factors."""
     # as vprof's open-loop schedules: the count a period serves is its rate's, evenly spread
     rate = noise.rate_rps * capacity * _factor(rng, noise.throughput_cv)
     n = max(1, round(rate * length_s))
     sent = start + (np.arange(n) + rng.uniform(0.0, 1.0, n)) * (length_s / n)
-    ttft = rng.lognormal(np.log(80.0 * factor), 0.5, n)
-    gaps = rng.lognormal(np.log(10.0 * factor), 0.3, (n, TOKENS - 1))
+    ttft_factor = factor * _factor(rng, noise.ttft_cv)
+    itl_factor = factor * _factor(rng, noise.itl_cv)
+    ttft = rng.lognormal(np.log(80.0 * ttft_factor), 0.5, n)
+    gaps = rng.lognormal(np.log(10.0 * itl_factor), 0.3, (n, TOKENS - 1))
     first = sent + ttft / 1000.0
     last = first + gaps.sum(axis=1) / 1000.0
     return {
@@ -124,13 +127,12 @@ def _drift(t_s: float, total_s: float, noise: Noise) -> float:
     return 1.0 + noise.drift * min(max(t_s / total_s, 0.0), 1.0)
 
 
-def repeats(rng, noise: Noise, args, shift: float, *, interleaved: bool) -> list[Run]:
+def repeats(rng, noise: Noise, args, shift: float, *, paired: bool) -> list[Run]:
     """Runs of ``--run-s`` each, a fresh server (and instance offset) per run, in A B A B …
-    (interleaved, paired by repeat) or A A … B B … (blocked, Welch) order."""
+    order, compared paired by repeat, or (``paired=False``) as independent runs with Welch's
+    t, as vprof compared them before."""
     n = max(2, int(args.measure_s / 2 // args.run_s))
     order = [(side, r) for r in range(1, n + 1) for side in (0, 1)]
-    if not interleaved:
-        order.sort()
     span = len(order) * (args.run_s + args.restart_s)
     runs = []
     for position, (side, r) in enumerate(order):
@@ -146,7 +148,7 @@ def repeats(rng, noise: Noise, args, shift: float, *, interleaved: bool) -> list
                     rng,
                     start=t,
                     length_s=args.period_s,
-                    factor=instance * drift * _factor(rng, noise.period_cv),
+                    factor=instance * drift,
                     capacity=speed / drift,
                     noise=noise,
                     first_index=p * STRIDE,
@@ -157,7 +159,8 @@ def repeats(rng, noise: Noise, args, shift: float, *, interleaved: bool) -> list
             "profile": {"name": "ab"[side]},
             "workload": {"name": "sim"},
             "traffic": {"name": "sim"},
-            "order": "interleaved" if interleaved else "blocked",
+            # "shuffled" is an order compare does not pair: the same runs, judged by Welch
+            "order": "interleaved" if paired else "shuffled",
             "repeat": r,
         }
         runs.append(
@@ -194,10 +197,7 @@ def alternating(rng, noise: Noise, args, shift: float, *, swap: bool) -> list[Ru
                     rng,
                     start=t,
                     length_s=args.slice_s,
-                    factor=instances[slot]
-                    * (shift if side else 1.0)
-                    * drift
-                    * _factor(rng, noise.period_cv),
+                    factor=instances[slot] * (shift if side else 1.0) * drift,
                     capacity=speeds[slot] / (shift if side else 1.0) / drift,
                     noise=noise,
                     slice_k=k,
@@ -231,8 +231,8 @@ def alternating(rng, noise: Noise, args, shift: float, *, swap: bool) -> list[Ru
 
 
 DESIGNS = {
-    "independent repeats, blocked (Welch)": partial(repeats, interleaved=False),
-    "interleaved repeats (paired)": partial(repeats, interleaved=True),
+    "interleaved repeats, Welch (vprof before)": partial(repeats, paired=False),
+    "interleaved repeats, paired": partial(repeats, paired=True),
     "alternating slices": partial(alternating, swap=False),
     "alternating slices, --swap": partial(alternating, swap=True),
 }
@@ -278,7 +278,8 @@ def main() -> None:
     parser.add_argument("--slice-s", type=float, default=15.0)
     parser.add_argument("--warmup-s", type=float, default=3.0)
     parser.add_argument("--period-s", type=float, default=15.0, help="noise period")
-    parser.add_argument("--period-cv", type=float, default=0.08, help="a period's latency")
+    parser.add_argument("--ttft-cv", type=float, default=0.07, help="a period's TTFT factor")
+    parser.add_argument("--itl-cv", type=float, default=0.08, help="a period's gap factor")
     parser.add_argument("--drift", type=float, default=0.20)
     parser.add_argument("--instance-cv", type=float, default=0.04)
     parser.add_argument("--throughput-cv", type=float, default=0.025)
@@ -286,10 +287,13 @@ def main() -> None:
     parser.add_argument("--design", action="append", help="only these designs (repeatable)")
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args()
-    noise = Noise(args.period_cv, args.drift, args.instance_cv, args.throughput_cv, args.rate)
+    noise = Noise(
+        args.ttft_cv, args.itl_cv, args.drift, args.instance_cv, args.throughput_cv, args.rate
+    )
     print(
         f"{args.pairs} A/A and {args.pairs} A/B pairs per design; {args.measure_s:g} s measured "
-        f"per comparison; noise: {args.period_cv:.0%} per {args.period_s:g} s period, drift "
+        f"per comparison; noise per {args.period_s:g} s period: TTFT {args.ttft_cv:.0%}, gaps "
+        f"{args.itl_cv:.0%}, throughput {args.throughput_cv:.1%}; drift "
         f"{args.drift:+.0%} over the experiment, {args.instance_cv:.0%} per server instance; "
         f"A/B: latency {args.shift:+.0%}"
     )
