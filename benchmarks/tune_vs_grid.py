@@ -45,6 +45,7 @@ from vprof.runs.tunesearch import (
     RateSearch,
     SearchSettings,
     Tuner,
+    Verdict,
 )
 from vprof.runs.tunespace import Candidate, Dim, Space, refusal
 
@@ -371,8 +372,8 @@ class ReplayRunner:
                 out[c].append(m)
         return out
 
-    def verdict(self, base: Any, other: Any, metric: str) -> str:
-        return "replayed: repeats are identical"
+    def verdict(self, base: Any, other: Any, metric: str) -> Verdict:
+        return Verdict("replayed: repeats are identical", half_width_pct=0.0)
 
 
 def _key(space: Space, settings: dict) -> tuple:

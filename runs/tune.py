@@ -43,6 +43,7 @@ from vprof.runs.tunesearch import (
     TrialResult,
     Tuner,
     TuneResult,
+    Verdict,
 )
 from vprof.runs.tunespace import Candidate, Space, build_space, parse_space, refusal, variant
 
@@ -450,17 +451,24 @@ class BenchTrials:
 
     def verdict(
         self, base: Sequence[Measurement], other: Sequence[Measurement], metric: str
-    ) -> str:
-        """compare's verdict on ``metric`` between two groups of runs (Welch t over the
-        per-run values with two or more a side)."""
+    ) -> Verdict:
+        """compare's verdict on ``metric`` between two groups of runs (paired over the
+        interleaved repeats of the check), with its interval's half-width."""
         from vprof.analysis.compare import compare
 
         a = [m.run for m in base if m.run and m.summary]
         b = [m.run for m in other if m.run and m.summary]
         if not a or not b:
-            return "not compared: a side has no completed run"
+            return Verdict("not compared: a side has no completed run")
         frame = compare([a, b], metrics=[metric], slo=self.prepared.spec.slo, n_boot=200)
-        return str(frame.iloc[0]["verdict"]) if len(frame) else "not compared"
+        if not len(frame):
+            return Verdict("not compared")
+        row = frame.iloc[0]
+        low, diff, high = row["ci_low_pct"], row["diff_pct"], row["ci_high_pct"]
+        half = (
+            max(high - diff, diff - low) if math.isfinite(low) and math.isfinite(high) else math.inf
+        )
+        return Verdict(str(row["verdict"]), bool(row["significant"]), float(half))
 
 
 class _BenchTrial:

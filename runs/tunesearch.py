@@ -48,6 +48,9 @@ RESOLUTION = 0.10  # a rate search ends when its met/missed bracket is this narr
 GROWTH = 2.0  # the climb's factor per level
 MAX_PASSES = 3  # coordinate descent passes over the stages
 MAX_CONTENDERS = 1  # near ties measured again beside the best (each costs server starts)
+# The final check adds repeats (A B A B …) until every near tie is decided — its difference
+# significant, or its interval within ±noise (the two are equivalent) — or this many.
+MAX_CONFIRM_REPEATS = 5
 
 # Trial states (the trial table's ``state`` column)
 MEASURED = "measured"
@@ -149,9 +152,22 @@ class TrialRunner(Protocol):
 
     def verdict(
         self, base: Sequence[Measurement], other: Sequence[Measurement], metric: str
-    ) -> str:
-        """Whether ``other`` differs from ``base`` on ``metric``, in compare's words."""
+    ) -> Verdict:
+        """Whether ``other`` differs from ``base`` on ``metric``, by compare's rule."""
         ...
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """compare's answer on one metric between two groups of runs."""
+
+    text: str
+    significant: bool = False
+    half_width_pct: float = math.inf  # the 95 % interval's half-width (inf: no interval)
+
+    def decided(self, noise: float) -> bool:
+        """A difference found, or an interval so narrow the two are within ``noise``."""
+        return self.significant or self.half_width_pct <= noise * 100.0
 
 
 @dataclass
@@ -588,7 +604,9 @@ class Tuner:
 
     def _confirm(self) -> dict[str, Any]:
         """Measure the best and its near ties ``repeat`` times each at the best's rate,
-        interleaved; re-plan them with those runs and pick again."""
+        interleaved, adding a round at a time while a tie is undecided (compare's rule: a
+        significant difference, or an interval within ±noise); re-plan them with those runs
+        and pick again."""
         s = self.settings
         best = self.best
         if best is None or s.repeat < 2:
@@ -609,12 +627,23 @@ class Tuner:
                 note = "no time left in the budget to repeat the best; its answer rests on one run"
                 return {"skipped": note}
         labels = ", ".join(r.label for r in group)
-        self.say(f"checking {labels} at {rate:g} req/s, {s.repeat} runs each (interleaved)")
-        runs = self.runner.confirm([r.candidate for r in group], rate, s.repeat)
+        repeat = s.repeat
         servers = 0
+        while True:
+            self.say(f"checking {labels} at {rate:g} req/s, {repeat} runs each (interleaved)")
+            runs = self.runner.confirm([r.candidate for r in group], rate, repeat)
+            servers += sum(m.started_server for ms in runs.values() for m in ms)
+            judged = self._judge_ties(group, runs)
+            undecided = [v for v in judged.values() if not v.decided(s.noise)]
+            if not undecided or repeat >= max(s.repeat, MAX_CONFIRM_REPEATS):
+                break
+            if s.budget_time_s is not None and self.trial_walls:
+                typical = sum(self.trial_walls) / len(self.trial_walls)
+                if self.clock() - self.started_at + typical * len(group) > s.budget_time_s:
+                    break
+            repeat += 1  # the rounds so far stand (a bench resumes them); one more of each
         for result in group:
             extra = runs.get(result.candidate, [])
-            servers += sum(m.started_server for m in extra)
             # a run the search already made at this rate is the check's first repeat
             known = {m.run: m for m in result.measurements if m.run}
             result.measurements.extend(m for m in extra if not m.run or m.run not in known)
@@ -631,14 +660,34 @@ class Tuner:
         if self.best is not None and metric:
             base = runs.get(self.best.candidate, [])
             for other in others:
-                text = self.runner.verdict(base, runs.get(other.candidate, []), metric)
-                verdicts.append({"vs": other.label, "metric": metric, "verdict": text})
+                found = self.runner.verdict(base, runs.get(other.candidate, []), metric)
+                verdicts.append(
+                    {
+                        "vs": other.label,
+                        "metric": metric,
+                        "verdict": found.text,
+                        "decided": found.decided(s.noise),
+                    }
+                )
         return {
             "rate_rps": rate,
-            "repeats": s.repeat,
+            "repeats": repeat,
             "candidates": [r.label for r in group],
             "servers": servers,
             "verdicts": verdicts,
+        }
+
+    def _judge_ties(
+        self, group: Sequence[TrialResult], runs: dict[Candidate, list[Measurement]]
+    ) -> dict[str, Verdict]:
+        """Each near tie against the group's first (the best so far), by compare's rule."""
+        metric = self._verdict_metric(group[0])
+        if not metric:
+            return {}
+        base = runs.get(group[0].candidate, [])
+        return {
+            other.label: self.runner.verdict(base, runs.get(other.candidate, []), metric)
+            for other in group[1:]
         }
 
     def _verdict_metric(self, result: TrialResult) -> str | None:

@@ -20,6 +20,7 @@ from vprof.runs.tunesearch import (
     RateSearch,
     SearchSettings,
     Tuner,
+    Verdict,
     round_rate,
 )
 from vprof.runs.tunespace import BATCHED, CHUNKED, SEQS, Candidate, Dim, Space
@@ -76,21 +77,31 @@ class FakeRunner:
         assert isinstance(cap, float)
         label = candidate.label("fake")
         pre = 3 if self.preempts(candidate) else 0
-        return Measurement(rate, "completed", summary(label, rate, cap, n, preemptions=pre),
-                           run=f"{label}#{n}")  # fmt: skip
+        return Measurement(
+            rate, "completed", summary(label, rate, cap, n, preemptions=pre), run=f"{label}#{n}"
+        )
 
     def confirm(self, candidates: Sequence[Candidate], rate: float, repeats: int):
-        """Interleaved as a bench runs them: a server start per run unless alone."""
+        """Interleaved as a bench runs them: a server start per run unless alone; asked again
+        with more repeats, the runs made before are resumed (no start)."""
+        done = max(
+            (r for g, x, r in self.confirmed if g == tuple(candidates) and x == rate), default=0
+        )
         self.confirmed.append((tuple(candidates), rate, repeats))
         out = {}
         for c in candidates:
             out[c] = [self.level(c, rate, 1000 + r) for r in range(repeats)]
             for r, m in enumerate(out[c]):
-                m.started_server = len(candidates) > 1 or r == 0
+                m.started_server = r >= done and (len(candidates) > 1 or r == 0)
         return out
 
-    def verdict(self, base, other, metric: str) -> str:
-        return f"{metric}: no significant difference ({len(base)} vs {len(other)} runs)"
+    # a near tie is decided once its interval is within ±noise: here from the fifth repeat
+    decided_from: int = 5
+
+    def verdict(self, base, other, metric: str) -> Verdict:
+        n = min(len(base), len(other))
+        text = f"{metric}: no significant difference ({len(base)} vs {len(other)} runs)"
+        return Verdict(text, half_width_pct=5.0 if n >= self.decided_from else 40.0)
 
 
 @dataclass
@@ -124,8 +135,16 @@ def space(**dims: tuple) -> Space:
 def tuner(space_: Space, runner: FakeRunner, start: Candidate | None = None, **kw) -> Tuner:
     settings = kw.pop("settings", SearchSettings(start_rps=1.0, repeat=1, budget_trials=50))
     start = start or Candidate(tuple((d.key, d.values[0]) for d in space_.dims))
-    return Tuner(space_, start, slo=SLO, objective=kw.pop("objective", Objective()),
-                 runner=runner, settings=settings, clock=lambda: runner.clock[0], **kw)  # fmt: skip
+    return Tuner(
+        space_,
+        start,
+        slo=SLO,
+        objective=kw.pop("objective", Objective()),
+        runner=runner,
+        settings=settings,
+        clock=lambda: runner.clock[0],
+        **kw,
+    )
 
 
 # ------------------------------------------------------------------------ the rate search
@@ -193,8 +212,9 @@ def landscape(c: Candidate) -> float | str:
 
 
 def guide_space() -> Space:
-    return space(chunked=(True, False), bt=(256, 512, 1024, 2048, 4096, 8192),
-                 seqs=(32, 64, 128, 256, 512))  # fmt: skip
+    return space(
+        chunked=(True, False), bt=(256, 512, 1024, 2048, 4096, 8192), seqs=(32, 64, 128, 256, 512)
+    )
 
 
 def refuse_short_non_chunked(c: Candidate) -> str | None:
@@ -293,8 +313,7 @@ def test_preemptions_stop_the_climb_of_a_memory_hungry_key():
 def test_the_trial_budget_caps_the_trials():
     runner = FakeRunner(landscape)
     settings = SearchSettings(budget_trials=3, repeat=1)
-    result = tuner(guide_space(), runner, refuse=refuse_short_non_chunked,
-                   settings=settings).run()  # fmt: skip
+    result = tuner(guide_space(), runner, refuse=refuse_short_non_chunked, settings=settings).run()
     assert len(result.measured) == 3 and len(runner.opened) == 3
     assert "trial budget (3)" in result.stopped_by
 
@@ -302,8 +321,7 @@ def test_the_trial_budget_caps_the_trials():
 def test_the_time_budget_stops_before_a_trial_that_would_not_fit():
     runner = FakeRunner(landscape, level_s=10.0, start_s=30.0)
     settings = SearchSettings(budget_trials=None, budget_time_s=300.0, repeat=1)
-    result = tuner(guide_space(), runner, refuse=refuse_short_non_chunked,
-                   settings=settings).run()  # fmt: skip
+    result = tuner(guide_space(), runner, refuse=refuse_short_non_chunked, settings=settings).run()
     assert "time budget" in result.stopped_by
     assert runner.clock[0] <= 300.0 + max(t.wall_s for t in result.measured)
     assert result.wall_s == runner.clock[0]
@@ -314,12 +332,24 @@ def test_near_ties_are_measured_again_with_repeats_and_the_answer_rests_on_them(
     runner = FakeRunner(lambda c: 10.0 if c.get(SEQS) in (64, 128) else 4.0)
     settings = SearchSettings(repeat=3, budget_trials=10)
     result = tuner(space(seqs=(32, 64, 128)), runner, settings=settings).run()
-    ((group, rate, repeats),) = runner.confirmed
-    assert {c.get(SEQS) for c in group} == {64, 128} and repeats == 3
+    # undecided after 3 and 4 repeats each (the interval wider than ±noise): a round more
+    # each time, until the fifth decides it
+    assert [r for _, _, r in runner.confirmed] == [3, 4, 5]
+    group, rate, _ = runner.confirmed[-1]
+    assert {c.get(SEQS) for c in group} == {64, 128}
     assert result.best is not None and rate == round_rate(rate)
-    assert result.best.confirmed == f"3 of 3 runs at {rate:g} req/s met the SLO"
+    assert result.best.confirmed == f"5 of 5 runs at {rate:g} req/s met the SLO"
     assert result.confirmation["verdicts"][0]["verdict"].startswith("p95_ttft_ms")
-    assert result.servers_started == len(runner.opened) + 2 * 3  # A B A B A B: a start each
+    assert result.confirmation["verdicts"][0]["decided"] and result.confirmation["repeats"] == 5
+    assert result.servers_started == len(runner.opened) + 2 * 5  # A B A B …: a start each
+
+
+def test_a_near_tie_decided_at_once_takes_no_more_repeats():
+    runner = FakeRunner(lambda c: 10.0 if c.get(SEQS) in (64, 128) else 4.0, decided_from=3)
+    settings = SearchSettings(repeat=3, budget_trials=10)
+    result = tuner(space(seqs=(32, 64, 128)), runner, settings=settings).run()
+    assert [r for _, _, r in runner.confirmed] == [3]
+    assert result.confirmation["repeats"] == 3
 
 
 def test_a_clear_winner_is_still_repeated_at_its_rate_for_the_answer():
