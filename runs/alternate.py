@@ -44,7 +44,7 @@ from vprof.runs.measure import (
     workload_file,
 )
 from vprof.runs.sampler import MetricsSampler
-from vprof.runs.spec import SKIPPED, BenchSpec, Progress, RunOutcome
+from vprof.runs.spec import NOT_STARTED, SKIPPED, BenchSpec, Progress, RunOutcome
 
 if TYPE_CHECKING:
     from vprof.registry import Profile
@@ -344,15 +344,17 @@ class AlternatingBench:
                     say("swapping: the servers restart with the profiles exchanged")
                 order = list(range(n)) if phase.number == 1 else list(reversed(range(n)))
                 if any(s.server is None for s in self.sides):
-                    self._start(order, phase.number)
+                    try:
+                        self._start(order, phase.number)
+                    except LaunchError as exc:
+                        say(f"a server did not start: {exc}")
+                        outcomes.append(self._outcome(phase, NOT_STARTED, str(exc)))
+                        break
                 if phase.run.path.exists():
                     phase.run.retire()
                 outcomes.append(self._measure(phase, swapped=phase.number == 2, earlier=phases))
                 if outcomes[-1].state != RunState.COMPLETED.value:
                     break
-        except LaunchError as exc:
-            say(f"a server did not start: {exc}")
-            raise
         finally:
             self._stop()
         return outcomes

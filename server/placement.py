@@ -3,8 +3,9 @@
 Pure given the host's facts, so every rule is unit-tested without a GPU:
 
 - **CPU build, no GPU**: every server gets an equal share of the KV cache
-  (``VLLM_CPU_KVCACHE_SPACE``); worker threads stay unbound, since only one side is loaded at
-  a time — unless the profile binds them, in which case its cores are split.
+  (``VLLM_CPU_KVCACHE_SPACE``, whole GiB as the CPU build reads it, at least one); worker
+  threads stay unbound, since only one side is loaded at a time — unless the profile binds
+  them, in which case its cores are split.
 - **Enough GPUs for every server**: each server its own devices (``CUDA_VISIBLE_DEVICES``,
   tensor × pipeline × data parallel respected), counted within the devices this process sees.
 - **One GPU (or too few) for single-GPU servers**: they share device(s) with
@@ -95,9 +96,11 @@ def _place_cpu(
             total = float(given) if given else DEFAULT_CPU_KVCACHE_GIB
         except ValueError:
             raise LaunchError(f"{given!r} is not a size in GiB", key=_KV) from None
-        share = f"{total / n:g}"
+        # the CPU build reads whole GiB: a share below one keeps one (the host has the memory
+        # or the profile would not fit alone either)
+        share = str(max(1, int(total // n)))
         slot_env = {_KV: share}
-        notes = [f"{_KV}={share} (its {total:g} GiB of KV cache split {n} ways)"]
+        notes = [f"{_KV}={share} (its {total:g} GiB of KV cache split {n} ways, whole GiB)"]
         bind = env.get(_BIND) or environ.get(_BIND)
         if bind and bind not in ("nobind", "auto"):
             cores = _cores(bind.split("|")[0])

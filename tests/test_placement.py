@@ -14,8 +14,11 @@ def _p(**args):
 
 def test_cpu_servers_split_the_kv_cache_and_stay_unbound():
     got = place([_p(), _p()], cpu_only=True, gpus=0, environ={})
-    assert [s.env for s in got.slots] == [{"VLLM_CPU_KVCACHE_SPACE": "0.5"}] * 2
+    # whole GiB, as the CPU build reads VLLM_CPU_KVCACHE_SPACE: a share below one keeps one
+    assert [s.env for s in got.slots] == [{"VLLM_CPU_KVCACHE_SPACE": "1"}] * 2
     got = place([({}, {"VLLM_CPU_KVCACHE_SPACE": "4"})] * 2, cpu_only=True, gpus=0, environ={})
+    assert got.slots[0].env["VLLM_CPU_KVCACHE_SPACE"] == "2"
+    got = place([({}, {"VLLM_CPU_KVCACHE_SPACE": "5"})] * 2, cpu_only=True, gpus=0, environ={})
     assert got.slots[0].env["VLLM_CPU_KVCACHE_SPACE"] == "2"
 
 
