@@ -84,7 +84,7 @@ def load_observed(path: str | Path) -> Observed:
     prompt = np.where(prompt > 0, prompt, np.maximum(expected, 1))
     output = cols.ints["completion_tokens"]
     expected_out = _expected_output(run.records, output)
-    ok = cols.status == "ok"
+    ok = cols.status.isin("ok")
     output = np.where(ok & (output > 0), output, expected_out)
     keep = has_sent  # every request sent loaded the server, warm-up ones included
     idx = np.flatnonzero(keep)

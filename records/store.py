@@ -201,14 +201,29 @@ def read_records_file(path: Path) -> RecordsFile:
         ) from None
     check_schema(reader.schema, where)
     batches, ends = [], [source.tell()]
+    malformed = ""
     while True:
         try:
-            batches.append(reader.read_next_batch())
+            batch = reader.read_next_batch()
         except StopIteration:
             break
         except (OSError, pa.ArrowException):
             break  # torn tail: keep what was complete
+        try:
+            # Offsets and lengths are checked before any value is read: a batch of nonsense
+            # (what follows a torn one) can point anywhere, and reading it would crash.
+            batch.validate(full=True)
+        except pa.ArrowException as exc:
+            malformed = f"batch {len(batches) + 1} is malformed ({exc})"
+            break
+        batches.append(batch)
         ends.append(source.tell())
+    if malformed and not batches:
+        raise RunError(
+            f"not vprof's records: {malformed}",
+            path=where,
+            hint="records.arrow is written by vprof's load generator; restore it or re-run",
+        )
     end = ends[-1]
     torn = 0 if end >= size or _only_end_marker(source, end, size) else size - end
     table = conform(pa.Table.from_batches(batches, schema=reader.schema), where)
@@ -220,6 +235,8 @@ def read_records_file(path: Path) -> RecordsFile:
             raise
         table = conform(pa.Table.from_batches(batches[:good], schema=reader.schema), where)
         return RecordsFile(table, good, size - ends[good], damage=exc.message)
+    if malformed:
+        return RecordsFile(table, len(batches), size - end, damage=malformed)
     return RecordsFile(table, len(batches), torn)
 
 
