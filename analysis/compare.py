@@ -6,7 +6,8 @@ form one group. Two kinds of interval answer two different questions:
 - **two or more runs on each side** — a Welch t-interval over the per-run values of each
   statistic (on a log scale, so the difference reads as a ratio). Each run's value carries both
   its request noise and the run-to-run variation, so the interval says whether the next runs
-  will agree; a difference is *significant* when the 95 % interval excludes zero. A statistic
+  will agree; a difference is *significant* when the 95 % interval excludes zero and does not
+  lie wholly within ±``NEGLIGIBLE_PCT`` (then it is real but negligible). A statistic
   whose repeats disagree by more than ``UNSTABLE_RATIO`` (a median that flips between two
   modes, say) is flagged as unstable instead of compared.
 - **one run on a side** — a request bootstrap inside each run (``vprof.analysis.bootstrap``).
@@ -89,6 +90,11 @@ METHOD_RUNS = "Welch t over per-run values"
 METHOD_PAIRED = "paired t over interleaved repeats"
 METHOD_SLICES = "paired t over alternating slices"
 METHOD_REQUESTS = "request bootstrap within one run (request noise only)"
+# A difference whose whole 95 % interval lies within ±this is real but negligible: exact
+# timing (the emulator, a quiet GPU over many slices) resolves offsets of 0.1 % that no setting
+# is chosen by. Called "no meaningful difference", like criterion's noise threshold.
+NEGLIGIBLE_PCT = 1.0
+
 # Methods whose intervals include the variation between runs: only they can be significant.
 VERDICT_METHODS = (METHOD_RUNS, METHOD_PAIRED, METHOD_SLICES)
 
@@ -550,7 +556,9 @@ def _judge(
     missing = row.pop("missing", False)
     found: designs.Interval | None = row.pop("interval", None)
     evidence = row.pop("evidence", None) or f"{row['runs']} runs"
-    significant = by_runs and has_ci and row["stable"] and not suspect and (low > 0 or high < 0)
+    excludes_zero = by_runs and has_ci and row["stable"] and not suspect and (low > 0 or high < 0)
+    negligible = excludes_zero and max(abs(low), abs(high)) < NEGLIGIBLE_PCT
+    significant = excludes_zero and not negligible
     if detect is not None:
         row["power_pct"] = found.power_at(detect) * 100.0 if found is not None else math.nan
     interval = f"[{low:+.1f} %, {high:+.1f} %]" if has_ci else ""
@@ -576,6 +584,11 @@ def _judge(
         verdict = (
             f"{label}: {detail} within one run each — request noise only, not a verdict "
             "(use --repeat 2 or more, or --alternate)"
+        )
+    elif negligible:
+        verdict = (
+            f"{label}: no meaningful difference ({diff:+.1f} % {interval}, {evidence}: the whole "
+            f"interval lies within ±{NEGLIGIBLE_PCT:g} %)"
         )
     elif not significant:
         seen = _could_see(row, detect)

@@ -200,7 +200,8 @@ def read_records_file(path: Path) -> RecordsFile:
             hint="records.arrow is written by vprof's load generator; restore it or re-run",
         ) from None
     check_schema(reader.schema, where)
-    batches, ends = [], [source.tell()]
+    batches: list[Any] = []
+    ends = [source.tell()]
     malformed = ""
     while True:
         try:

@@ -12,6 +12,7 @@ from test_analysis_data import T0, synth_records, write_run
 
 from vprof.analysis import compare
 from vprof.analysis.bootstrap import _bootstrap, _Sample
+from vprof.analysis.compare import NEGLIGIBLE_PCT
 from vprof.common.errors import RunError
 
 
@@ -192,3 +193,25 @@ def test_runs_held_back_by_the_machine_keep_their_medians_judged_not_their_tails
     rows = compare(runs, metrics=["median_ttft_ms", "p95_ttft_ms"]).set_index("metric")
     assert rows.loc["median_ttft_ms", "significant"], rows.loc["median_ttft_ms", "verdict"]
     assert rows.loc["p95_ttft_ms", "suspect"] and not rows.loc["p95_ttft_ms", "significant"]
+
+
+def test_an_offset_resolved_far_inside_the_noise_floor_is_no_meaningful_difference(tmp_path):
+    """Exact timing resolves a 0.5 % offset; a real 5 % one is still found."""
+    def runs(name, n, ttft_ms):
+        return [
+            write_run(
+                tmp_path / f"{name}--chat--steady--0000abcd{'' if k == 1 else f'--r{k}'}",
+                # the same requests each time, scaled: a run-to-run spread of ±0.1 %
+                synth_records(400, seed=7, ttft_ms=ttft_ms * (1 + 0.001 * (k - 2))),
+                profile=name,
+            )
+            for k in range(1, n + 1)
+        ]
+
+    base = runs("base", 3, 100.0)
+    frame = compare([base, runs("tiny", 3, 100.5)], metrics=["median_ttft_ms"])
+    row = frame.iloc[0]
+    assert 0 < row.ci_low_pct and row.ci_high_pct < NEGLIGIBLE_PCT, row.verdict
+    assert not row.significant and "no meaningful difference" in row.verdict
+    found = compare([base, runs("real", 3, 105.0)], metrics=["median_ttft_ms"]).iloc[0]
+    assert found.significant and found.verdict.startswith("real raises median TTFT by 5")

@@ -27,7 +27,7 @@ def _invoke(*args: str):
 def test_summarize_json_has_vllm_key_names_for_every_run_in_a_bench(bench):
     result = _invoke("summarize", str(bench), "--format", "json", "--slo", "ttft_p95=150ms")
     assert result.exit_code == 0, result.output
-    rows = json.loads(result.output)
+    rows = json.loads(result.stdout)
     assert [r["run"] for r in rows] == ["1-baseline", "2-chunked"]
     for key in ("median_ttft_ms", "p99_tpot_ms", "p99.9_itl_ms", "mean_e2el_ms",
                 "request_throughput", "request_goodput", "max_concurrent_requests"):  # fmt: skip
@@ -38,7 +38,7 @@ def test_summarize_json_has_vllm_key_names_for_every_run_in_a_bench(bench):
 def test_summarize_table_puts_runs_side_by_side(bench):
     result = _invoke("summarize", str(bench / "1-baseline"), str(bench / "2-chunked"))
     assert result.exit_code == 0, result.output
-    header, rule, *lines = result.output.splitlines()
+    header, rule, *lines = result.stdout.splitlines()
     assert header.split() == ["metric", "baseline", "chunked-256"]  # labelled by profile
     assert any(line.startswith("p95_ttft_ms ") for line in lines)
 
