@@ -197,6 +197,7 @@ def test_runs_held_back_by_the_machine_keep_their_medians_judged_not_their_tails
 
 def test_an_offset_resolved_far_inside_the_noise_floor_is_no_meaningful_difference(tmp_path):
     """Exact timing resolves a 0.5 % offset; a real 5 % one is still found."""
+
     def runs(name, n, ttft_ms):
         return [
             write_run(
