@@ -72,6 +72,56 @@ def vllm_test_argv(model_dir: Path, port: int) -> list[str]:
     ]
 
 
+# -- one worker for what measures time -------------------------------------------------------
+#
+# `pytest` runs on two workers (pytest-xdist, ``--dist loadgroup``; pyproject's addopts). Every
+# test that starts vLLM or Chromium, and the few unit tests that assert on a client's timing,
+# form one group that one worker runs in this order, while the other worker takes the unit
+# tests: first what a busy core cannot upset (refusals, counts, clean stops), then, once the
+# unit tests are done, what measures latency, rates and lag.
+SERIAL_ORDER = (
+    "test_dependencies",
+    "test_launch",
+    "test_server_e2e",
+    "test_hostile_runs_e2e",
+    "test_workloads_e2e",
+    "test_bench_e2e",
+    "test_report_real_e2e",
+    "test_replicas_e2e",
+    "test_report_browser",
+    "test_webui_browser",
+    "test_locust_e2e",
+    "test_sessions_e2e",
+    "test_trace_e2e",
+    "test_verdicts_e2e",
+    "test_tune_e2e",
+    "test_emulator_locust",
+    "test_loadgen_health",
+)
+SERIAL_GROUP = "serial"
+
+
+def _serial_rank(item: pytest.Item) -> int | None:
+    module = item.path.stem
+    if module in SERIAL_ORDER:
+        return SERIAL_ORDER.index(module)
+    if item.get_closest_marker("e2e") or item.get_closest_marker("browser"):
+        return len(SERIAL_ORDER)  # a new real test: before the timing unit tests would be
+    return None  # better, but never outside the group
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Put every serial test in one xdist group, in :data:`SERIAL_ORDER` (stable within a
+    module); every other module is a group of its own, so its module fixtures are built once."""
+    ranks = {id(item): _serial_rank(item) for item in items}
+    serial = [item for item in items if ranks[id(item)] is not None]
+    for item in items:
+        group = SERIAL_GROUP if ranks[id(item)] is not None else item.path.stem
+        item.add_marker(pytest.mark.xdist_group(group))
+    serial.sort(key=lambda item: ranks[id(item)])  # type: ignore[arg-type, return-value]
+    items[:] = serial + [item for item in items if ranks[id(item)] is None]
+
+
 @pytest.fixture(scope="session")
 def tiny_model() -> Path:
     """The embedded tiny model folder (config, tokenizer.json, chat template; no weights)."""
