@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -74,11 +75,13 @@ def vllm_test_argv(model_dir: Path, port: int) -> list[str]:
 
 # -- one worker for what measures time -------------------------------------------------------
 #
-# `pytest` runs on two workers (pytest-xdist, ``--dist loadgroup``; pyproject's addopts). Every
-# test that starts vLLM or Chromium, and the few unit tests that assert on a client's timing,
-# form one group that one worker runs in this order, while the other worker takes the unit
-# tests: first what a busy core cannot upset (refusals, counts, clean stops), then, once the
-# unit tests are done, what measures latency, rates and lag.
+# `pytest` runs on two workers (pytest-xdist, ``-n 2`` in pyproject's addopts). The modules that
+# start vLLM or Chromium, and the few unit tests that assert on a client's timing, form one
+# group that one worker runs in this order, while the other worker takes the unit tests a
+# module at a time (so module fixtures are built once): first what a busy core cannot upset
+# (refusals, counts, clean stops), then, once the unit tests are done, what measures latency,
+# rates and lag. (xdist's own ``xdist_group`` marks are not honoured under pytest 9: its
+# loadgroup mode renames node ids through an attribute pytest no longer reads.)
 SERIAL_ORDER = (
     "test_dependencies",
     "test_launch",
@@ -101,25 +104,41 @@ SERIAL_ORDER = (
 SERIAL_GROUP = "serial"
 
 
-def _serial_rank(item: pytest.Item) -> int | None:
-    module = item.path.stem
-    if module in SERIAL_ORDER:
-        return SERIAL_ORDER.index(module)
-    if item.get_closest_marker("e2e") or item.get_closest_marker("browser"):
-        return len(SERIAL_ORDER)  # a new real test: before the timing unit tests would be
-    return None  # better, but never outside the group
+def _module(nodeid: str) -> str:
+    return Path(nodeid.split("::", 1)[0]).stem
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Put every serial test in one xdist group, in :data:`SERIAL_ORDER` (stable within a
-    module); every other module is a group of its own, so its module fixtures are built once."""
-    ranks = {id(item): _serial_rank(item) for item in items}
-    serial = [item for item in items if ranks[id(item)] is not None]
+    """The serial modules first, in :data:`SERIAL_ORDER` (stable within a module); a test that
+    starts vLLM or Chromium outside them is a mistake of the suite's, said at once."""
     for item in items:
-        group = SERIAL_GROUP if ranks[id(item)] is not None else item.path.stem
-        item.add_marker(pytest.mark.xdist_group(group))
-    serial.sort(key=lambda item: ranks[id(item)])  # type: ignore[arg-type, return-value]
-    items[:] = serial + [item for item in items if ranks[id(item)] is None]
+        real = item.get_closest_marker("e2e") or item.get_closest_marker("browser")
+        if real and _module(item.nodeid) not in SERIAL_ORDER:
+            raise pytest.UsageError(
+                f"{item.nodeid} starts vLLM or Chromium: add its module to SERIAL_ORDER in "
+                "tests/conftest.py, or two workers will measure at once"
+            )
+
+    def rank(item: pytest.Item) -> int:
+        module = _module(item.nodeid)
+        return SERIAL_ORDER.index(module) if module in SERIAL_ORDER else len(SERIAL_ORDER)
+
+    items.sort(key=rank)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """Work units: the serial group, then one per module, in collection order (the serial
+    group first, so the longest unit starts at once)."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class SerialGroupScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = _module(nodeid)
+            return SERIAL_GROUP if module in SERIAL_ORDER else nodeid.split("::", 1)[0]
+
+    config.option.loadscopereorder = False
+    return SerialGroupScheduling(config, log)
 
 
 @pytest.fixture(scope="session")

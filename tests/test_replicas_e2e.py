@@ -74,12 +74,20 @@ def test_alternating_slices_between_two_vllm_servers_pair_and_judge_them(
     differ by little, and the paired design says how small a change it could have seen."""
     sides = {"a": vllm_server.url, "b": second_server.url}
     (tmp_path / "t.yaml").write_text("kind: steady\nusers: 2\nduration_s: 40\n")
+    # answers of 96 tokens (~0.3 s): with tiny-smoke's 16 (~60 ms) the client's own ~1 ms
+    # between one answer and the next request is 2-3 % of the time, and the closed loop's
+    # in-flight check (0.97 of the users) flags the client
+    (tmp_path / "w.yaml").write_text(
+        "description: 64 in, 96 out\nendpoint: completions\nprompt_tokens: 64\n"
+        "output_tokens: 96\nfixed_output: true\n"
+    )
     out = tmp_path / "alt"
     # fmt: off
     proc = subprocess.run(
         [sys.executable, "-m", "vprof.cli.main", "bench", "--alternate",
          *(arg for name, url in sides.items() for arg in ("--url", f"{name}={url}")),
-         "--traffic", str(tmp_path / "t.yaml"), "--workload", "tiny-smoke", "--slice", "4s",
+         "--traffic", str(tmp_path / "t.yaml"), "--workload", str(tmp_path / "w.yaml"),
+         "--slice", "4s",
          "--slice-warmup", "1s", "--out", str(out), "--format", "json"],
         capture_output=True, text=True, timeout=600,
     )
