@@ -1,0 +1,161 @@
+"""Property tests for the file loaders: whatever a profile, workload, traffic shape or trace
+holds under its known keys — any YAML value, NaN and infinities, huge integers, nested lists,
+text in any script — the loader returns a checked object or raises vprof's own error naming
+the file; it never fails with another exception (a ``TypeError`` deep inside, a crash).
+
+Each test runs ``EXAMPLES`` examples (hypothesis shrinks a failure to its smallest input)."""
+
+from __future__ import annotations
+
+import json
+import math
+import tempfile
+from pathlib import Path
+
+import yaml
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+
+from vprof.common.errors import VprofError
+from vprof.registry.loader import get_profile
+from vprof.registry.validate import validate
+from vprof.traffic.load import get_shape
+from vprof.workloads.loading import load_workload_file
+from vprof.workloads.trace import load_trace
+
+EXAMPLES = 150
+SETTINGS = settings(
+    max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
+
+SCALARS = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(2**70), max_value=2**70),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=12),
+    st.sampled_from(["0", "1e9", "-1", "nan", "inf", "512", "0.5", "true", "4k", "1s", ""]),
+)
+VALUES = st.recursive(
+    SCALARS,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=8), inner, max_size=3)
+    ),
+    max_leaves=6,
+)
+
+
+def documents(keys: list[str], nested: dict[str, list[str]] | None = None):
+    """Mappings over ``keys`` (some of them) with any value; a key in ``nested`` may hold a
+    mapping over its own known keys instead."""
+    value_of = {key: VALUES for key in keys}
+    for key, inner in (nested or {}).items():
+        value_of[key] = st.one_of(VALUES, st.dictionaries(st.sampled_from(inner), VALUES))
+    return st.fixed_dictionaries({}, optional=value_of)
+
+
+def _dump(doc: dict) -> str:
+    return yaml.safe_dump(doc, allow_unicode=True)
+
+
+def _loads_or_says_where(load, path: Path) -> None:
+    try:
+        load()
+    except VprofError as exc:
+        assert exc.path and exc.message, f"an error that does not say which file: {exc}"
+        event(f"refused: {type(exc).__name__}")  # --hypothesis-show-statistics counts them
+    else:
+        event("loaded")
+
+
+ENGINE_ARGS = [
+    "max-model-len",
+    "max-num-batched-tokens",
+    "gpu-memory-utilization",
+    "enable-prefix-caching",
+    "enable-chunked-prefill",
+    "enforce-eager",
+    "max-num-seqs",
+    "tensor-parallel-size",
+]
+
+
+@SETTINGS
+@given(documents(["description", "extends", "engine_args", "env", "model", "port"],
+                 {"engine_args": ENGINE_ARGS, "env": ["VLLM_CPU_KVCACHE_SPACE", "X"]}))  # fmt: skip
+def test_any_profile_loads_checked_or_is_refused_by_name(doc):
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "fuzzed.yaml"
+        path.write_text(_dump(doc), encoding="utf-8")
+
+        def load():
+            profile = get_profile("fuzzed", [Path(folder)])
+            assert isinstance(validate(profile), list)
+
+        _loads_or_says_where(load, path)
+
+
+DISTRIBUTION = ["kind", "mean", "stddev", "sigma", "min", "max", "value", "file"]
+
+
+@SETTINGS
+@given(documents(
+    ["description", "endpoint", "seed", "prompt_tokens", "output_tokens", "fixed_output",
+     "prefix", "kind", "conversation", "max_model_len"],
+    {"prompt_tokens": DISTRIBUTION, "output_tokens": DISTRIBUTION,
+     "prefix": ["groups", "length_tokens", "share"],
+     "conversation": ["turns", "think_time_s", "history"]},
+))  # fmt: skip
+def test_any_workload_loads_checked_or_is_refused_by_name(doc):
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "fuzzed.yaml"
+        path.write_text(_dump(doc), encoding="utf-8")
+        _loads_or_says_where(lambda: load_workload_file(path), path)
+
+
+@SETTINGS
+@given(documents(
+    ["description", "kind", "users", "rate_rps", "duration_s", "warmup_s", "max_in_flight",
+     "process", "burstiness", "spawn_rate", "ramp_s", "step_users", "step_s", "spike_users",
+     "spike_at_s", "spike_s", "start_users"]
+))  # fmt: skip
+def test_any_traffic_shape_loads_checked_or_is_refused_by_name(doc):
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "fuzzed.yaml"
+        path.write_text(_dump(doc), encoding="utf-8")
+        _loads_or_says_where(lambda: get_shape(path), path)
+
+
+ROW = st.fixed_dictionaries(
+    {},
+    optional={
+        "timestamp": VALUES,
+        "input_length": VALUES,
+        "output_length": VALUES,
+        "hash_ids": st.one_of(VALUES, st.lists(st.integers(-5, 2**40), max_size=6)),
+    },
+)
+
+
+@SETTINGS
+@given(st.lists(ROW, max_size=5), st.sampled_from([16, 512]))
+def test_any_trace_loads_checked_or_is_refused_by_name(rows, block_size):
+    with tempfile.TemporaryDirectory() as folder:
+        trace = Path(folder) / "fuzzed.jsonl"
+        lines = []
+        for row in rows:
+            try:
+                lines.append(json.dumps(row, allow_nan=True))
+            except (TypeError, ValueError):
+                lines.append("{")  # what json cannot say is a torn line
+        trace.write_text("\n".join(lines) + "\n", encoding="utf-8")
+        workload = Path(folder) / "replay.yaml"
+        workload.write_text(f"kind: trace\nfile: {trace}\nblock_size: {block_size}\n")
+
+        def load():
+            loaded = load_trace(load_workload_file(workload).trace)
+            for request in loaded.requests:
+                assert request.prompt_tokens >= 1 and request.output_tokens >= 1
+                assert math.isfinite(request.t_s)
+
+        _loads_or_says_where(load, trace)
