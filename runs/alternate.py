@@ -92,7 +92,8 @@ class _Side:
     name: str
     profile: Profile
     server: Server | None = None
-    urls: tuple[str, ...] = ()
+    urls: tuple[str, ...] = ()  # where it answers: given with --url, or its launched server's
+    given: bool = False  # --url: running already, never started nor stopped by vprof
 
 
 @dataclass
@@ -219,7 +220,9 @@ class AlternatingBench:
             for name, urls in alt.url_sides:
                 mine = all_urls[start : start + len(urls)]
                 start += len(urls)
-                self.sides.append(_Side(name, url_profile(name, mine[0]), urls=mine))
+                self.sides.append(
+                    _Side(name, url_profile(name, mine[0]), urls=mine, given=True)
+                )
             self.placed: list[Profile] = []
             self.plans: dict[int, Any] = {}
         else:
@@ -255,7 +258,7 @@ class AlternatingBench:
         for i in sorted(range(len(self.sides)), key=lambda i: order[i]):
             side = self.sides[i]
             log_path = spec.out_dir / f"{slug(side.name)}.server.log"
-            if side.urls:  # already running
+            if side.given:  # already running (a launched side restarts at a --swap)
                 side.server = Server(side.profile, None, replace(spec, urls=side.urls), log_path)
                 self.say(f"{side.name}: using {' and '.join(side.urls)}")
             else:
