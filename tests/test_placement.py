@@ -13,9 +13,24 @@ def _p(**args):
 
 
 def test_cpu_servers_split_the_kv_cache_and_stay_unbound():
-    got = place([_p(), _p()], cpu_only=True, gpus=0, environ={})
-    # whole GiB, as the CPU build reads VLLM_CPU_KVCACHE_SPACE: a share below one keeps one
-    assert [s.env for s in got.slots] == [{"VLLM_CPU_KVCACHE_SPACE": "1"}] * 2
+    got = place([_p(), _p()], cpu_only=True, gpus=0, environ={}, cores=2)
+    # whole GiB, as the CPU build reads VLLM_CPU_KVCACHE_SPACE: a share below one keeps one;
+    # unbound, the cores are shared out as OpenMP threads so two servers never oversubscribe
+    assert [s.env for s in got.slots] == [
+        {"VLLM_CPU_KVCACHE_SPACE": "1", "OMP_NUM_THREADS": "1"}
+    ] * 2
+    assert "OpenMP's barriers spin" in got.slots[0].notes[1]
+    assert "KV cache and OMP_NUM_THREADS=1 of 2 cores" in got.summary[0]
+    three = place([_p()] * 3, cpu_only=True, gpus=0, environ={}, cores=16)
+    assert {s.env["OMP_NUM_THREADS"] for s in three.slots} == {"5"}
+    # a thread count the profile or the environment sets is kept, and vLLM's auto binding too
+    kept = place([({}, {"OMP_NUM_THREADS": "2"})] * 2, cpu_only=True, gpus=0, environ={})
+    assert "OMP_NUM_THREADS" not in kept.slots[0].env
+    auto = {"VLLM_CPU_OMP_THREADS_BIND": "auto"}
+    assert (
+        "OMP_NUM_THREADS"
+        not in place([({}, auto)] * 2, cpu_only=True, gpus=0, environ={}).slots[0].env
+    )
     got = place([({}, {"VLLM_CPU_KVCACHE_SPACE": "4"})] * 2, cpu_only=True, gpus=0, environ={})
     assert got.slots[0].env["VLLM_CPU_KVCACHE_SPACE"] == "2"
     got = place([({}, {"VLLM_CPU_KVCACHE_SPACE": "5"})] * 2, cpu_only=True, gpus=0, environ={})
