@@ -124,18 +124,17 @@ def _place_cpu(
             slot_env[_BIND] = _core_list(mine)
             notes.append(f"{_BIND}={slot_env[_BIND]} (a share of {bind})")
         elif bind != "auto" and not (env.get(_THREADS) or environ.get(_THREADS)):
-            threads = str(max(1, host_cores // n))
-            slot_env[_THREADS] = threads
+            slot_env[_THREADS] = str(max(1, host_cores // n))
             notes.append(
-                f"{_THREADS}={threads} ({host_cores} core(s) shared by {n} unbound servers: "
-                "one side's last answers overlap the next side's load, and more threads than "
-                "cores make OpenMP's barriers spin)"
+                f"{_THREADS}={slot_env[_THREADS]} ({host_cores} core(s) shared by {n} unbound "
+                "servers: one side's last answers overlap the next side's load, and more "
+                "threads than cores make OpenMP's barriers spin)"
             )
         slots.append(Slot(env=slot_env, notes=tuple(notes)))
-    threads = {slot.env.get(_THREADS) for slot in slots} - {None}
-    cores = f" and {_THREADS}={threads.pop()} of {host_cores} cores" if len(threads) == 1 else ""
+    counts = {slot.env[_THREADS] for slot in slots if _THREADS in slot.env}
+    shared = f" and {_THREADS}={counts.pop()} of {host_cores} cores" if len(counts) == 1 else ""
     lines.append(
-        f"{n} servers side by side on the CPU build: each a 1/{n} share of the KV cache{cores}; "
+        f"{n} servers side by side on the CPU build: each a 1/{n} share of the KV cache{shared}; "
         "only the side whose slice it is gets load"
     )
     return Placement(tuple(slots), tuple(lines))
