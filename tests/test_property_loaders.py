@@ -3,7 +3,8 @@ holds under its known keys — any YAML value, NaN and infinities, huge integers
 text in any script — the loader returns a checked object or raises vprof's own error naming
 the file; it never fails with another exception (a ``TypeError`` deep inside, a crash).
 
-Each test runs ``EXAMPLES`` examples (hypothesis shrinks a failure to its smallest input)."""
+Each loader's test runs ``EXAMPLES`` examples; the option parsers' test about 50 for each of
+13 parsers (hypothesis shrinks a failure to its smallest input)."""
 
 from __future__ import annotations
 
@@ -159,3 +160,74 @@ def test_any_trace_loads_checked_or_is_refused_by_name(rows, block_size):
                 assert math.isfinite(request.t_s)
 
         _loads_or_says_where(load, trace)
+
+
+# -- option parsers --------------------------------------------------------------------------
+
+OPTION_TEXT = st.one_of(
+    st.text(max_size=40),
+    st.lists(
+        st.sampled_from(
+            ["ttft_p95", "=", "500", "ms", "s", ",", "errors", "1", "%", "nan", "inf", "-", "e9",
+             "0.5", "tpot_p99", "rps", " ", "x", "max-num-seqs", "16", "true", "10m", "3h"]
+        ),
+        max_size=8,
+    ).map("".join),
+)  # fmt: skip
+
+
+def _parser_cases():
+    from vprof.analysis.designs import parse_shift
+    from vprof.analysis.slo import parse_slo
+    from vprof.common.numbers import parse_number, parse_number_list
+    from vprof.registry.overrides import parse_env_args, parse_set_args
+    from vprof.runs.sweep import parse_ladder_values, parse_levels, parse_sizes
+    from vprof.runs.tune import parse_budget_trials, parse_duration
+    from vprof.runs.tunespace import parse_space
+    from vprof.traffic.slices import parse_sides
+
+    return {
+        "--slo": parse_slo,
+        "--detect": parse_shift,
+        "--budget-time": parse_duration,
+        "--budget-trials": parse_budget_trials,
+        "--levels": parse_levels,
+        "--sizes": parse_sizes,
+        "LADDER": parse_ladder_values,
+        "--set": lambda text: parse_set_args([text]),
+        "--env": lambda text: parse_env_args([text]),
+        "--space": lambda text: parse_space([text]),
+        "--sides": lambda text: parse_sides(text, 2),
+        "a number": lambda text: parse_number(text, minimum=0, key="n"),
+        "a list": lambda text: parse_number_list(text, minimum=0, key="n"),
+    }
+
+
+@settings(max_examples=50 * 13, deadline=None)  # about 50 for each of the 13 parsers
+@given(st.sampled_from(sorted(_parser_cases())), OPTION_TEXT)
+def test_any_option_text_is_parsed_checked_or_refused_by_name(option, text):
+    """Every option parser either returns finite values or raises vprof's own error saying
+    which option (never a ValueError, a KeyError or a NaN let through)."""
+    parse = _parser_cases()[option]
+    try:
+        value = parse(text)
+    except VprofError as exc:
+        assert exc.message and (exc.key or option in str(exc)), f"{option}: {exc}"
+        event(f"{option}: refused")
+        return
+    event(f"{option}: parsed")
+    for number in _numbers(value):
+        assert math.isfinite(number), (option, text, value)
+
+
+def _numbers(value):
+    if isinstance(value, bool):
+        return
+    if isinstance(value, (int, float)):
+        yield float(value)
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from _numbers(item)
+    elif isinstance(value, (list, tuple, set)):
+        for item in value:
+            yield from _numbers(item)
