@@ -4,7 +4,7 @@ text in any script — the loader returns a checked object or raises vprof's own
 the file; it never fails with another exception (a ``TypeError`` deep inside, a crash).
 
 Each loader's test runs ``EXAMPLES`` examples; the option parsers' test about 50 for each of
-13 parsers (hypothesis shrinks a failure to its smallest input)."""
+15 parsers (hypothesis shrinks a failure to its smallest input)."""
 
 from __future__ import annotations
 
@@ -169,7 +169,8 @@ OPTION_TEXT = st.one_of(
     st.lists(
         st.sampled_from(
             ["ttft_p95", "=", "500", "ms", "s", ",", "errors", "1", "%", "nan", "inf", "-", "e9",
-             "0.5", "tpot_p99", "rps", " ", "x", "max-num-seqs", "16", "true", "10m", "3h"]
+             "0.5", "tpot_p99", "rps", " ", "x", "max-num-seqs", "16", "true", "10m", "3h",
+             "http://", "127.0.0.1", ":8000", "/v1", "localhost", "[::1]"]
         ),
         max_size=8,
     ).map("".join),
@@ -180,6 +181,8 @@ def _parser_cases():
     from vprof.analysis.designs import parse_shift
     from vprof.analysis.slo import parse_slo
     from vprof.common.numbers import parse_number, parse_number_list
+    from vprof.common.urls import check_server_url
+    from vprof.locustfiles.balance import parse_hosts
     from vprof.registry.overrides import parse_env_args, parse_set_args
     from vprof.runs.sweep import parse_ladder_values, parse_levels, parse_sizes
     from vprof.runs.tune import parse_budget_trials, parse_duration
@@ -198,12 +201,14 @@ def _parser_cases():
         "--env": lambda text: parse_env_args([text]),
         "--space": lambda text: parse_space([text]),
         "--sides": lambda text: parse_sides(text, 2),
+        "--url": lambda text: check_server_url(text, key="--url"),
+        "--hosts": parse_hosts,
         "a number": lambda text: parse_number(text, minimum=0, key="n"),
         "a list": lambda text: parse_number_list(text, minimum=0, key="n"),
     }
 
 
-@settings(max_examples=50 * 13, deadline=None)  # about 50 for each of the 13 parsers
+@settings(max_examples=50 * 15, deadline=None)  # about 50 for each of the 15 parsers
 @given(st.sampled_from(sorted(_parser_cases())), OPTION_TEXT)
 def test_any_option_text_is_parsed_checked_or_refused_by_name(option, text):
     """Every option parser either returns finite values or raises vprof's own error saying
