@@ -220,9 +220,7 @@ class AlternatingBench:
             for name, urls in alt.url_sides:
                 mine = all_urls[start : start + len(urls)]
                 start += len(urls)
-                self.sides.append(
-                    _Side(name, url_profile(name, mine[0]), urls=mine, given=True)
-                )
+                self.sides.append(_Side(name, url_profile(name, mine[0]), urls=mine, given=True))
             self.placed: list[Profile] = []
             self.plans: dict[int, Any] = {}
         else:

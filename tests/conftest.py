@@ -79,9 +79,10 @@ def vllm_test_argv(model_dir: Path, port: int) -> list[str]:
 # start vLLM or Chromium, and the few unit tests that assert on a client's timing, form one
 # group that one worker runs in this order, while the other worker takes the unit tests a
 # module at a time (so module fixtures are built once): first what a busy core cannot upset
-# (refusals, counts, clean stops), then, once the unit tests are done, what measures latency,
-# rates and lag. (xdist's own ``xdist_group`` marks are not honoured under pytest 9: its
-# loadgroup mode renames node ids through an attribute pytest no longer reads.)
+# (refusals, counts, clean stops), then — after waiting for the unit tests to be done (a
+# marker file each worker leaves) — what measures latency, rates and lag. (xdist's own
+# ``xdist_group`` marks are not honoured under pytest 9: its loadgroup mode renames node ids
+# through an attribute pytest no longer reads.)
 SERIAL_ORDER = (
     "test_dependencies",
     "test_launch",
@@ -89,19 +90,23 @@ SERIAL_ORDER = (
     "test_hostile_runs_e2e",
     "test_workloads_e2e",
     "test_bench_e2e",
-    "test_report_real_e2e",
     "test_replicas_e2e",
     "test_report_browser",
     "test_webui_browser",
+    # from here on every test measures latency, rates or lag: they wait for the unit tests
+    "test_report_real_e2e",
+    "test_verdicts_e2e",
     "test_locust_e2e",
     "test_sessions_e2e",
     "test_trace_e2e",
-    "test_verdicts_e2e",
     "test_tune_e2e",
+    "test_replicas",
     "test_emulator_locust",
     "test_loadgen_health",
 )
 SERIAL_GROUP = "serial"
+QUIET_FROM = SERIAL_ORDER.index("test_report_real_e2e")
+_QUIET_WAIT_S = 1800.0
 
 
 def _module(nodeid: str) -> str:
@@ -124,6 +129,46 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         return SERIAL_ORDER.index(module) if module in SERIAL_ORDER else len(SERIAL_ORDER)
 
     items.sort(key=rank)
+
+
+def _done_marker(worker: str) -> Path:
+    """The file a worker leaves when it has run its last test (one folder per test run)."""
+    import tempfile
+
+    run = os.environ.get("PYTEST_XDIST_TESTRUNUID", "run")
+    return Path(tempfile.gettempdir()) / f"vprof-tests-{run}" / f"{worker}.done"
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if worker:
+        marker = _done_marker(worker)
+        marker.parent.mkdir(exist_ok=True)
+        marker.touch()
+
+
+_quiet = False
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Before the first test that measures time (its fixtures included), wait until the other
+    workers have run their last unit test: their work would otherwise share the two cores
+    with a vLLM server and its load generator (a CI run's prefix-caching A/B came out
+    +131 % [-46 %, +897 %] with the unit tests beside it)."""
+    global _quiet
+    module = _module(item.nodeid)
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if _quiet or not worker or module not in SERIAL_ORDER[QUIET_FROM:]:
+        return
+    import time
+
+    count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    others = [f"gw{i}" for i in range(count) if f"gw{i}" != worker]
+    deadline = time.monotonic() + _QUIET_WAIT_S
+    while time.monotonic() < deadline and not all(_done_marker(w).exists() for w in others):
+        time.sleep(1.0)
+    _quiet = True
 
 
 @pytest.hookimpl(tryfirst=True)
