@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from vprof.common.errors import VprofError
 from vprof.registry.loader import get_profile
 from vprof.registry.validate import validate
+from vprof.runs.tunespace import TUNED_KEYS
 from vprof.traffic.load import get_shape
 from vprof.workloads.loading import load_workload_file
 from vprof.workloads.trace import load_trace
@@ -59,6 +60,14 @@ def _dump(doc: dict) -> str:
     return yaml.safe_dump(doc, allow_unicode=True)
 
 
+def _written_and_loaded(doc: dict, load) -> None:
+    """``doc`` written as ``fuzzed.yaml`` in a fresh folder, then ``load(path)``."""
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "fuzzed.yaml"
+        path.write_text(_dump(doc), encoding="utf-8")
+        _loads_or_says_where(lambda: load(path), path)
+
+
 def _loads_or_says_where(load, path: Path) -> None:
     try:
         load()
@@ -69,31 +78,18 @@ def _loads_or_says_where(load, path: Path) -> None:
         event("loaded")
 
 
-ENGINE_ARGS = [
-    "max-model-len",
-    "max-num-batched-tokens",
-    "gpu-memory-utilization",
-    "enable-prefix-caching",
-    "enable-chunked-prefill",
-    "enforce-eager",
-    "max-num-seqs",
-    "tensor-parallel-size",
-]
+ENGINE_ARGS = [*TUNED_KEYS, "tensor-parallel-size"]  # the knobs tune searches, and one more
 
 
 @SETTINGS
 @given(documents(["description", "extends", "engine_args", "env", "model", "port"],
                  {"engine_args": ENGINE_ARGS, "env": ["VLLM_CPU_KVCACHE_SPACE", "X"]}))  # fmt: skip
 def test_any_profile_loads_checked_or_is_refused_by_name(doc):
-    with tempfile.TemporaryDirectory() as folder:
-        path = Path(folder) / "fuzzed.yaml"
-        path.write_text(_dump(doc), encoding="utf-8")
+    def load(path: Path) -> None:
+        profile = get_profile("fuzzed", [path.parent])
+        assert isinstance(validate(profile), list)
 
-        def load():
-            profile = get_profile("fuzzed", [Path(folder)])
-            assert isinstance(validate(profile), list)
-
-        _loads_or_says_where(load, path)
+    _written_and_loaded(doc, load)
 
 
 DISTRIBUTION = ["kind", "mean", "stddev", "sigma", "min", "max", "value", "file"]
@@ -108,10 +104,7 @@ DISTRIBUTION = ["kind", "mean", "stddev", "sigma", "min", "max", "value", "file"
      "conversation": ["turns", "think_time_s", "history"]},
 ))  # fmt: skip
 def test_any_workload_loads_checked_or_is_refused_by_name(doc):
-    with tempfile.TemporaryDirectory() as folder:
-        path = Path(folder) / "fuzzed.yaml"
-        path.write_text(_dump(doc), encoding="utf-8")
-        _loads_or_says_where(lambda: load_workload_file(path), path)
+    _written_and_loaded(doc, load_workload_file)
 
 
 @SETTINGS
@@ -121,10 +114,7 @@ def test_any_workload_loads_checked_or_is_refused_by_name(doc):
      "spike_at_s", "spike_s", "start_users"]
 ))  # fmt: skip
 def test_any_traffic_shape_loads_checked_or_is_refused_by_name(doc):
-    with tempfile.TemporaryDirectory() as folder:
-        path = Path(folder) / "fuzzed.yaml"
-        path.write_text(_dump(doc), encoding="utf-8")
-        _loads_or_says_where(lambda: get_shape(path), path)
+    _written_and_loaded(doc, get_shape)
 
 
 ROW = st.fixed_dictionaries(
