@@ -24,7 +24,7 @@ import math
 import secrets
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -49,6 +49,7 @@ from vprof.runs.spec import NOT_STARTED, SKIPPED, BenchSpec, Progress, RunOutcom
 if TYPE_CHECKING:
     from vprof.registry import Profile
     from vprof.traffic import TrafficShape
+    from vprof.traffic.slices import SliceSchedule
     from vprof.workloads import Workload
 
 DEFAULT_BUDGET_S = 600.0  # --precision without --time-budget
@@ -429,7 +430,11 @@ class AlternatingBench:
         shape = replace(self.shape, duration_s=phase.blocks * block_s, warmup_s=0.0)
         logs = [(s.server.log_path, s.server.log_offset()) for s in self.sides if s.server]
         sampler = MetricsSampler(
-            urls, run.metrics_jsonl, spec.metrics_interval_s, enabled=spec.metrics
+            urls,
+            run.metrics_jsonl,
+            spec.metrics_interval_s,
+            enabled=spec.metrics,
+            slices=_slice_schedule(run),
         )
         sampler.start()
         probe = HostProbe(run.host_jsonl).start()
@@ -542,6 +547,27 @@ def precision_widths(
         else:
             widths[metric] = max(i.half_width_pct for i, _ in found)
     return widths
+
+
+def _slice_schedule(run: RunDir) -> Callable[[], SliceSchedule | None]:
+    """The slice schedule the load generator wrote into the run's ``locust.json`` when its test
+    started (``None`` until then), read once found."""
+    from vprof.common.errors import VprofError
+    from vprof.traffic.slices import SliceSchedule
+
+    found: list[SliceSchedule] = []
+
+    def read() -> SliceSchedule | None:
+        if not found:
+            try:
+                slices = run.locust_info().get("slices") if run.locust_json.exists() else None
+                if isinstance(slices, dict):
+                    found.append(SliceSchedule.from_dict(slices))
+            except (VprofError, OSError, KeyError, TypeError, ValueError):
+                return None
+        return found[0] if found else None
+
+    return read
 
 
 def _blocks_in(run: RunDir) -> int:

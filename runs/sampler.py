@@ -10,20 +10,30 @@ scrape took, so the summary can say whether sampling could have disturbed the ru
 several replicas every pass scrapes each of them, one line per replica (its ``replica``: the
 base URL, as records name it; its ``pass``: the pass's number), so the summary's counters are
 the deployment's.
+
+Alternating slices (``bench --alternate``) give the sampler their schedule: it then scrapes
+every server once a slice, early in the slice's warm-up, which is not measured — a stall
+there costs no measured request, and each slice's counters are bracketed by two passes.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from vprof.common.errors import os_reason
 from vprof.records.rundir import append_jsonl
 
+if TYPE_CHECKING:
+    from vprof.traffic.slices import SliceSchedule
+
 DEFAULT_INTERVAL_S = 5.0
 MAX_SHARE = 0.02  # at most this share of the time is spent scraping
+WARMUP_SHARE = 0.1  # with slices: a pass starts this far into a slice's warm-up
+SCHEDULE_POLL_S = 0.2  # with slices: how often to look for the schedule before it exists
 
 
 class MetricsSampler:
@@ -43,8 +53,10 @@ class MetricsSampler:
         interval_s: float = DEFAULT_INTERVAL_S,
         *,
         enabled: bool = True,
+        slices: Callable[[], SliceSchedule | None] | None = None,
     ) -> None:
         self.urls = (urls,) if isinstance(urls, str) else tuple(urls)
+        self.slices = slices
         self.path = Path(path)
         self.interval_s = interval_s
         self.enabled = enabled
@@ -109,7 +121,25 @@ class MetricsSampler:
         while not self._stop.is_set():
             started = time.monotonic()
             self.sample_once()
-            self._stop.wait(max(0.0, self.next_wait_s() - (time.monotonic() - started)))
+            if self.slices is not None:
+                self._wait_for_next_slice()
+            else:
+                self._stop.wait(max(0.0, self.next_wait_s() - (time.monotonic() - started)))
+
+    def _wait_for_next_slice(self) -> None:
+        """Wait until early in the warm-up of the next slice whose pass is still ahead."""
+        assert self.slices is not None
+        schedule = None
+        while not self._stop.is_set() and (schedule := self.slices()) is None:
+            self._stop.wait(SCHEDULE_POLL_S)
+        if schedule is None:
+            return
+        now = time.time()
+        k = max(0, schedule.slice_at(now))
+        due = schedule.start(k) + WARMUP_SHARE * schedule.warmup_s
+        if due <= now:
+            due += schedule.slice_s
+        self._stop.wait(due - now)
 
     def stop(self, final_sample: bool = True) -> None:
         self._stop.set()

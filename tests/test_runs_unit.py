@@ -155,6 +155,38 @@ def test_the_metrics_sampler_scrapes_every_replica_and_counts_one_that_stops(tmp
         assert "replica" not in read_jsonl(one)[0]  # one server: lines as before
 
 
+def test_with_slices_the_sampler_scrapes_early_in_each_warm_up_never_in_a_measured_part(
+    tmp_path,
+):
+    import time
+
+    from vprof.emulator.config import EmulatorConfig
+    from vprof.emulator.server import Emulator
+    from vprof.records.rundir import read_jsonl
+    from vprof.runs.sampler import MetricsSampler
+    from vprof.traffic.slices import SliceSchedule
+
+    schedule = SliceSchedule(epoch=time.time() + 0.6, slice_s=0.8, warmup_s=0.4, sides=2)
+    known: list[SliceSchedule] = []
+    with Emulator(EmulatorConfig(model="a")) as a, Emulator(EmulatorConfig(model="b")) as b:
+        path = tmp_path / "m.jsonl"
+        sampler = MetricsSampler(
+            (a.url, b.url), path, interval_s=0.05, slices=lambda: known[0] if known else None
+        )
+        sampler.start()
+        time.sleep(0.3)  # no schedule yet: one pass at the start, then none
+        assert {line["pass"] for line in read_jsonl(path)} == {0}
+        known.append(schedule)
+        time.sleep(schedule.epoch + 3 * schedule.slice_s - time.time())
+        sampler.stop(final_sample=False)
+    later = [line for line in read_jsonl(path) if line["pass"] > 0]
+    slices = sorted({schedule.slice_at(line["t"]) for line in later})
+    assert slices == [0, 1, 2]  # one pass a slice, not one every 0.05 s
+    for line in later:
+        k = schedule.slice_at(line["t"])
+        assert schedule.start(k) <= line["t"] - line["scrape_s"] < schedule.window(k)[0]
+
+
 def test_server_stats_of_several_replicas_add_counters_and_keep_the_busiest_peak():
     from vprof.analysis.samples import server_stats
 
