@@ -324,6 +324,12 @@ def _compare_alternating(
         f"not measured, ABBA order){swapped}; each interval is over the blocks' paired "
         "differences, so drift and host state shared within a block cancel"
     ]
+    if len(phases) == 1:
+        frame.attrs["notes"].append(
+            "the servers did not swap profiles: each verdict compares these server instances, "
+            "and an offset of one instance (two copies of one profile on one GPU differed by "
+            "8-10 %) would read as the profiles' difference (--swap measures it away)"
+        )
     if len(blocks) < 2:
         frame.attrs["notes"].append("fewer than two whole blocks: no interval")
     frame.attrs["notes"] += host_notes(groups, paired=True)

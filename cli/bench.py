@@ -410,10 +410,11 @@ def alternate_options(func):
             "[default with --precision: 10m]",
         ),
         click.option(
-            "--swap",
-            is_flag=True,
+            "--swap/--no-swap",
+            default=None,
             help="With --alternate: restart the servers halfway with the profiles exchanged, "
-            "so an offset of one server instance is not taken for a profile's.",
+            "so an offset of one server instance is not taken for a profile's. "
+            "[default: --swap for servers vprof launches; --url servers cannot swap]",
         ),
     ]
     for option in reversed(options):
@@ -453,7 +454,7 @@ def bench(profile_names: tuple[str, ...], fmt: str, **opts: Any) -> None:
     if opts["alternate"]:
         _alternate(profile_names, fmt, opts)
         return
-    if any(opts[k] for k in ("slice_text", "slice_warmup_text", "swap")):
+    if any(opts[k] is not None for k in ("slice_text", "slice_warmup_text", "swap")):
         raise click.UsageError("--slice, --slice-warmup and --swap need --alternate")
     if not profile_names:
         raise click.UsageError("give at least one PROFILE")
@@ -512,7 +513,7 @@ def _alternate(profile_names: tuple[str, ...], fmt: str, opts: dict[str, Any]) -
         time_budget_s=parse_duration(opts["time_budget_text"], "--time-budget")
         if opts["time_budget_text"]
         else None,
-        swap=opts["swap"],
+        swap=not url_sides if opts["swap"] is None else opts["swap"],
         url_sides=tuple(url_sides),
     )
     spec = _spec({**opts, "urls": ()})

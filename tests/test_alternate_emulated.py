@@ -61,6 +61,19 @@ def test_alternating_slices_find_a_shift_and_call_a_copy_no_different(three_emul
     assert set(summaries) == {"a", "a2", "b"}
     assert summaries["b"]["median_ttft_ms"] > 1.2 * summaries["a"]["median_ttft_ms"]
     assert "alternating slices: 4 blocks of a / a2 / b" in proc.stderr
+    assert "the servers did not swap profiles" in proc.stderr  # --url: vprof cannot restart
 
     again = _bench(out, three_emulators)
     assert again.returncode == 0 and "already completed" in again.stderr
+
+
+def test_swap_needs_servers_vprof_launches_and_alternate():
+    from click.testing import CliRunner
+
+    from vprof.cli.main import cli
+
+    urls = ["--url", "a=http://127.0.0.1:1", "--url", "b=http://127.0.0.1:2"]
+    refused = CliRunner().invoke(cli, ["bench", "--alternate", "--swap", *urls])
+    assert refused.exit_code == 2 and "--swap" in refused.output, refused.output
+    alone = CliRunner().invoke(cli, ["bench", "chunked-256", "--no-swap"])
+    assert alone.exit_code == 2 and "need --alternate" in alone.output, alone.output
