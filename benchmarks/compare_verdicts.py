@@ -34,6 +34,7 @@ import pyarrow as pa
 from vprof.analysis import compare
 from vprof.analysis.run import Run
 from vprof.records.schema import FIELDS, arrow_schema
+from vprof.runs.order import block_order
 from vprof.traffic.slices import STRIDE, SliceSchedule
 
 METRICS = ("median_ttft_ms", "p95_ttft_ms", "median_tpot_ms", "request_throughput")
@@ -128,11 +129,11 @@ def _drift(t_s: float, total_s: float, noise: Noise) -> float:
 
 
 def repeats(rng, noise: Noise, args, shift: float, *, paired: bool) -> list[Run]:
-    """Runs of ``--run-s`` each, a fresh server (and instance offset) per run, in A B A B …
-    order, compared paired by repeat, or (``paired=False``) as independent runs with Welch's
-    t, as vprof compared them before."""
+    """Runs of ``--run-s`` each, a fresh server (and instance offset) per run, in vprof's
+    interleaved order (rounds alternating in direction), compared paired by repeat, or
+    (``paired=False``) as independent runs with Welch's t, as vprof compared them before."""
     n = max(2, int(args.measure_s / 2 // args.run_s))
-    order = [(side, r) for r in range(1, n + 1) for side in (0, 1)]
+    order = block_order(2, n, "interleaved")  # vprof bench's own order: A B | B A | …
     span = len(order) * (args.run_s + args.restart_s)
     runs = []
     for position, (side, r) in enumerate(order):

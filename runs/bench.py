@@ -330,9 +330,10 @@ class _Bench:
     def _server_for(self, index: int) -> Server | None:
         """The running server of profile ``index``, started if needed; None if it failed."""
         server, spec = self.server, self.spec
-        if server is not None and (
-            self.serving != index or spec.fresh_server or not server.alive()
-        ):
+        # interleaved rounds alternate in direction (A B | B A): a profile that runs twice in a
+        # row still gets a fresh server, so each pair of runs has instances of its own
+        fresh = spec.fresh_server or (spec.order == "interleaved" and len(self.profiles) > 1)
+        if server is not None and (self.serving != index or fresh or not server.alive()):
             self._stop_server()
         if self.server is not None:
             return self.server

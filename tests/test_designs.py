@@ -168,3 +168,12 @@ def test_runs_on_an_unsteady_or_slower_host_are_flagged(tmp_path):
     notes = " ".join(compare(runs, metrics=["median_ttft_ms"]).attrs["notes"])
     assert "the host was unsteady during b--chat--steady--0000abcd" in notes
     assert "slower during b--chat--steady--0000abcd--r2" in notes
+
+
+def test_interleaved_rounds_alternate_in_direction_and_keep_their_order_as_rounds_are_added():
+    from vprof.runs.order import block_order
+
+    assert block_order(2, 3, "interleaved") == [(0, 1), (1, 1), (1, 2), (0, 2), (0, 3), (1, 3)]
+    assert block_order(3, 2, "interleaved") == [(0, 1), (1, 1), (2, 1), (2, 2), (1, 2), (0, 2)]
+    assert block_order(2, 4, "interleaved")[:6] == block_order(2, 3, "interleaved")
+    assert block_order(2, 2, "blocked") == [(0, 1), (0, 2), (1, 1), (1, 2)]
