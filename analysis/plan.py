@@ -155,7 +155,7 @@ def plan(
         )
     from vprof.analysis.run import damage
 
-    summaries = [_summary(item, slo) for item in runs_or_summaries]
+    summaries = [summary for item in runs_or_summaries for summary in _summaries(item, slo)]
     by_profile: dict[str, list[Level]] = {}
     damaged: dict[str, list[str]] = {}
     forecasts: dict[str, list[dict[str, Any]]] = {}
@@ -200,13 +200,15 @@ def _predicted(answer: ProfilePlan, forecasts: list[dict[str, Any]]) -> ProfileP
     return dataclasses.replace(answer, message=message, notes=tuple(notes), basis=basis)
 
 
-def _summary(item: Any, slo: Slo) -> dict[str, Any]:
+def _summaries(item: Any, slo: Slo) -> list[dict[str, Any]]:
+    """A summary given, or a run's: one, or one per side of an alternating run."""
+    from vprof.analysis.alternation import side_views
     from vprof.analysis.run import Run, load_run, summarize_loaded
 
     if isinstance(item, dict):
-        return item
+        return [item]
     run = item if isinstance(item, Run) else load_run(item)
-    return summarize_loaded(run, slo=slo)
+    return [summarize_loaded(view, slo=slo) for view in side_views(run)]
 
 
 def _level(summary: dict[str, Any], slo: Slo) -> Level:

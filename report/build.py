@@ -31,6 +31,7 @@ def build_data(
         >>> build_data(["vprof-runs/"], slo="ttft_p95=500ms", target_rps=40)  # doctest: +SKIP
     """
     from vprof.analysis import load_run
+    from vprof.analysis.alternation import side_views
     from vprof.analysis.run import display_names, json_safe, summarize_loaded
     from vprof.report.capacity import capacity, cost
     from vprof.report.inputs import resolve_inputs
@@ -41,7 +42,8 @@ def build_data(
     started = time.perf_counter()
     paths = list(paths)
     inputs = resolve_inputs(paths)
-    runs = [load_run(p) for p in inputs.runs]
+    loaded = [load_run(p) for p in inputs.runs]
+    runs = [view for run in loaded for view in side_views(run)]  # an alternating run: its sides
     summaries = [summarize_loaded(r, slo=opts.slo) for r in runs]
     order = _reading_order(summaries)
     runs, summaries = [runs[i] for i in order], [summaries[i] for i in order]
@@ -71,8 +73,11 @@ def build_data(
     capacity_data["predicted_notes"] = forecast["notes"]
     metas: dict[str, tuple[dict[str, Any], str]] = {}
     for run, summary in zip(runs, summaries, strict=True):
-        metas.setdefault(str(summary.get(K.PROFILE) or summary.get(K.RUN)),
-                         (run.meta, str(RunDir(run.path).run_json)))  # fmt: skip
+        folder = str(run.path).partition("#")[0]  # a side's run folder is its run's
+        metas.setdefault(
+            str(summary.get(K.PROFILE) or summary.get(K.RUN)),
+            (run.meta, str(RunDir(folder).run_json)),
+        )
     recorded = [r.meta["hardware"] for r in runs if isinstance(r.meta.get("hardware"), dict)]
     on_gpus = any(h.get("gpus") for h in recorded) if recorded else None
     run_ids = {r.path.resolve(): i for r, i in zip(runs, ids, strict=True)}
@@ -80,18 +85,27 @@ def build_data(
     sweeps = from_manifests(inputs.sweeps, run_ids, by_id, capacity_data)
     covered = {row["run_id"] for s in sweeps for row in s["rows"] if row.get("run_id")}
     sweeps += from_load_levels(capacity_data, covered)
+    from vprof.analysis.alternation import is_alternating
     from vprof.analysis.compare import cell_key
 
+    sides = {i for i, r in enumerate(runs) if is_alternating(r)}
     groups = [
-        g for g in comparison_groups(summaries, labels, opts.baseline)
+        g
+        for g in (
+            [i for i in group if i not in sides]
+            for group in comparison_groups(summaries, labels, opts.baseline)
+        )
         if len({cell_key(runs[i].path) for i in g}) >= 2  # not only one configuration's repeats
-    ]  # fmt: skip
+    ]
     if groups and progress is not None:
         progress(
             f"comparing {len(groups)} group(s) of runs under the same traffic with "
             f"{opts.n_boot:,} bootstrap resamples (--n-boot sets how many)"
         )
     comparisons = [_compare(runs, summaries, ids, group, opts) for group in groups]
+    alternated = _alternating_cells(loaded, runs, sides)
+    comparisons += [_compare_sides(phases, views, summaries, ids) for phases, views in alternated]
+    groups += [views for _, views in alternated]
     return json_safe(
         {
             "schema": SCHEMA_VERSION,
@@ -197,6 +211,53 @@ def _compare(
         "baseline_id": ids[group[0]],
         "n_boot": opts.n_boot,
         "seed": opts.seed,
+        "rows": rows,
+    }
+
+
+def _alternating_cells(
+    loaded: Sequence[Any], runs: Sequence[Any], sides: set[int]
+) -> list[tuple[list[Any], list[int]]]:
+    """Each alternating run given (its phases together, a ``--p2`` with its first): the phases
+    and the indices of their sides' views in ``runs``."""
+    from vprof.analysis.alternation import is_alternating
+    from vprof.analysis.compare import cell_key
+
+    cells: dict[tuple[str, str], tuple[list[Any], list[int]]] = {}
+    for run in loaded:
+        if is_alternating(run):
+            cells.setdefault(cell_key(run.path), ([], []))[0].append(run)
+    for i in sorted(sides):
+        folder = Path(str(runs[i].path).partition("#")[0])
+        cells[cell_key(folder)][1].append(i)
+    return list(cells.values())
+
+
+def _compare_sides(
+    phases: Sequence[Any],
+    views: Sequence[int],
+    summaries: Sequence[dict[str, Any]],
+    ids: Sequence[str],
+) -> dict[str, Any]:
+    """An alternating run's paired comparison of its sides (its first side the baseline)."""
+    from vprof.analysis import compare
+    from vprof.analysis.run import json_safe
+
+    frame = compare(list(phases))
+    by_side: dict[str, str] = {}
+    for i in views:  # the first phase's view of each side stands for it
+        by_side.setdefault(str(summaries[i].get(K.PROFILE)), ids[i])
+    rows = json_safe(frame.to_dict("records"))
+    for row in rows:
+        row["run_id"] = by_side.get(row["run"])
+        row["baseline_id"] = by_side.get(row["baseline"])
+    first = summaries[views[0]]
+    return {
+        "workload": first.get(K.WORKLOAD),
+        "traffic": first.get(K.TRAFFIC),
+        "run_ids": list(by_side.values()),
+        "baseline_id": ids[views[0]],
+        "notes": list(frame.attrs.get("notes", [])),
         "rows": rows,
     }
 

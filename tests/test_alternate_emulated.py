@@ -62,6 +62,17 @@ def test_alternating_slices_find_a_shift_and_call_a_copy_no_different(three_emul
     assert summaries["b"]["median_ttft_ms"] > 1.2 * summaries["a"]["median_ttft_ms"]
     assert "alternating slices: 4 blocks of a / a2 / b" in proc.stderr
     assert "the servers did not swap profiles" in proc.stderr  # --url: vprof cannot restart
+    from vprof.report.build import build_data
+
+    data = build_data([out])  # the report shows each side as a run, and their paired verdict
+    assert sorted(r["summary"]["profile"] for r in data["runs"]) == ["a", "a2", "b"]
+    (paired,) = data["comparisons"]
+    assert {r["method"] for r in paired["rows"]} == {"paired t over alternating slices"}
+    assert {r["run_id"] for r in paired["rows"]} == set(paired["run_ids"][1:])
+    from vprof.analysis.plan import plan
+
+    planned = plan([run], target_rps=100, slo="ttft_p95=1s")  # and `vprof plan`: one per side
+    assert sorted(row["profile"] for row in planned.rows()) == ["a", "a2", "b"]
 
     again = _bench(out, three_emulators)
     assert again.returncode == 0 and "already completed" in again.stderr
