@@ -1,6 +1,6 @@
 """Shared fixtures: the embedded tiny model, ONE real vLLM CPU server per test session, and
-one real two-profile bench with repeats (it launches its own two servers) that several tests
-read.
+one real two-profile alternating bench (it launches its own two servers side by side) that
+several tests read.
 
 Fixture names are a contract other test files rely on: ``tiny_model``, ``vllm_server`` and
 ``ab_bench``.
@@ -94,6 +94,7 @@ SERIAL_ORDER = (
     "test_report_browser",
     "test_webui_browser",
     # from here on every test measures latency, rates or lag: they wait for the unit tests
+    "test_alternate_e2e",
     "test_report_real_e2e",
     "test_verdicts_e2e",
     "test_locust_e2e",
@@ -105,7 +106,7 @@ SERIAL_ORDER = (
     "test_loadgen_health",
 )
 SERIAL_GROUP = "serial"
-QUIET_FROM = SERIAL_ORDER.index("test_report_real_e2e")
+QUIET_FROM = SERIAL_ORDER.index("test_alternate_e2e")
 _QUIET_WAIT_S = 1800.0
 
 
@@ -239,12 +240,13 @@ class Bench:
 
 @pytest.fixture(scope="session")
 def ab_bench(tmp_path_factory: pytest.TempPathFactory) -> Bench:
-    """`vprof bench prefix-cached no-prefix-cache --repeat 3` on the CPU build: a real
+    """`vprof bench prefix-cached no-prefix-cache --alternate` on the CPU build: a real
     difference (prefix caching on against off, every prompt a 1536-token shared prefix and a
-    32-token question, so caching skips 98 % of each prefill), three repeats each. With two a
-    side Welch's interval has one or two degrees of freedom, and on two shared cores the
-    rag-shared-prefix preset's +37 % median TTFT (a ~256-token question after 1024 shared
-    tokens) once came out [-8 %, +105 %]: the known difference must stand clear of that noise."""
+    32-token question, so caching skips 98 % of each prefill), both servers launched side by
+    side (the CPU split: a share of the KV cache and one OpenMP thread each) and the load
+    switched between them in 8-s slices, four ABBA blocks. The servers do not swap halfway
+    (the difference is far larger than an instance's offset, and a swap costs two more
+    starts; the swap's restart is tested without vLLM in test_alternate_emulated)."""
     import subprocess
 
     root = tmp_path_factory.mktemp("ab-bench")
@@ -256,19 +258,24 @@ def ab_bench(tmp_path_factory: pytest.TempPathFactory) -> Bench:
     )
     workload = root / "shared-prefix.yaml"
     workload.write_text(
-        "description: one 1536-token shared prefix, a 32-token question, 64 out\n"
+        "description: one 1536-token shared prefix, a 32-token question, 128 out\n"
         "endpoint: completions\nseed: 0\nprefix: {groups: 1, length_tokens: 1536, share: 1.0}\n"
-        "prompt_tokens: 32\noutput_tokens: 64\nfixed_output: true\n"
+        "prompt_tokens: 32\noutput_tokens: 128\nfixed_output: true\n"
     )
     shape = root / "steady-4.yaml"
-    shape.write_text("kind: steady\nusers: 4\nwarmup_s: 3\nduration_s: 10\n")
+    # answers of ~1.5 s: the client's own gap between an answer and the next request (tens of
+    # ms when two servers take the cores) stays a small share of each user's time
+    shape.write_text("kind: steady\nusers: 4\nduration_s: 64\n")
     out = root / "ab"
     port = free_port(lo=18900, hi=18999)
-    argv = [sys.executable, "-m", "vprof.cli.main", "bench", "prefix-cached", "no-prefix-cache",
-            "--profiles-dir", str(profiles), "--repeat", "3", "--order", "blocked",
-            "--workload", str(workload), "--traffic", str(shape),
-            "--set", "enforce-eager=true", "--set", "max-model-len=2048", "--port", str(port),
-            "--out", str(out)]  # fmt: skip
+    argv = [
+        *(sys.executable, "-m", "vprof.cli.main", "bench", "prefix-cached", "no-prefix-cache"),
+        *("--profiles-dir", str(profiles), "--alternate", "--no-swap"),
+        *("--slice", "8s", "--slice-warmup", "2s", "--workload", str(workload)),
+        *("--traffic", str(shape), "--set", "enforce-eager=true"),
+        *("--set", "max-model-len=2048", "--port", str(port), "--out", str(out)),
+        *("--format", "json"),
+    ]
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=1500)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.returncode == 0, proc.stdout[-5000:] + proc.stderr[-5000:]
     return Bench(out, proc.stdout, proc.stderr)

@@ -1,6 +1,6 @@
 """Verdicts you can act on, on real vLLM (CPU build) with real Locust: the same configuration
-repeated is called no different (A/A), a real difference between two profiles is found with
-three repeats each (A/B), and every summary still equals a recomputation from its records."""
+repeated is called no different (A/A), and every summary still equals a recomputation from its
+records. The A/B direction on real vLLM (a known difference found) is test_alternate_e2e's."""
 
 from __future__ import annotations
 
@@ -43,8 +43,12 @@ def compare_json(*args: str) -> dict[str, dict]:
 
 
 def test_the_same_configuration_four_times_is_called_no_different(tmp_path, vllm_server):
+    """Four runs of one server in a row (--repeat 4): no headline metric differs, and every
+    summary still equals a recomputation from its own records."""
     workload = tmp_path / "w256.yaml"
-    workload.write_text("endpoint: completions\nprompt_tokens: 256\noutput_tokens: 64\n")
+    workload.write_text(
+        "endpoint: completions\nprompt_tokens: 256\noutput_tokens: 64\nfixed_output: true\n"
+    )
     out = tmp_path / "aa"
     shape = steady(tmp_path, 8, 10)
     proc = vprof("bench", "tiny", "--url", vllm_server.url, "--repeat", "4", "--workload",
@@ -60,23 +64,7 @@ def test_the_same_configuration_four_times_is_called_no_different(tmp_path, vllm
         assert rows[metric]["runs"] == "2 vs 2"
         assert not rows[metric]["significant"], rows[metric]["verdict"]
     assert rows["request_throughput"]["ci_low_pct"] is not None  # throughput has an interval
-
-
-def test_prefix_caching_on_against_off_is_found_with_three_repeats(ab_bench):
-    out = ab_bench.out
-    assert ab_bench.stderr.count("healthy after") == 2  # blocked: one server per profile
-    assert f"report: {out / 'report.html'}" in ab_bench.stderr
-    runs = runs_of(out)
-    assert len(runs) == 6
-    cached = [str(r) for r in runs if r.name.startswith("prefix-cached--")]
-    rows = compare_json(*cached, *(str(r) for r in runs if str(r) not in cached))
-    ttft = rows["median_ttft_ms"]
-    assert ttft["baseline"] == "prefix-cached" and ttft["run"] == "no-prefix-cache"
-    assert ttft["runs"] == "3 vs 3" and ttft["significant"], ttft["verdict"]
-    assert ttft["verdict"].startswith("no-prefix-cache raises median TTFT by ")
     for run in runs:  # every summary is its own records, recomputed independently
-        meta = json.loads((run / "run.json").read_text())
-        assert meta["vllm_version"].startswith("0.32") and meta["server"]["healthy_after_s"] > 0
         summary = json.loads((run / "summary.json").read_text())
         records = read_records(run)
         # the summary counts what was sent after the warm-up, as masks() does
@@ -92,5 +80,4 @@ def test_prefix_caching_on_against_off_is_found_with_three_repeats(ab_bench):
         assert summary["p99_itl_ms"] == pytest.approx(np.percentile(itl, 99), rel=1e-9)
         assert (ok.completion_tokens == 64).all()
         assert summary["loadgen_loop_lag_p99_ms"] is not None
-        assert (run / "server.log").stat().st_size > 0
         assert (run / "metrics.jsonl").read_text().count("\n") >= 2
