@@ -54,6 +54,9 @@ if TYPE_CHECKING:
 
 DEFAULT_BUDGET_S = 600.0  # --precision without --time-budget
 MIN_BLOCKS = 3  # a precision target is judged on at least this many whole blocks
+# What a phase costs besides its blocks: the load generator's start, the summary and report
+# after it (about 4 s and 3-5 s against two emulators), kept inside the time budget.
+PHASE_OVERHEAD_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -204,6 +207,8 @@ class AlternatingBench:
                 "--alternate compares two or more sides", hint="vprof bench A B --alternate"
             )
         self.spec, self.alt, self.say = spec, alt, say
+        self.began = time.monotonic()  # the time budget counts from here
+        self.start_s = 0.0  # how long the servers took to start, for a swap's restart
         resolved = check_before_running((), spec, say)
         self.workload = resolved.workload
         if len(resolved.shapes) != 1:
@@ -346,20 +351,45 @@ class AlternatingBench:
                     say("swapping: the servers restart with the profiles exchanged")
                 order = list(range(n)) if phase.number == 1 else list(reversed(range(n)))
                 if any(s.server is None for s in self.sides):
+                    started = time.monotonic()
                     try:
                         self._start(order, phase.number)
                     except LaunchError as exc:
                         say(f"a server did not start: {exc}")
                         outcomes.append(self._outcome(phase, NOT_STARTED, str(exc)))
                         break
+                    self.start_s = max(self.start_s, time.monotonic() - started)
                 if phase.run.path.exists():
                     phase.run.retire()
+                self._fit_to_budget(phase)
                 outcomes.append(self._measure(phase, swapped=phase.number == 2, earlier=phases))
                 if outcomes[-1].state != RunState.COMPLETED.value:
                     break
         finally:
             self._stop()
         return outcomes
+
+    def _fit_to_budget(self, phase: _Phase) -> None:
+        """Fewer blocks when the time budget (counted from the command's start) would not hold
+        the planned ones: server starts, the load generator's start and the summary count too,
+        and with a swap ahead, the restart and a second phase as long as this one."""
+        from vprof.traffic.slices import whole_blocks
+
+        alt = self.alt
+        if alt.time_budget_s is None and alt.precision_pct is None:
+            return  # blocks from the shape's duration: no budget to keep
+        budget = alt.time_budget_s if alt.time_budget_s is not None else DEFAULT_BUDGET_S
+        left = budget - (time.monotonic() - self.began) - PHASE_OVERHEAD_S
+        if alt.swap and phase.number == 1:
+            left = (left - self.start_s - PHASE_OVERHEAD_S) / 2
+        fit = max(whole_blocks(max(left, 0.0), alt.slice_s, len(self.sides)), 1)
+        fit = max(fit, min(phase.blocks, MIN_BLOCKS))
+        if fit < phase.blocks:
+            self.say(
+                f"phase {phase.number}: {fit} blocks ({fit * alt.slice_s * len(self.sides):g} s) "
+                f"fit in what is left of the time budget"
+            )
+            phase.blocks = fit
 
     def _outcome(self, phase: _Phase, state: str, reason: str) -> RunOutcome:
         label = " vs ".join(s.name for s in self.sides)
