@@ -72,3 +72,15 @@ def drain(runner: Any) -> None:
         STATE_CLEANUP,
     ):
         drain_workers(runner.environment)
+
+
+def end_test(runner: Any) -> None:
+    """End a headless test now as its shape's end would: workers drain, then the shape stops
+    and Locust quits the test once (a quit of our own beside Locust's would stop every user
+    twice, and each second stop raises)."""
+    drain(runner)
+    shape = runner.shape_greenlet
+    if shape is not None:
+        shape.kill(block=False)
+    else:
+        runner.quit()
