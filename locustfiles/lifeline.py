@@ -4,13 +4,16 @@ vprof names itself in ``PARENT_PID_ENV``. The master (or local runner) asks Linu
 when its parent dies (``PR_SET_PDEATHSIG``) and, as a fallback on any system, looks every
 ``CHECK_INTERVAL_S`` whether its parent is still vprof; either way it stops its test at once
 (answers in flight are cut off), keeps the records it has and exits, and its output, whose
-reader is gone, goes on into ``locust.out``. A worker forked by ``--processes`` dies with its
-master the same way (SIGKILL: nothing it holds could reach the run folder). Plain ``locust``
-runs, and workers started on their own, are left alone.
+reader is gone, goes on into ``locust.out``; a test stopped so never starts again, and an
+orphan still there ``ORPHAN_EXIT_S`` later exits anyway (at once if its test had not begun).
+A worker forked by ``--processes`` dies with its master the same way (SIGKILL: nothing it
+holds could reach the run folder). Plain ``locust`` runs, and workers started on their own,
+are left alone. (Linux sends the signal when the *thread* that started the process ends:
+vprof starts Locust from its main thread.)
 """
 
 import locust  # noqa: F401  (first: gevent patching)
-from locust.runners import WorkerRunner
+from locust.runners import STATE_RUNNING, STATE_SPAWNING, WorkerRunner
 
 import ctypes
 import logging
@@ -24,9 +27,13 @@ import gevent
 
 from vprof.locustfiles.collect import stop_for_fault
 from vprof.locustfiles.options import opt
-from vprof.locustfiles.optiontable import PARENT_PID_ENV
+from vprof.locustfiles.optiontable import FAULT_EXIT_CODE, PARENT_PID_ENV
 
 CHECK_INTERVAL_S = 0.5
+# An orphan that has not exited this long after it began to stop exits anyway (one whose
+# test had not started has nothing to save: it goes after QUIT_GRACE_S, its workers told).
+ORPHAN_EXIT_S = 4.0
+QUIT_GRACE_S = 1.0
 _PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 log = logging.getLogger("vprof")
@@ -90,7 +97,9 @@ def _orphaned(environment: Any, parent: int) -> None:
         return
     environment._vprof_orphaned = True
     _output_to_run_folder(environment)
+    testing = environment.runner.state in (STATE_SPAWNING, STATE_RUNNING)
     stop_for_fault(environment, f"vprof (pid {parent}), which ran this test, is gone")
+    gevent.spawn_later(ORPHAN_EXIT_S if testing else QUIT_GRACE_S, os._exit, FAULT_EXIT_CODE)
 
 
 def _output_to_run_folder(environment: Any) -> None:

@@ -323,7 +323,7 @@ def _answered(counters: Counters) -> int:
 
 def _kill_a_worker_once_records_flow(bench: Bench, counters: Counters) -> int:
     bench.wait_for("two Locust workers", lambda: len(bench.workers()) == 2)
-    bench.wait_for("answers", lambda: _answered(counters) > 150)
+    bench.wait_for("answers", lambda: _answered(counters) > 100)
     victim = bench.workers()[0]
     victim.send_signal(signal.SIGKILL)
     return victim.pid
@@ -338,7 +338,7 @@ def test_a_worker_killed_mid_run_is_reported_and_costs_at_most_a_second_of_its_r
     end with ``continue``. What the server answered and no record holds is at most about a
     second of the dead worker's records (plus its users' answers in flight)."""
     emu, counters = counted
-    traffic = shape(tmp_path, users=8, duration_s=5 if policy == "continue" else 60)
+    traffic = shape(tmp_path, users=8, duration_s=6 if policy == "continue" else 60)
     out = tmp_path / "out"
     argv = bench_argv(emu.url, out, traffic, "--processes", "2", "--on-worker-loss", policy)
     bench = Bench(argv, tmp_path / "bench.log")
@@ -354,7 +354,11 @@ def test_a_worker_killed_mid_run_is_reported_and_costs_at_most_a_second_of_its_r
     records = read_records_file(run.records).table
     answered = _answered(counters)
     ok = records.filter(pa.compute.equal(records.column("status"), "ok")).num_rows
-    rate = lost["records"] / lost["after_s"]  # the dead worker's records per second
+    theirs = records.filter(pa.compute.equal(records.column("worker"), lost["worker"]))
+    span_s = max(theirs.column("finished_at").to_pylist()) - min(
+        theirs.column("sent_at").to_pylist()
+    )
+    rate = theirs.num_rows / span_s  # the dead worker's records per second while it ran
     missing = answered - ok
     print(f"{policy}: lost {missing} answers = {missing / rate:.2f} s of the worker's records")
     assert rc == 1, log
@@ -373,10 +377,11 @@ def test_a_worker_killed_mid_run_is_reported_and_costs_at_most_a_second_of_its_r
         assert "Traceback" not in text and "unexpected state" not in text, name
     if policy == "stop":
         assert took < 10  # not the 60 s shape
-    else:  # ran to the shape's end, the survivor carrying all 8 users
-        assert status["finished_at"] - lost["lost_at"] > 2
-        last = records.filter(pa.compute.greater(records.column("sent_at"), lost["lost_at"] + 1))
-        assert last.num_rows > 0 and set(last.column("worker").to_pylist()) != {lost["worker"]}
+    else:  # ran to the shape's end, the survivor sending on
+        test = run.locust_info()
+        assert test["stopped_at"] - test["started_at"] >= 6
+        later = records.filter(pa.compute.greater(records.column("sent_at"), lost["lost_at"]))
+        assert later.num_rows > 0 and lost["worker"] not in later.column("worker").to_pylist()
 
 
 def test_a_vprof_killed_with_sigkill_leaves_no_load_and_its_run_reads_as_abandoned(
