@@ -3,8 +3,8 @@
 The lock is ``fcntl.flock`` on the folder's ``LOCK_FILE``, which names the holder (pid, host,
 command, since when). A second command is refused at once (:class:`RunError`, exit 2) naming
 the folder and the holder. The kernel drops the lock of a process that dies, so a lock left
-by a killed vprof is simply taken over, with a note naming who left it (the file still holds
-its name; a holder that finishes empties it). Within one process the lock is re-entrant.
+by a killed vprof is simply taken over, with a note naming who left it (its file is still
+there; a holder that finishes removes it). Within one process the lock is re-entrant.
 """
 
 from __future__ import annotations
@@ -110,16 +110,14 @@ def _release(folder: Path) -> None:
         _held[folder] = (fd, holds - 1)
         return
     del _held[folder]
-    made = _made.pop(folder, [])
     try:
-        if made and [p.name for p in folder.iterdir()] == [LOCK_FILE]:
-            (folder / LOCK_FILE).unlink()  # nothing was written: leave no folder behind
-        else:
-            os.ftruncate(fd, 0)  # finished: nobody holds it
+        # Gone while still held: a command that opened it meanwhile finds another file at
+        # the path once it has the lock, and opens that one (_open_locked).
+        (folder / LOCK_FILE).unlink()
     except OSError:
         pass
     os.close(fd)  # drops the lock
-    _remove_empty(made)
+    _remove_empty(_made.pop(folder, []))
 
 
 def _remove_empty(folders: list[Path]) -> None:
