@@ -40,18 +40,22 @@ def _say(message: str) -> None:
 
 @contextmanager
 def _interruptible(out_dir: Path) -> Iterator[None]:
-    """Hold ``out_dir``'s lock (a second command writing it is refused, exit 2). Ctrl-C or
-    SIGTERM: the runs stop cleanly (the library keeps what was measured); say which signal,
-    where the runs are, and exit 128 + the signal (130, 143)."""
+    """Take ``out_dir``'s lock, held until the command ends (its report too): a second command
+    writing the folder is refused, exit 2. Ctrl-C or SIGTERM: the runs stop cleanly (the
+    library keeps what was measured); say which signal, where the runs are, and exit
+    128 + the signal (130, 143)."""
     from vprof.common.interrupt import raise_interrupted, signal_of
-    from vprof.records.folderlock import holding
+    from vprof.records.folderlock import lock_folder
 
+    release = lock_folder(out_dir, _say)
+    command = click.get_current_context(silent=True)
+    if command is not None:
+        command.call_on_close(release)
     previous = {
         sig: signal.signal(sig, raise_interrupted) for sig in (signal.SIGINT, signal.SIGTERM)
     }
     try:
-        with holding(out_dir, _say):
-            yield
+        yield
     except KeyboardInterrupt as exc:
         signum = signal_of(exc)
         click.echo(
@@ -63,6 +67,8 @@ def _interruptible(out_dir: Path) -> Iterator[None]:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+        if command is None:
+            release()
 
 
 def run_options(func):
