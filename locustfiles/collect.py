@@ -5,11 +5,11 @@ samples its own health (event-loop lag and CPU, ``vprof.locustfiles.health``) ev
 Workers ship both to the master in a custom message every ``SHIP_INTERVAL_S`` and when their
 test stops, each message naming the worker (host, pid), so a worker that dies takes at most
 that long of records with it and the master knows what each one sent (``Collector.senders``).
-The master or the
-local runner appends records to ``<run-dir>/records.arrow`` with :class:`RecordWriter` (bounded
-memory: only the current batch is held), health samples to ``loadgen.jsonl``, and describes the
-test in ``locust.json``. Callbacks given to :func:`subscribe` see each list of record dicts as
-it arrives (the web UI's live table uses this).
+The master or the local runner appends records to ``<run-dir>/records.arrow`` with
+:class:`RecordWriter` (bounded memory: only the current batch is held), health samples to
+``loadgen.jsonl``, and describes the test in ``locust.json``. Callbacks given to
+:func:`subscribe` see each list of record dicts as it arrives (the web UI's live table uses
+this).
 
 A write that fails (a full disk) stops the test at once: :func:`stop_for_fault` tells the
 parent why on a ``FAULT_MARK`` line, the records file keeps its complete batches, and nothing
