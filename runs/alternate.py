@@ -1,9 +1,10 @@
 """``vprof bench A B --alternate``: every side's server up at once, the load switched between
 them in short slices inside one load-generator run, measured until precise.
 
-Every compared profile's server is started (one after the other: on a shared GPU each one's
-memory profiling must see the others loaded; ``vprof.server.placement`` says who gets which
-devices, KV cache or memory share), warmed up, and kept up. One Locust run then sends all the
+Every compared profile's server is started (at the same time where they share no device; one
+after the other on a shared GPU, where each one's memory profiling must see the others loaded;
+``vprof.server.placement`` says who gets which devices, KV cache or memory share), warmed up,
+and kept up. One Locust run then sends all the
 load to one side at a time, switching every ``slice_s`` in ABBA blocks (``traffic.slices``):
 the same request stream on every side of a block, a fresh one (and a fresh salt) per block.
 No process starts and nothing is summarised between slices, so the wall time is the measured
@@ -260,21 +261,39 @@ class AlternatingBench:
         """Start (or check) every side's server; ``order[i]`` is the slot side ``i`` takes
         (its placement, port and place in the start order)."""
         spec = self.spec
-        for i in sorted(range(len(self.sides)), key=lambda i: order[i]):
+        ordered = sorted(range(len(self.sides)), key=lambda i: order[i])
+        for i in ordered:
             side = self.sides[i]
             log_path = spec.out_dir / f"{slug(side.name)}.server.log"
             if side.given:  # already running (a launched side restarts at a --swap)
                 side.server = Server(side.profile, None, replace(spec, urls=side.urls), log_path)
-                self.say(f"{side.name}: using {' and '.join(side.urls)}")
             else:
                 plan = self._plan_for(i, order[i])
-                where = f" (slot of {self.sides[order[i]].name})" if order[i] != i else ""
-                self.say(f"{side.name}: starting its server{where}")
                 side.server = Server(side.profile, plan, spec, log_path)
+        together = not getattr(self, "placement", None) or not self.placement.shared_gpu
+        if together:  # no shared device: every server loads at once, then each is waited for
+            for i in ordered:
+                self._say_starting(i, order)
+                self.sides[i].server.spawn(lambda line: self.say(line))  # type: ignore[union-attr]
+        for i in ordered:
+            side = self.sides[i]
+            assert side.server is not None
+            if not together:  # a shared GPU: each one's memory profiling sees the others loaded
+                self._say_starting(i, order)
+            if together and side.server.plan is not None:
+                self.say(f"{side.name}: waiting for its server")
             side.server.start(lambda line: self.say(line), self.workload)
             side.urls = side.server.urls or (side.server.url,)
         self._check_models()
         self._say_kv_caches()
+
+    def _say_starting(self, i: int, order: Sequence[int]) -> None:
+        side = self.sides[i]
+        if side.given:
+            self.say(f"{side.name}: using {' and '.join(side.urls)}")
+        else:
+            where = f" (slot of {self.sides[order[i]].name})" if order[i] != i else ""
+            self.say(f"{side.name}: starting its server{where}")
 
     def _plan_for(self, side: int, slot: int) -> Any:
         """Side ``side``'s profile planned in slot ``slot``'s place (its devices and port)."""
