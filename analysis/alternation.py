@@ -223,6 +223,7 @@ def side_views(run: Run) -> list[Run]:
     cols = from_records(run.records)
     f = cols.floats
     started = np.where(np.isnan(f["sent_at"]), f["scheduled_at"], f["sent_at"])
+    ends = np.where(np.isnan(f["finished_at"]), f["last_token_at"], f["finished_at"])
     slice_of = cols.ints["slice"]
     views = []
     for side in alt.sides:
@@ -232,6 +233,12 @@ def side_views(run: Run) -> list[Run]:
             low, high = alt.schedule.window(k)
             keep |= (slice_of == k) & (started >= low) & (started < high)
         measured_s = sum(alt.schedule.window(k)[1] - alt.schedule.window(k)[0] for k in mine)
+        in_flight_s = 0.0
+        for k in mine:  # every request of the slice, its time in flight clipped to the window
+            low, high = alt.schedule.window(k)
+            of_slice = (slice_of == k) & np.isfinite(started) & np.isfinite(ends)
+            clipped = np.minimum(ends[of_slice], high) - np.maximum(started[of_slice], low)
+            in_flight_s += float(np.maximum(clipped, 0.0).sum())
         urls = set(side.urls)
         meta = {
             **run.meta,
@@ -248,6 +255,7 @@ def side_views(run: Run) -> list[Run]:
                     m for m in run.metrics if not m.get("replica") or m["replica"] in urls
                 ),
                 measured_s=measured_s or None,
+                in_flight_s=in_flight_s if measured_s else None,
             )
         )
     return views

@@ -43,6 +43,9 @@ class Run:
     # one side of an alternating run: the length of its measured slices (throughputs divide by
     # it instead of first send → last answer, which spans the other sides' slices too)
     measured_s: float | None = None
+    # and its requests' time in flight inside those slices (every request of its slices,
+    # clipped to the measured part): the closed loop's mean in flight is this over measured_s
+    in_flight_s: float | None = None
 
     @property
     def name(self) -> str:
@@ -202,6 +205,7 @@ def summarize_loaded(
         in_flight_cap=_in_flight_cap(run.meta.get("traffic") or run.locust.get("traffic")),
         users=_closed_loop_users(run.meta.get("traffic") or run.locust.get("traffic")),
         measured_s=run.measured_s,
+        in_flight_s=run.in_flight_s,
     )
     open_loop = run.meta.get("open_loop", run.locust.get("open_loop"))
     if open_loop is not None:

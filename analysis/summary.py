@@ -45,6 +45,7 @@ def summarize(
     in_flight_cap: int | None = None,
     users: int | None = None,
     measured_s: float | None = None,
+    in_flight_s: float | None = None,
 ) -> dict[str, Any]:
     """Summarise per-request records (a DataFrame from ``read_records`` or an Arrow table).
 
@@ -55,7 +56,8 @@ def summarize(
     ``in_flight_cap`` is an open-loop shape's ``max_in_flight``; ``users`` the closed-loop
     users the shape asked for, which the mean in flight is held against; ``measured_s`` the
     time the records were measured over when it is not first send → last answer (one side of
-    an alternating run: its slices), which throughputs then divide by.
+    an alternating run: its slices), which throughputs then divide by, and ``in_flight_s``
+    the requests' time in flight within it (the closed loop's mean in flight is their ratio).
 
     Example:
         >>> summarize(read_records(run_dir), slo="ttft_p95=500ms")["p95_ttft_ms"]  # doctest: +SKIP
@@ -123,7 +125,7 @@ def summarize(
         out.update(host_stats(host, first_send, _nanmax(ends[keep])))
     out["client_limited_by"] = _client_limits(out)
     if not out["open_loop"]:
-        out.update(_in_flight(cols, keep, users, out["client_limited_by"], measured_s))
+        out.update(_in_flight(cols, keep, users, out["client_limited_by"], measured_s, in_flight_s))
     out["client_limited"] = bool(out["client_limited_by"])
     out.update(_per_replica(cols, keep, ok, out["duration"]))
     # each replica's own /metrics beside its requests
@@ -286,13 +288,15 @@ def _in_flight(
     users: int | None,
     reasons: list[str],
     measured_s: float | None = None,
+    in_flight_s: float | None = None,
 ) -> dict:
     """Closed loop: requests in flight on average over the measured window — from the first
     send after the warm-up to the last send, while every user was sending — and sessions
     thinking (from a user's last answer to the next step's intended send time), against the
     ``users`` asked for; appends the verdict to ``reasons`` when they fall short of them.
     Measured in windows (``measured_s``: one side of alternating slices), the mean in flight
-    is the requests' time in flight over the windows' length (Little's law)."""
+    is ``in_flight_s``, the time requests spent in flight inside the windows, over their
+    length."""
     import numpy as np
 
     f = cols.floats
@@ -301,8 +305,10 @@ def _in_flight(
     t0, t1 = _nanmin(sent[keep]), _nanmax(sent[keep])
     good = np.isfinite(sent) & np.isfinite(ends)  # warm-up requests still in flight count too
     if measured_s:
-        mine = good & keep
-        mean = float((ends[mine] - sent[mine]).sum()) / measured_s if mine.any() else math.nan
+        # time in flight inside the windows: a request sent near a window's end runs past it,
+        # and one sent in the warm-up is in flight at its start; whole durations counted the
+        # first and missed the second (a side's mean came out 4.5 of 4 users)
+        mean = in_flight_s / measured_s if in_flight_s is not None else math.nan
     else:
         mean = _mean_overlap(sent[good], ends[good], t0, t1)
     # a think time runs from the user's last answer (its send less the idle before it) for
