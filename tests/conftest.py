@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 from vprof.server.process import ServerProcess, free_port
+from vprof.server.start import CPU_SERVER_NICENESS
 from vprof.tinymodel.build import TINY_MODEL_DTYPE, TINY_MODEL_NAME, ensure_tiny_model
 
 # Generous: start-up is ~36 s on an idle 2-core machine, much longer when other work shares it.
@@ -221,6 +222,7 @@ def running_vllm_server(tiny_model: Path, log_dir: Path) -> Iterator[VllmServer]
             "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1"),
             "VLLM_CPU_OMP_THREADS_BIND": os.environ.get("VLLM_CPU_OMP_THREADS_BIND", "nobind"),
         },
+        niceness=CPU_SERVER_NICENESS,  # as vprof starts the CPU build: the client goes first
     )
     with server:
         server.wait_healthy(timeout_s=_HEALTH_TIMEOUT_S)

@@ -131,3 +131,25 @@ def test_stop_kills_what_outlives_an_exited_main_process(tmp_path: Path) -> None
     assert not _gone(child)
     server.stop(grace_s=1.0)
     assert _gone(child)
+
+
+def test_a_lower_priority_reaches_the_server_and_what_it_starts_later(tmp_path: Path) -> None:
+    import os
+
+    later = "import subprocess, sys, time; time.sleep(0.3); "
+    later += "k = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); "
+    later += "print('child', k.pid, flush=True); time.sleep(60)"
+    server = ServerProcess(
+        [sys.executable, "-c", later], log_path=tmp_path / "log", port=free_port(), niceness=7
+    )
+    server.start()
+    try:
+        _wait_for(lambda: "child" in server.log_text())
+        child = int(server.log_text().split()[1])
+        assert os.getpriority(os.PRIO_PROCESS, server.pid) == 7
+        assert os.getpriority(os.PRIO_PROCESS, child) == 7  # inherited
+        group = Path(f"/proc/{child}/autogroup")
+        if group.exists():  # Linux with autogroup: the session's priority too
+            assert group.read_text().split()[-1] == "7"
+    finally:
+        server.stop(grace_s=1.0)

@@ -349,3 +349,14 @@ def test_metrics_of_two_engines_keep_fractions_fractions_and_add_up_counts() -> 
 def test_a_ratio_name_that_is_not_a_gauge_still_adds_up() -> None:
     text = '# TYPE x_rate counter\nx_rate{a="1"} 1\nx_rate{a="2"} 2\n'
     assert parse_metrics(text) == {"x_rate": 3.0}
+
+
+def test_the_cpu_build_runs_below_the_load_generator_and_a_gpu_server_does_not() -> None:
+    from vprof.server.start import CPU_SERVER_NICENESS, plan_server
+
+    profile = _profile()
+    cpu = plan_server(profile, model_overridden=True, engine=CPU_HOST)
+    assert cpu.niceness == CPU_SERVER_NICENESS > 0
+    assert any(line.startswith("priority: nice 10") for line in cpu.changes)
+    gpu = plan_server(profile, model_overridden=True, engine=GPU_HOST)
+    assert gpu.niceness == 0 and not any(c.startswith("priority") for c in gpu.changes)
