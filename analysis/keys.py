@@ -21,6 +21,8 @@ class SummaryKey(StrEnum):
     TRAFFIC = "traffic"
     STATE = "state"
     REASON = "reason"
+    WORKERS_LOST = "workers_lost"  # Locust workers lost mid-run: who, when, how, records sent
+    EARLIER_ATTEMPTS = "earlier_attempts"  # unfinished attempts kept beside the run
     VLLM_VERSION = "vllm_version"
     WARMUP_UNTIL = "warmup_until"
     TOKENIZER = "tokenizer"  # what prompts were built with (run.json's tokenizer, as a label)

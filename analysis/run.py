@@ -130,6 +130,7 @@ def load_run(path: str | Path) -> Run:
             hint="point at a folder written by `vprof bench`",
         )
     folder = RunDir(path)
+    folder.abandon_if_orphaned()  # "running" for a vprof that is gone: say it was abandoned
     locust = folder.locust_info()
     if folder.records.exists():
         read = read_records_file(folder.records)
@@ -182,6 +183,10 @@ def summarize_loaded(
     head |= _tokenizer(run.meta)
     if run.records_note:
         head[K.RECORDS_NOTE] = run.records_note
+    if lost := run.locust.get("workers_lost"):
+        head[K.WORKERS_LOST] = lost
+    if earlier := RunDir(run.path).earlier_attempts():
+        head[K.EARLIER_ATTEMPTS] = [str(p) for p in earlier]
     forecast = run.meta.get("forecast")
     if isinstance(forecast, dict):  # a predicted run (vprof forecast predict -o)
         head["predicted"] = True

@@ -17,8 +17,10 @@ from vprof.cli.output import HUMAN, Part, emit_parts, format_option
 from vprof.locustfiles.optiontable import (
     BALANCE_CHOICES,
     DEFAULT_BALANCE,
+    DEFAULT_ON_WORKER_LOSS,
     DEFAULT_SLICE_S,
     DEFAULT_WORKLOAD,
+    WORKER_LOSS_CHOICES,
 )
 from vprof.runs.order import ORDERS
 
@@ -38,24 +40,35 @@ def _say(message: str) -> None:
 
 @contextmanager
 def _interruptible(out_dir: Path) -> Iterator[None]:
-    """Ctrl-C or SIGTERM: the runs stop cleanly (the library keeps what was measured); say
-    where it is and exit 130."""
+    """Take ``out_dir``'s lock, held until the command ends (its report too): a second command
+    writing the folder is refused, exit 2. Ctrl-C or SIGTERM: the runs stop cleanly (the
+    library keeps what was measured); say which signal, where the runs are, and exit
+    128 + the signal (130, 143)."""
+    from vprof.common.interrupt import raise_interrupted, signal_of
+    from vprof.records.folderlock import lock_folder
 
-    def on_sigterm(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt
-
-    previous = signal.signal(signal.SIGTERM, on_sigterm)
+    release = lock_folder(out_dir, _say)
+    command = click.get_current_context(silent=True)
+    if command is not None:
+        command.call_on_close(release)
+    previous = {
+        sig: signal.signal(sig, raise_interrupted) for sig in (signal.SIGINT, signal.SIGTERM)
+    }
     try:
         yield
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
+        signum = signal_of(exc)
         click.echo(
-            f"\nInterrupted: finished runs and the partial one are kept in {out_dir}; "
-            "re-run the same command to resume.",
+            f"\nInterrupted by {signal.Signals(signum).name}: finished runs and the partial one "
+            f"are kept in {out_dir}; re-run the same command to resume.",
             err=True,
         )
-        raise SystemExit(130) from None
+        raise SystemExit(128 + signum) from None
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        if command is None:
+            release()
 
 
 def run_options(func):
@@ -125,6 +138,14 @@ def run_options(func):
             default=1,
             show_default=True,
             help="Locust worker processes (one per spare core).",
+        ),
+        click.option(
+            "--on-worker-loss",
+            type=click.Choice(WORKER_LOSS_CHOICES),
+            default=DEFAULT_ON_WORKER_LOSS,
+            show_default=True,
+            help="When a Locust worker is lost mid-run: stop the run, or continue with the "
+            "workers left. Either way the run is marked degraded and says so.",
         ),
         click.option("--slo", default=None, help="Goodput SLO, e.g. ttft_p95=500ms,tpot_p95=50ms."),
         click.option(
@@ -301,6 +322,7 @@ def _spec(opts: dict[str, Any], **extra: Any):
         reuse_prefix_cache=opts["reuse_prefix_cache"],
         on_failure=opts["on_failure"],
         processes=opts["processes"],
+        on_worker_loss=opts["on_worker_loss"],
         slo=opts["slo"],
         tokenizer=opts["tokenizer"],
         fetch_tokenizer=opts["fetch_tokenizer"],
@@ -331,16 +353,24 @@ def _report(outcomes, fmt: str, opts: dict[str, Any], *, alternating: bool = Fal
 
     click.echo("", err=True)
     parts: list[Part] = [("runs", _outcome_rows(outcomes), None)]
-    runs = [o.run.path for o in outcomes if o.finished]
+    runs = [o.run.path for o in outcomes if o.measured]
     if runs:
         parts += summary_parts(runs, fmt=fmt, slo=opts["slo"])
     if len(runs) > 1 or (alternating and runs):
         parts += comparison_parts(runs, fmt=fmt, only_if_several=not alternating)
     emit_parts(parts, fmt)
-    if runs:
-        _html_report(runs, opts)
+    if runs:  # of every run in --out, earlier commands' too
+        _html_report(_measured_runs_in(opts["out_dir"]), opts)
     if not all(o.finished for o in outcomes):
         raise SystemExit(1)
+
+
+def _measured_runs_in(folder: Path) -> list[Path]:
+    """The runs in a bench folder worth a report, whichever command measured them."""
+    from vprof.records.rundir import RunDir, expand_runs
+    from vprof.runs.spec import MEASURED
+
+    return [path for path in expand_runs([folder]) if RunDir(path).state in MEASURED]
 
 
 def _html_report(paths: list[Path], opts: dict[str, Any], **options: Any) -> None:

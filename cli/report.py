@@ -38,6 +38,7 @@ def summary_parts(
     ``timeline_interval_s`` the per-interval rows follow. A run whose client was the
     bottleneck is named on stderr first.
     """
+    from vprof.analysis.keys import SummaryKey as K
     from vprof.analysis.run import (
         damage,
         display_names,
@@ -50,6 +51,7 @@ def summary_parts(
     from vprof.analysis.slo import parse_slo
     from vprof.analysis.summary import timeline
     from vprof.records import expand_runs
+    from vprof.records.rundir import RunState
 
     parsed = parse_slo(slo) if slo else None  # a bad --slo fails before anything is read
     paths = expand_runs(runs)
@@ -64,6 +66,8 @@ def summary_parts(
     names = display_names(summaries)
     warn(damage(summaries, names))
     for name, summary in zip(names, summaries, strict=True):
+        if summary.get(K.STATE) in (RunState.DEGRADED, RunState.ABANDONED):
+            click.echo(f"warning: {name}: {summary[K.STATE]}: {summary.get(K.REASON)}", err=True)
         if summary.get("client_limited"):
             why = "; ".join(summary.get("client_limited_by") or [])
             click.echo(f"warning: {name}: the load generator set the pace ({why})", err=True)

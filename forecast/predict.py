@@ -243,6 +243,7 @@ def write_prediction(prediction: Prediction, folder: Path) -> Path:
     write_records_table(run.records, prediction.table)
     append_jsonl(run.metrics_jsonl, prediction.metrics)
     run.write_locust_info(locust)
-    write_json_atomic(run.summary_json, json_safe({**prediction.summary, "path": str(run.path)}))
     run.set_status(RunState.COMPLETED)
+    # last, as every writer of a run folder does: the summary comes after the final state
+    write_json_atomic(run.summary_json, json_safe({**prediction.summary, "path": str(run.path)}))
     return run.path

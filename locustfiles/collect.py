@@ -2,12 +2,14 @@
 
 Every process (local runner, master, worker) buffers the record dicts its users produce and
 samples its own health (event-loop lag and CPU, ``vprof.locustfiles.health``) every ~2 s.
-Workers ship both on ``report_to_master`` (every 3 s) and in a
-custom message when their test stops, so nothing waits for the next report. The master or the
-local runner appends records to ``<run-dir>/records.arrow`` with :class:`RecordWriter` (bounded
-memory: only the current batch is held), health samples to ``loadgen.jsonl``, and describes the
-test in ``locust.json``. Callbacks given to :func:`subscribe` see each list of record dicts as
-it arrives (the web UI's live table uses this).
+Workers ship both to the master in a custom message every ``SHIP_INTERVAL_S`` and when their
+test stops, each message naming the worker (host, pid), so a worker that dies takes at most
+that long of records with it and the master knows what each one sent (``Collector.senders``).
+The master or the local runner appends records to ``<run-dir>/records.arrow`` with
+:class:`RecordWriter` (bounded memory: only the current batch is held), health samples to
+``loadgen.jsonl``, and describes the test in ``locust.json``. Callbacks given to
+:func:`subscribe` see each list of record dicts as it arrives (the web UI's live table uses
+this).
 
 A write that fails (a full disk) stops the test at once: :func:`stop_for_fault` tells the
 parent why on a ``FAULT_MARK`` line, the records file keeps its complete batches, and nothing
@@ -15,7 +17,13 @@ more is written.
 """
 
 import locust  # noqa: F401  (first: gevent patching)
-from locust.runners import LocalRunner, MasterRunner, WorkerRunner
+from locust.runners import (
+    STATE_RUNNING,
+    STATE_SPAWNING,
+    LocalRunner,
+    MasterRunner,
+    WorkerRunner,
+)
 
 import logging
 import os
@@ -28,6 +36,7 @@ from typing import Any
 
 import gevent
 
+from vprof.common.clock import wall_now
 from vprof.common.errors import os_reason
 from vprof.locustfiles.health import run_sampler
 from vprof.locustfiles.optiontable import FAULT_EXIT_CODE, FAULT_MARK
@@ -35,7 +44,10 @@ from vprof.records.rundir import RunDir, append_jsonl
 from vprof.records.store import RecordWriter
 
 RECORDS_MESSAGE = "vprof_records"
+ABORT_MESSAGE = "vprof_abort"  # master -> workers: stop now, answers in flight cut off
 LOCAL_FLUSH_INTERVAL_S = 1.0
+# How often a worker ships what it has: what a worker that dies takes with it at most.
+SHIP_INTERVAL_S = 0.5
 
 log = logging.getLogger("vprof")
 
@@ -65,6 +77,19 @@ class _Buffer:
         return records, health
 
 
+class Sender:
+    """What one worker has shipped to the master: who it is, how many records, and when."""
+
+    def __init__(self, name: str, pid: int) -> None:
+        self.name, self.pid = name, pid
+        self.records = 0
+        self.last_at: float | None = None  # wall-clock time of its last shipment
+
+    def heard(self, records: int) -> None:
+        self.records += records
+        self.last_at = wall_now()
+
+
 class Collector:
     """On the master or local runner: writes what arrives into the run folder."""
 
@@ -76,6 +101,7 @@ class Collector:
         self.info: dict[str, Any] = {}
         self.received = 0
         self.fault = ""  # why writing stopped (a full disk); nothing is written after it
+        self.senders: dict[str, Sender] = {}  # master: each worker's shipments, by client id
 
     def open(self, run_dir: Path) -> None:
         if self.writer is not None or self.fault:
@@ -142,7 +168,17 @@ def stop_for_fault(environment: Any, reason: str, **details: Any) -> None:
     environment.process_exit_code = FAULT_EXIT_CODE
     environment.stop_timeout = 0
     environment._vprof_fault = reason
+    if isinstance(environment.runner, MasterRunner):
+        environment.runner.send_message(ABORT_MESSAGE, {"reason": reason})
     gevent.spawn(environment.runner.quit)
+
+
+def _on_abort(environment: Any, msg: Any, **_: Any) -> None:
+    """Worker: the master stopped its test at once; stop ours the same way (its
+    ``test_stop`` ships what was recorded)."""
+    environment.stop_timeout = 0
+    if environment.runner.state in (STATE_SPAWNING, STATE_RUNNING):
+        environment.runner.stop()
 
 
 def fault(environment: Any) -> str:
@@ -199,10 +235,16 @@ def flush_local(environment: Any) -> None:
     col.add(records, health)
 
 
-def ship_to_master(environment: Any) -> None:
-    """Worker: send the buffer to the master now, marked final (its test has stopped)."""
+def ship_to_master(environment: Any, *, final: bool = True) -> None:
+    """Worker: send the buffer to the master now; ``final``: its test has stopped."""
     records, health = _buffer(environment).take()
-    message = {"records": records, "health": health, "final": True}
+    message = {
+        "records": records,
+        "health": health,
+        "final": final,
+        "worker": process_name(environment),
+        "pid": os.getpid(),
+    }
     environment.runner.send_message(RECORDS_MESSAGE, message)
 
 
@@ -234,12 +276,14 @@ def install(environment: Any) -> None:
     )
     if isinstance(runner, WorkerRunner):
 
-        @environment.events.report_to_master.add_listener
-        def _report(client_id: str, data: dict[str, Any], **_: Any) -> None:
-            records, health = _buffer(environment).take()
-            data["vprof_records"] = records
-            data["vprof_health"] = health
+        def _shipper() -> None:
+            # Empty shipments too: the master learns who this worker is before it has records.
+            while True:
+                gevent.sleep(SHIP_INTERVAL_S)
+                ship_to_master(environment, final=False)
 
+        gevent.spawn(_shipper)
+        runner.register_message(ABORT_MESSAGE, _on_abort, concurrent=True)
         return
 
     if collector(environment) is None:
@@ -250,12 +294,14 @@ def install(environment: Any) -> None:
 
     if isinstance(runner, MasterRunner):
 
-        @environment.events.worker_report.add_listener
-        def _worker_report(client_id: str, data: dict[str, Any], **_: Any) -> None:
-            col.add(data.get("vprof_records") or [], data.get("vprof_health") or [])
-
         def _on_records(environment: Any, msg: Any, **_: Any) -> None:
-            col.add(msg.data.get("records") or [], msg.data.get("health") or [])
+            records = msg.data.get("records") or []
+            col.add(records, msg.data.get("health") or [])
+            sender = col.senders.get(msg.node_id)
+            if sender is None:
+                name, pid = str(msg.data.get("worker") or msg.node_id), msg.data.get("pid")
+                sender = col.senders[msg.node_id] = Sender(name, int(pid or 0))
+            sender.heard(len(records))
             if msg.data.get("final"):
                 finished_workers(environment).add(msg.node_id)
 

@@ -23,11 +23,11 @@ import gevent
 
 from vprof.common.clock import wall_now
 from vprof.common.errors import VprofError
-from vprof.locustfiles import collect, testplan
+from vprof.locustfiles import collect, lifeline, testplan, workerloss
 from vprof.locustfiles.balance import parse_hosts
 from vprof.locustfiles.options import effective_shape, opt
 from vprof.locustfiles.optiontable import STOP_TIMEOUT_S
-from vprof.locustfiles.shapes import TrafficShapeBase, drain
+from vprof.locustfiles.shapes import TrafficShapeBase, drain, end_test
 from vprof.locustfiles.users import LLMUser
 from vprof.records.schema import RequestRecord, Status
 
@@ -51,6 +51,8 @@ def _on_init(environment: Any, **_: Any) -> None:
         return
     collect.install(environment)
     testplan.install(environment)
+    workerloss.install(environment)
+    lifeline.install(environment)
     _graceful_exit(environment)
     if not isinstance(environment.runner, WorkerRunner):
         _check_options(environment)
@@ -86,8 +88,7 @@ def _graceful_exit(environment: Any) -> None:
 
     def _on_sigterm() -> None:
         log.info("vprof: SIGTERM: finishing requests in flight, then quitting")
-        drain(runner)
-        runner.quit()
+        end_test(runner)
 
     gevent.signal_handler(signal.SIGTERM, lambda: gevent.spawn(_on_sigterm))
 

@@ -33,6 +33,11 @@ PARENT_PID_ENV = "VPROF_PARENT_PID"
 # How requests are spread over several servers (``--hosts``): see ``vprof.locustfiles.balance``.
 BALANCE_CHOICES = ("least-outstanding", "round-robin")
 DEFAULT_BALANCE = "least-outstanding"
+# What the master does when a worker is lost mid-test (``vprof.locustfiles.workerloss``): end
+# the test (a measurement with part of its users is not the one asked for), or go on with the
+# workers left, the lost one's users spread over them.
+WORKER_LOSS_CHOICES = ("stop", "continue")
+DEFAULT_ON_WORKER_LOSS = "stop"
 # Alternating servers (--sides): how long each side gets the load, and its unmeasured start.
 DEFAULT_SLICE_S = 20.0
 DEFAULT_SLICE_WARMUP_S = 5.0
@@ -147,6 +152,14 @@ OPTIONS: tuple[LoadOption, ...] = (
         float,
         DEFAULT_SLICE_WARMUP_S,
         "With --sides: the first seconds of each slice are not measured (the last side drains).",
+    ),
+    LoadOption(
+        "--on-worker-loss",
+        str,
+        DEFAULT_ON_WORKER_LOSS,
+        "When a worker is lost mid-test: stop the test, or continue with the workers left "
+        "(its users are spread over them). Either way the loss is recorded in locust.json.",
+        WORKER_LOSS_CHOICES,
     ),
 )
 BY_DEST: dict[str, LoadOption] = {option.dest: option for option in OPTIONS}

@@ -12,6 +12,7 @@ from locust.runners import STATE_CLEANUP, STATE_STOPPED, STATE_STOPPING, MasterR
 
 from typing import Any
 
+from vprof.locustfiles.collect import fault
 from vprof.locustfiles.options import effective_shape, opt
 from vprof.locustfiles.testplan import OPEN_LOOP_LEAD_S, drain_workers
 from vprof.traffic.shape import TrafficShape
@@ -41,6 +42,9 @@ class TrafficShapeBase(LoadTestShape):
         return self._shape
 
     def tick(self) -> tuple[int, float] | None:
+        assert self.runner is not None, "Locust attaches the runner before the first tick"
+        if fault(self.runner.environment):
+            return None  # stopped at once (a full disk, vprof gone): no load starts again
         shape = self.traffic()
         t_s = self.get_run_time()
         if shape is None:
@@ -72,3 +76,15 @@ def drain(runner: Any) -> None:
         STATE_CLEANUP,
     ):
         drain_workers(runner.environment)
+
+
+def end_test(runner: Any) -> None:
+    """End a headless test now as its shape's end would: workers drain, then the shape stops
+    and Locust quits the test once (a quit of our own beside Locust's would stop every user
+    twice, and each second stop raises)."""
+    drain(runner)
+    shape = runner.shape_greenlet
+    if shape is not None:
+        shape.kill(block=False)
+    else:
+        runner.quit()

@@ -6,7 +6,8 @@ plans, reports) ask a :class:`RunDir` for a file instead::
 
     <run>/run.json       what was run: profile as rendered (name, identity, argv, env), workload,
                          traffic shape, seeds, url, vLLM version, hardware, client versions
-    <run>/status.json    running | completed | failed | interrupted, and why it stopped
+    <run>/status.json    running | completed | failed | interrupted | degraded | abandoned,
+                         why it stopped, and the process that ran it (pid, host)
     <run>/records.arrow  per-request records (written by the Locust side as they arrive)
     <run>/locust.json    what the load generator saw: start/stop, warm-up end, workers
     <run>/loadgen.jsonl  the load generator's own health (CPU, event-loop lag)
@@ -19,7 +20,9 @@ plans, reports) ask a :class:`RunDir` for a file instead::
 
 A *bench* folder holds run folders (and each launched server's log); a sweep also writes
 ``sweep.json`` there, and a tune ``tune.json``. A run that was started again keeps its
-earlier, unfinished attempt beside it as ``<run>.attempt-N``: nothing is deleted.
+earlier, unfinished attempt beside it as ``<run>.attempt-N``: nothing is deleted. A command
+that writes a bench, sweep or tune folder holds its lock file (``LOCK_FILE``, see
+:mod:`vprof.records.folderlock`) while it runs.
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ from vprof.common.numbers import check_number
 RETIRED_MARK = ".attempt-"
 SWEEP_FILE = "sweep.json"
 TUNE_FILE = "tune.json"
+LOCK_FILE = ".vprof-lock"
 
 
 class RunState(StrEnum):
@@ -50,6 +54,8 @@ class RunState(StrEnum):
     COMPLETED = "completed"
     FAILED = "failed"
     INTERRUPTED = "interrupted"
+    DEGRADED = "degraded"  # a load-generator worker was lost: less load than asked for
+    ABANDONED = "abandoned"  # still "running" when a later command found its vprof gone
 
 
 MISSING = "missing"  # no readable status.json: the run never started or its folder is damaged
@@ -230,6 +236,15 @@ STATUS_FIELDS: dict[str, Check] = {
     "reason": _text(null=True),
     "started_at": EPOCH_S,
     "finished_at": EPOCH_S,
+    # the vprof process that ran it: a running run whose owner is gone was abandoned
+    "owner": _obj(
+        {
+            "pid": _number(1, 2**31, integer=True),
+            "host": _text(),
+            "started_at": EPOCH_S,
+            "command": _items(_text(), limit=10_000),
+        }
+    ),
 }
 LOCUST_FIELDS: dict[str, Check] = {
     "started_at": EPOCH_S,
@@ -237,6 +252,21 @@ LOCUST_FIELDS: dict[str, Check] = {
     "stopped_at": EPOCH_S,
     "open_loop": _flag,
     "records": COUNT,
+    # load-generator workers lost mid-test (vprof.locustfiles.workerloss)
+    "workers_lost": _items(
+        _obj(
+            {
+                "worker": _text(),
+                "client_id": _text(),
+                "lost_at": SAMPLED_AT,
+                "after_s": _number(0, 1e9),
+                "how": _text(),
+                "records": COUNT,
+                "last_records_at": EPOCH_S,
+            }
+        ),
+        limit=100_000,
+    ),
     "slices": _obj(  # alternating servers: the slice schedule (traffic.slices)
         {
             "epoch": SAMPLED_AT,
@@ -493,6 +523,7 @@ class RunDir:
         return str(self.status().get("state", MISSING))
 
     def set_status(self, state: RunState | str, reason: str = "") -> None:
+        """Record the run's state; a running run is owned by this process (``owner``)."""
         state = RunState(state)
         previous = self.status()
         status: dict[str, Any] = {
@@ -502,7 +533,30 @@ class RunDir:
         }
         if state is not RunState.RUNNING:
             status["finished_at"] = time.time()
+        owner = this_process() if state is RunState.RUNNING else previous.get("owner")
+        if owner:
+            status["owner"] = owner
         write_json_atomic(self.status_json, status, in_place_when_full=True)
+
+    def abandon_if_orphaned(self) -> str:
+        """A run that says ``running`` although the process that ran it is gone (killed, or its
+        machine restarted) is marked ``abandoned``, its records kept; returns why (``""``:
+        the run is not such a run). A folder that cannot be written is only reported."""
+        status = self.status()
+        owner = status.get("owner")
+        if status.get("state") != RunState.RUNNING or not isinstance(owner, dict):
+            return ""
+        if not owner_gone(owner):
+            return ""
+        reason = (
+            f"the vprof that ran it (pid {owner['pid']} on {owner['host']}) is gone; what it "
+            "recorded is kept"
+        )
+        try:
+            self.set_status(RunState.ABANDONED, reason)
+        except OSError:
+            pass
+        return reason
 
     def locust_info(self) -> dict[str, Any]:
         """``locust.json``, checked (a damaged file raises :class:`RunError`)."""
@@ -523,6 +577,15 @@ class RunDir:
     def write_locust_info(self, info: Mapping[str, Any]) -> None:
         write_json_atomic(self.locust_json, dict(info))
 
+    def earlier_attempts(self) -> list[Path]:
+        """Unfinished earlier attempts of this run kept beside it (see :meth:`retire`)."""
+        prefix = f"{self.path.name}{RETIRED_MARK}"
+        try:
+            found = [p for p in self.path.parent.iterdir() if p.name.startswith(prefix)]
+        except OSError:
+            return []
+        return sorted(found, key=lambda p: (len(p.name), p.name))
+
     def retire(self) -> Path:
         """Move an unfinished earlier attempt aside (nothing is deleted) and return its path."""
         n = 1
@@ -530,6 +593,45 @@ class RunDir:
             n += 1
         self.path.rename(target)
         return target
+
+
+def this_process() -> dict[str, Any]:
+    """Who is writing: this process's pid, host, start time and command (``owner``)."""
+    import socket
+    import sys
+
+    import psutil  # here, not at the top: registry commands must start fast
+
+    return {
+        "pid": os.getpid(),
+        "host": socket.gethostname(),
+        "started_at": psutil.Process().create_time(),
+        "command": list(sys.argv),
+    }
+
+
+def owner_gone(owner: Any) -> bool:
+    """True when ``owner`` (see :func:`this_process`) no longer runs: its pid is free, a
+    zombie, or another process's (a different start time). A process on another host
+    cannot be asked, and counts as running."""
+    import socket
+
+    import psutil
+
+    if not isinstance(owner, dict) or owner.get("host") != socket.gethostname():
+        return False
+    pid, started = owner.get("pid"), owner.get("started_at")
+    if not isinstance(pid, int) or isinstance(pid, bool) or pid < 1:
+        return False
+    try:
+        process = psutil.Process(pid)
+        if process.status() == psutil.STATUS_ZOMBIE:
+            return True
+        return isinstance(started, (int, float)) and abs(process.create_time() - started) > 1.0
+    except psutil.NoSuchProcess:
+        return True
+    except psutil.Error:
+        return False
 
 
 def is_run_dir(path: Path) -> bool:

@@ -30,8 +30,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from vprof.common.errors import LaunchError, RunError
+from vprof.common.interrupt import interruption
 from vprof.records.rundir import RunDir, RunState
-from vprof.runs.bench import check_before_running, slug, workload_digest
+from vprof.runs.bench import check_before_running, retire_attempt, slug, workload_digest
 from vprof.runs.clientwatch import ClientWatch
 from vprof.runs.environment import client_versions, hardware, vllm_version
 from vprof.runs.hostprobe import HostProbe
@@ -39,7 +40,7 @@ from vprof.runs.loadgen import LoadProcess, LoadSpec
 from vprof.runs.measure import (
     Server,
     asdict_deep,
-    nothing_succeeded,
+    how_it_ended,
     summarize_run_folder,
     workload_file,
 )
@@ -353,7 +354,7 @@ class AlternatingBench:
                         outcomes.append(self._outcome(phase, NOT_STARTED, str(exc)))
                         break
                 if phase.run.path.exists():
-                    phase.run.retire()
+                    retire_attempt(phase.run, say)
                 outcomes.append(self._measure(phase, swapped=phase.number == 2, earlier=phases))
                 if outcomes[-1].state != RunState.COMPLETED.value:
                     break
@@ -455,6 +456,7 @@ class AlternatingBench:
                 sides=sides,
                 slice_s=alt.slice_s,
                 slice_warmup_s=alt.warmup_s,
+                on_worker_loss=spec.on_worker_loss,
             )
         )
         watch = ClientWatch(run)
@@ -486,25 +488,20 @@ class AlternatingBench:
                         say(f"\n  every headline metric within ±{alt.precision_pct:g} %: stopping")
                         break
                 say(line)
-        except KeyboardInterrupt:
-            state, reason = RunState.INTERRUPTED, "interrupted by the user (Ctrl-C)"
+        except KeyboardInterrupt as exc:
+            state, reason = RunState.INTERRUPTED, interruption(exc)
             raise
         finally:
             rc = load.stop()
             sampler.stop(final_sample=state is not RunState.FAILED)
             probe.stop()
             _copy_logs(logs, self.sides, run.server_log)
-            if state is RunState.COMPLETED and rc not in (0, None):
-                state = RunState.FAILED
-                reason = f"the load generator exited with code {rc} (see locust.log)"
-            if state is RunState.COMPLETED and not run.records.exists():
-                state, reason = RunState.FAILED, "the load generator wrote no records"
-            if state is RunState.COMPLETED:
-                reason = nothing_succeeded(run)
-                state = RunState.FAILED if reason else state
-            summarize_run_folder(run, spec, say)
-            phase.measured_blocks = _blocks_in(run)
+            while not load.events.empty():
+                say(f"\n  ! {load.events.get()}")
+            state, reason = how_it_ended(run, load, rc, state, reason, spec)
             run.set_status(state, reason)
+            summarize_run_folder(run, spec, say)  # after the state, which the summary repeats
+            phase.measured_blocks = _blocks_in(run)
             say(
                 f"\n  {state}: {run.path} ({phase.measured_blocks} whole blocks)"
                 + (f" — {reason.splitlines()[0]}" if reason else "")

@@ -311,7 +311,7 @@ class _Bench:
             return
         for i, (shape, run) in enumerate(pending):
             if run.path.exists():
-                run.retire()
+                retire_attempt(run, say)
             say(f"{profile.name} × {shape.name}{_of(repeat, spec)}: running")
             outcome = run_one(server, spec, self.resolved.workload, shape, run, say, repeat)
             self.outcomes.append(outcome)
@@ -374,6 +374,21 @@ class _Bench:
         if self.server is not None:
             self.server.stop()
         self.server, self.serving = None, -1
+
+
+def retire_attempt(run: RunDir, say: Progress) -> None:
+    """Move an unfinished earlier attempt of ``run`` aside before it runs again, saying what
+    it was and where it is kept (the new run's summary lists it under earlier_attempts)."""
+    abandoned = run.abandon_if_orphaned()
+    status = run.status()
+    state = status.get("state", "unfinished")
+    why = abandoned or status.get("reason") or ""
+    kept = run.retire()
+    say(
+        f"{run.name}: an earlier attempt was {state}"
+        + (f" ({why.splitlines()[0]})" if why else "")
+        + f"; it is kept as {kept}, and the run starts again"
+    )
 
 
 def _reusable(run: RunDir, say: Progress) -> bool:

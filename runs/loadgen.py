@@ -20,6 +20,7 @@ from typing import Any
 from vprof.common.errors import os_reason
 from vprof.locustfiles.optiontable import (
     DEFAULT_BALANCE,
+    DEFAULT_ON_WORKER_LOSS,
     DEFAULT_SLICE_S,
     DEFAULT_SLICE_WARMUP_S,
     EVENT_MARK,
@@ -62,6 +63,7 @@ class LoadSpec:
     sides: tuple[int, ...] = ()  # alternating servers: the side of each of urls
     slice_s: float = DEFAULT_SLICE_S
     slice_warmup_s: float = DEFAULT_SLICE_WARMUP_S
+    on_worker_loss: str = DEFAULT_ON_WORKER_LOSS
 
     def options(self) -> dict[str, Any]:
         """vprof's own Locust options (by ``dest`` in ``optiontable.OPTIONS``)."""
@@ -78,6 +80,7 @@ class LoadSpec:
             "sides": ",".join(map(str, self.sides)),
             "slice_s": self.slice_s,
             "slice_warmup_s": self.slice_warmup_s,
+            "on_worker_loss": self.on_worker_loss,
         }
 
     def argv(self) -> list[str]:

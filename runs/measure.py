@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from vprof.common.errors import LaunchError, RunError
+from vprof.common.interrupt import interruption
 from vprof.locustfiles.optiontable import FAULT_EXIT_CODE, FINISH_GRACE_S, STOP_TIMEOUT_S
 from vprof.records.rundir import RunDir, RunState
 from vprof.runs.clientwatch import ClientWatch
@@ -322,6 +323,7 @@ def run_one(
             processes=spec.processes,
             urls=server.replicas,
             balance=spec.balance,
+            on_worker_loss=spec.on_worker_loss,
         )
     )
     watch = ClientWatch(run)
@@ -372,8 +374,8 @@ def run_one(
                 else "(no /metrics sampling)"
             )
             say(f"\r  {run.name[:48]:48} {elapsed:5.0f}{of} s  {server_side}")
-    except KeyboardInterrupt:
-        state, reason = RunState.INTERRUPTED, "interrupted by the user (Ctrl-C)"
+    except KeyboardInterrupt as exc:
+        state, reason = RunState.INTERRUPTED, interruption(exc)
         raise
     finally:
         # A write that failed will fail again: stop at once instead of letting answers finish.
@@ -383,22 +385,55 @@ def run_one(
         _copy_log_segment(server.log_path, log_start, run.server_log)
         while not load.events.empty():
             say(f"\n  ! {load.events.get()}")
-        if rc == FAULT_EXIT_CODE and load.fault and state is not RunState.INTERRUPTED:
-            state, reason = RunState.FAILED, load.fault
-        if state is RunState.COMPLETED and rc not in (0, None):
-            state = RunState.FAILED
-            reason = f"the load generator exited with code {rc} (see locust.log)"
-        if state is RunState.COMPLETED and not run.records.exists():
-            state, reason = RunState.FAILED, "the load generator wrote no records (see locust.log)"
-        if state is RunState.COMPLETED:
-            reason = nothing_succeeded(run)
-            state = RunState.FAILED if reason else state
+        state, reason = how_it_ended(run, load, rc, state, reason, spec)
         if state is RunState.FAILED and _is_write_fault(load, sampler, reason):
             reason = _full_disk_note(run, reason)
         run.set_status(state, reason)
         summarize_run_folder(run, spec, say)  # after the state, which the summary repeats
         say(f"\n  {state}: {run.path}" + (f" — {reason.splitlines()[0]}" if reason else ""))
     return RunOutcome(run, server.profile.name, shape.name, state.value, reason, repeat)
+
+
+def how_it_ended(
+    run: RunDir, load: LoadProcess, rc: int, state: RunState, reason: str, spec: BenchSpec
+) -> tuple[RunState, str]:
+    """The run's final state and why: what its watch saw (``state``, ``reason``), then what
+    the load generator's exit and the run folder say — a fault it stopped for, no records,
+    no answer, or a Locust worker lost on the way (``degraded``)."""
+    if rc == FAULT_EXIT_CODE and load.fault and state is not RunState.INTERRUPTED:
+        return RunState.FAILED, load.fault
+    if state is not RunState.COMPLETED:
+        return state, reason
+    if rc not in (0, None):
+        return RunState.FAILED, f"the load generator exited with code {rc} (see locust.log)"
+    if not run.records.exists():
+        return RunState.FAILED, "the load generator wrote no records (see locust.log)"
+    if reason := nothing_succeeded(run):
+        return RunState.FAILED, reason
+    if lost := workers_lost_note(run, spec.on_worker_loss):
+        return RunState.DEGRADED, lost
+    return state, ""
+
+
+def workers_lost_note(run: RunDir, policy: str) -> str:
+    """The Locust workers a run lost (``locust.json``'s ``workers_lost``), in one line."""
+    try:
+        lost = run.locust_info().get("workers_lost") or []
+    except RunError:
+        return ""
+    if not lost:
+        return ""
+    first = lost[0]
+    names = ", ".join(str(w.get("worker")) for w in lost)
+    then = (
+        "the test was stopped (--on-worker-loss stop)"
+        if policy == "stop"
+        else "the test went on with the workers left (--on-worker-loss continue)"
+    )
+    return (
+        f"lost {len(lost)} Locust worker{'s' if len(lost) > 1 else ''} ({names}), the first "
+        f"{first.get('after_s', 0):.1f} s into the test: {first.get('how')}; {then}"
+    )
 
 
 def _is_write_fault(load: LoadProcess, sampler: MetricsSampler, reason: str = "") -> bool:

@@ -7,7 +7,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from vprof.locustfiles.optiontable import DEFAULT_BALANCE, DEFAULT_WORKLOAD
+from vprof.locustfiles.optiontable import (
+    DEFAULT_BALANCE,
+    DEFAULT_ON_WORKER_LOSS,
+    DEFAULT_WORKLOAD,
+)
 from vprof.records.rundir import RunDir, RunState
 from vprof.runs.sampler import DEFAULT_INTERVAL_S
 
@@ -20,6 +24,9 @@ Progress = Callable[[str], None]
 SKIPPED = "skipped"
 NOT_STARTED = "not-started"
 FINISHED = (RunState.COMPLETED.value, SKIPPED)  # cells whose run folder holds a good run
+# cells whose run measured something to show: good runs, and runs that lost a Locust worker
+# (--on-worker-loss continue is asked for to see them; their summaries say so on top)
+MEASURED = (*FINISHED, RunState.DEGRADED.value)
 
 
 @dataclass(frozen=True)
@@ -43,6 +50,7 @@ class BenchSpec:
     reuse_prefix_cache: bool = False  # False: a fresh salt per run keeps warm caches out
     on_failure: str = "continue"  # "continue" | "stop"
     processes: int = 1
+    on_worker_loss: str = DEFAULT_ON_WORKER_LOSS  # a Locust worker lost: stop | continue
     health_timeout_s: float = 900.0
     metrics_interval_s: float = DEFAULT_INTERVAL_S  # /metrics gauges; backs off when slow
     metrics: bool = True  # False: no /metrics scrape at all
@@ -98,3 +106,8 @@ class RunOutcome:
     def finished(self) -> bool:
         """True when the cell's run folder holds a completed run (now or from before)."""
         return self.state in FINISHED
+
+    @property
+    def measured(self) -> bool:
+        """True when the cell's run folder holds a run worth summarising (see ``MEASURED``)."""
+        return self.state in MEASURED
