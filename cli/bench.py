@@ -140,6 +140,21 @@ def run_options(func):
             help="Locust worker processes (one per spare core).",
         ),
         click.option(
+            "--workers-expected",
+            type=click.IntRange(1, 10_000),
+            default=None,
+            help="Load from other hosts: the Locust master waits for this many workers "
+            "(`vprof worker --master HOST:PORT` on each load host) before each run, and sends "
+            "them the workload, traffic and seeds. Needs --master-bind.",
+        ),
+        click.option(
+            "--master-bind",
+            default=None,
+            metavar="HOST:PORT",
+            help="With --workers-expected: the address the Locust master listens on for its "
+            "workers (0.0.0.0:5557: every interface).",
+        ),
+        click.option(
             "--on-worker-loss",
             type=click.Choice(WORKER_LOSS_CHOICES),
             default=DEFAULT_ON_WORKER_LOSS,
@@ -323,6 +338,8 @@ def _spec(opts: dict[str, Any], **extra: Any):
         on_failure=opts["on_failure"],
         processes=opts["processes"],
         on_worker_loss=opts["on_worker_loss"],
+        workers_expected=opts["workers_expected"] or 0,
+        master_bind=opts["master_bind"] or "",
         slo=opts["slo"],
         tokenizer=opts["tokenizer"],
         fetch_tokenizer=opts["fetch_tokenizer"],
@@ -479,6 +496,7 @@ def bench(profile_names: tuple[str, ...], fmt: str, **opts: Any) -> None:
       vprof bench chunked-256 chunked-512 --alternate --precision 5% --time-budget 10m
       vprof bench --alternate --url a=http://10.0.0.5:8000 --url b=http://10.0.0.6:8000
       vprof bench chunked-256 --trace mooncake_trace.jsonl --start 600 --duration 300
+      vprof bench prod --url http://10.0.0.5:8000 --workers-expected 4 --master-bind 0.0.0.0:5557
     """
     _trace_replay(opts)
     if opts["alternate"]:
@@ -523,6 +541,11 @@ def _alternate(profile_names: tuple[str, ...], fmt: str, opts: dict[str, Any]) -
     if opts["repeat"] != 1 or opts["fresh_server"]:
         raise click.UsageError(
             "--alternate measures many slices in one run: --repeat and --fresh-server do not apply"
+        )
+    if opts["workers_expected"]:
+        raise click.UsageError(
+            "--alternate runs with this host's Locust processes; --workers-expected is for "
+            "plain runs and sweeps"
         )
     url_sides = _named_urls(opts["urls"]) if opts["urls"] else []
     if url_sides and profile_names:

@@ -160,6 +160,8 @@ def run_key(
             # several replicas: all of them and how load is spread (one server: as before)
             **({"urls": list(spec.urls), "balance": spec.balance} if len(spec.urls) > 1 else {}),
             "processes": spec.processes,
+            # workers on other hosts: a different client from one host's processes
+            **({"workers_expected": spec.workers_expected} if spec.workers_expected else {}),
             "tokenizer": spec.tokenizer,
             "tokenizer_files": tokenizer_digest(spec.tokenizer or tokenizer),
         },

@@ -230,6 +230,7 @@ def _run_meta(
         "server": server.settings,
         "url": server.url,
         **_replica_meta(server, spec),
+        **_distributed_meta(spec),
         "workload": asdict_deep(workload),
         **server.tokenizer_choice().record(),
         **_trace_meta(workload),
@@ -254,6 +255,13 @@ def _replica_meta(server: Server, spec: BenchSpec) -> dict[str, Any]:
     if not server.replicas:
         return {}
     return {"urls": list(server.replicas), "balance": spec.balance}
+
+
+def _distributed_meta(spec: BenchSpec) -> dict[str, Any]:
+    """Workers on other hosts: how many the master waited for, and where."""
+    if not spec.workers_expected:
+        return {}
+    return {"workers_expected": spec.workers_expected, "master_bind": spec.master_bind}
 
 
 def _trace_meta(workload: Workload) -> dict[str, Any]:
@@ -324,6 +332,8 @@ def run_one(
             urls=server.replicas,
             balance=spec.balance,
             on_worker_loss=spec.on_worker_loss,
+            workers_expected=spec.workers_expected,
+            master_bind=spec.master_bind,
         )
     )
     watch = ClientWatch(run)
@@ -331,6 +341,14 @@ def run_one(
     started = time.monotonic()
     # Locust ends the shape itself; past this it is hung (a stop that never finishes).
     deadline = started + total_s + STOP_TIMEOUT_S + FINISH_GRACE_S
+    if spec.workers_expected:
+        from vprof.runs.distributed import WORKERS_WAIT_S, join_hint
+
+        deadline += WORKERS_WAIT_S  # the master waits this long at most for its workers
+        say(
+            f"  waiting for {spec.workers_expected} Locust worker(s) at {spec.master_bind}: "
+            f"on each load host run `{join_hint(spec.master_bind)}`"
+        )
     done_before: float | None = None  # the server's finished-request count when the run began
     state, reason = RunState.COMPLETED, ""
     try:
