@@ -21,12 +21,19 @@ import click
     show_default=True,
     help="Locust worker processes on this host (one per spare core); each joins the master.",
 )
-def worker(master: str, processes: int) -> None:
+@click.option(
+    "--once",
+    is_flag=True,
+    help="Leave after one test [default: join every test the master's bench runs, until "
+    "Ctrl-C or SIGTERM].",
+)
+def worker(master: str, processes: int, once: bool) -> None:
     """Run vprof's Locust users as a worker of a distributed bench (Locust's own --worker).
 
     The master sends the workload, tokenizer, traffic, seed and salt when its test starts, so
-    this host needs only vprof installed; its records go back to the master's run folder. The
-    worker ends when the master's test does.
+    this host needs only vprof installed; its records go back to the master's run folder. Each
+    run of a bench is a test of its own: the worker joins them one after another until Ctrl-C
+    or SIGTERM (which let its streams finish and their records reach the master first).
 
     \b
     Example:
@@ -34,15 +41,10 @@ def worker(master: str, processes: int) -> None:
           --workers-expected 2 --master-bind 0.0.0.0:5557      # on the master host
       vprof worker --master 10.0.0.4:5557 --processes 4        # on each of two load hosts
     """
-    import os
-    import sys
+    from vprof.runs.distributed import run_worker
 
-    from vprof.runs.distributed import worker_argv
+    raise SystemExit(run_worker(master, processes, once=once, say=_say))
 
-    argv = worker_argv(master, processes)
-    click.echo(f"vprof worker: joining the Locust master at {master}", err=True)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    # This process becomes the Locust worker: a signal sent to it (Ctrl-C, a pod's SIGTERM)
-    # reaches Locust itself, which finishes its streams and ships their records first.
-    os.execve(argv[0], argv, {**os.environ, "PYTHONUNBUFFERED": "1"})
+
+def _say(message: str) -> None:
+    click.echo(message, err=True)

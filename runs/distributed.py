@@ -11,7 +11,11 @@ health samples come back to the master's run folder as they do from ``--processe
 
 from __future__ import annotations
 
+import os
+import signal
 import socket
+import subprocess
+from collections.abc import Callable
 
 from vprof.common.errors import VprofError
 
@@ -87,3 +91,63 @@ def worker_argv(master: str, processes: int = 1) -> list[str]:
     if processes > 1:
         argv += ["--processes", str(processes)]
     return argv
+
+
+def run_worker(
+    master: str, processes: int = 1, *, once: bool = False, say: Callable[[str], None] = print
+) -> int:
+    """``vprof worker``: run a Locust worker that joins ``master`` and, unless ``once``, start
+    another when it ends, so a bench's runs (a master each) all find their workers; returns
+    the exit status to end with.
+
+    SIGINT and SIGTERM are passed to the worker, which finishes its streams and ships their
+    records before it quits, and end the loop. A worker killed by a signal ends it too (its
+    master reports it lost; a new one would join a test that has no share for it). The worker
+    dies with this process: killed with it, it cannot send load for nobody.
+    """
+    from vprof.common.interrupt import die_with_parent
+
+    argv = worker_argv(master, processes)
+    stopping: list[int] = []
+    child: list[subprocess.Popen] = []
+
+    def forward(signum: int, frame: object) -> None:
+        stopping.append(signum)
+        if child and child[0].poll() is None:
+            try:  # its group: the workers --processes forked, too
+                os.killpg(child[0].pid, signum)
+            except ProcessLookupError:
+                pass
+
+    previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        while True:
+            say(f"vprof worker: joining the Locust master at {master}")
+            proc = subprocess.Popen(
+                argv,
+                env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                start_new_session=True,  # signals reach it from here only, once
+                preexec_fn=lambda: die_with_parent(signal.SIGTERM),
+            )
+            child[:] = [proc]
+            rc = _wait(proc)
+            if stopping:
+                return 128 + stopping[0]
+            if rc < 0:
+                name = signal.Signals(-rc).name
+                say(f"vprof worker: the Locust worker was killed by {name}; not joining again")
+                return 128 - rc
+            if once:
+                return rc
+            say(f"vprof worker: the Locust worker ended (exit code {rc}); joining the next test")
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _wait(proc: subprocess.Popen) -> int:
+    while True:
+        try:
+            return proc.wait()
+        except InterruptedError:  # a signal arrived: forwarded, keep waiting
+            continue

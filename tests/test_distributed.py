@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import msgpack
+import psutil
 import pytest
 from test_faults import bench_argv
 
@@ -129,19 +130,25 @@ def emulator() -> Iterator[tuple[Emulator, Counters]]:
 class Hosts:
     """``vprof bench`` as the master and ``vprof worker`` processes, each a command of its own."""
 
-    def __init__(self, tmp_path: Path, url: str, duration_s: float, *more: str) -> None:
+    def __init__(self, tmp_path: Path, url: str, durations_s: list[float], *more: str) -> None:
         self.tmp_path = tmp_path
         self.port = free_port()
-        traffic = tmp_path / "open.yaml"
-        traffic.write_text(
-            "kind: open-loop\nprocess: constant\n"
-            f"rate_rps: {RATE_RPS}\nduration_s: {duration_s}\nwarmup_s: 0\n"
-        )
-        self.scheduled = round(RATE_RPS * duration_s)
+        shapes: list[str] = []
+        for duration_s in durations_s:  # a shape each: a run (a Locust master) each
+            traffic = tmp_path / f"open-{duration_s:g}s.yaml"
+            traffic.write_text(
+                "kind: open-loop\nprocess: constant\n"
+                f"rate_rps: {RATE_RPS}\nduration_s: {duration_s}\nwarmup_s: 0\n"
+            )
+            shapes += ["--traffic", str(traffic)]
+        self.scheduled = {
+            Path(s).stem: round(RATE_RPS * d)
+            for s, d in zip(shapes[1::2], durations_s, strict=True)
+        }
         self.out = tmp_path / "out"
         self.bind = f"127.0.0.1:{self.port}"
-        more = ("--workers-expected", "2", "--master-bind", self.bind, *more)
-        argv = bench_argv(url, self.out, str(traffic), *more)
+        more = ("--workers-expected", "2", "--master-bind", self.bind, *shapes[2:], *more)
+        argv = bench_argv(url, self.out, shapes[1], *more)
         self.log_path = tmp_path / "bench.log"
         self._log = self.log_path.open("w")
         self.master = subprocess.Popen(argv, stdout=self._log, stderr=subprocess.STDOUT, text=True)
@@ -166,47 +173,62 @@ class Hosts:
             time.sleep(0.1)
 
     def finish(self, timeout_s: float = 120) -> int:
+        """The master's exit code, once it ended; then every ``vprof worker`` is stopped as a
+        person stops it (SIGTERM), and neither it nor its Locust worker is left."""
         try:
             rc = self.master.wait(timeout=timeout_s)
         finally:
-            for worker in [self.master, *self.workers]:
+            if self.master.poll() is None:
+                self.master.kill()
+            children = [c for w in self.workers for c in _children(w.pid)]
+            for worker in self.workers:
                 if worker.poll() is None:
-                    worker.kill()
+                    worker.terminate()
+            for worker in self.workers:
                 worker.wait(timeout=30)
+            psutil.wait_procs(children, timeout=30)
             self._log.close()
+        assert not [c for c in children if c.is_running() and c.status() != "zombie"]
         return rc
 
-    def run(self) -> RunDir:
-        (run,) = [p.parent for p in self.out.glob("*/run.json")]
-        return RunDir(run)
+    def runs(self) -> dict[str, RunDir]:
+        """Each run folder by its traffic shape's name."""
+        found = [RunDir(p.parent) for p in self.out.glob("*/run.json")]
+        return {json.loads(r.run_json.read_text())["traffic"]["name"]: r for r in found}
+
+    def locust_worker(self, k: int) -> psutil.Process:
+        """The Locust worker that ``vprof worker`` number ``k`` runs now."""
+        (child,) = psutil.Process(self.workers[k].pid).children()
+        return child
 
 
 def test_two_workers_on_other_hosts_send_every_scheduled_request_exactly_once(tmp_path, emulator):
     """The master waits for both workers, sends them the workload, shape, seed and epoch, and
     each sends its share of one open-loop schedule: every index once, records of both in the
-    master's run folder."""
+    master's run folder. The bench's second run is a second master: the same workers join it."""
     emu, counters = emulator
-    hosts = Hosts(tmp_path, emu.url, duration_s=3)
+    hosts = Hosts(tmp_path, emu.url, [3, 2])
     hosts.wait_for("waiting for 2 Locust worker(s)")
     hosts.join(2)
     rc = hosts.finish()
     log = hosts.output()
     assert rc == 0, log
-    assert "joined (1 of 2)" in log and "joined (2 of 2)" in log
-    frame = read_records(hosts.run().path)
-    indices = sorted(int(i) for i in frame.request_id)
-    assert indices == list(range(hosts.scheduled))  # every scheduled request, exactly once
-    assert set(frame.status) == {"ok"}
-    by_worker = {w: sorted(int(i) for i in g.request_id) for w, g in frame.groupby("worker")}
-    assert len(by_worker) == 2  # both hosts' records, in the one run folder
-    for share in by_worker.values():
-        assert len({i % 2 for i in share}) == 1  # worker k of 2 sends i % 2 == k
-    info = hosts.run().locust_info()
-    assert info["workers"] == 2
-    run_json = json.loads(hosts.run().run_json.read_text())
-    assert run_json["workers_expected"] == 2
-    # the emulator answered each request once (besides the bench's warm-up)
-    assert counters.totals()["finished_length"] >= hosts.scheduled
+    assert log.count("joined (2 of 2)") == 2  # both runs
+    runs = hosts.runs()
+    assert sorted(runs) == sorted(hosts.scheduled)
+    for name, run in runs.items():
+        frame = read_records(run.path)
+        indices = sorted(int(i) for i in frame.request_id)
+        assert indices == list(range(hosts.scheduled[name]))  # each scheduled request once
+        assert set(frame.status) == {"ok"}
+        by_worker = {w: sorted(int(i) for i in g.request_id) for w, g in frame.groupby("worker")}
+        assert len(by_worker) == 2  # both hosts' records, in the one run folder
+        for share in by_worker.values():
+            assert len({i % 2 for i in share}) == 1  # worker k of 2 sends i % 2 == k
+        assert run.locust_info()["workers"] == 2
+        assert json.loads(run.run_json.read_text())["workers_expected"] == 2
+    # the emulator answered each request once (besides the bench's warm-ups)
+    assert counters.totals()["finished_length"] >= sum(hosts.scheduled.values())
 
 
 def test_a_worker_killed_mid_run_is_reported_with_every_record_it_had_sent(tmp_path, emulator):
@@ -215,17 +237,20 @@ def test_a_worker_killed_mid_run_is_reported_with_every_record_it_had_sent(tmp_p
     the run folder, its share before its last shipment complete; the survivor sends its whole
     share (--on-worker-loss continue), nothing twice."""
     emu, _ = emulator
-    hosts = Hosts(tmp_path, emu.url, 8, "--on-worker-loss", "continue")
+    hosts = Hosts(tmp_path, emu.url, [8], "--on-worker-loss", "continue")
     hosts.wait_for("waiting for 2 Locust worker(s)")
     hosts.join(2)
     hosts.wait_for("joined (2 of 2)")
-    victim = hosts.workers[1]
+    victim = hosts.locust_worker(1)
     time.sleep(4.0)  # the epoch is 2 s ahead of the test's start: about 2 s of its share sent
     victim.send_signal(signal.SIGKILL)
     killed_at = time.time()
+    assert hosts.workers[1].wait(timeout=30) == 128 + signal.SIGKILL  # and it says why
+    assert "killed by SIGKILL; not joining again" in (tmp_path / "worker1.log").read_text()
     rc = hosts.finish()
     log = hosts.output()
-    run = hosts.run()
+    (run,) = hosts.runs().values()
+    (scheduled,) = hosts.scheduled.values()
     (lost,) = run.locust_info()["workers_lost"]
     frame = read_records(run.path)
     assert rc == 1, log  # degraded
@@ -236,7 +261,7 @@ def test_a_worker_killed_mid_run_is_reported_with_every_record_it_had_sent(tmp_p
     theirs = frame[frame.worker == lost["worker"]]
     assert len(theirs) == lost["records"] > 0  # every record it had sent is in the folder
     mine = sorted(int(i) for i in theirs.request_id)
-    share = [i for i in range(hosts.scheduled) if i % 2 == mine[0] % 2]
+    share = [i for i in range(scheduled) if i % 2 == mine[0] % 2]
     before = [
         i
         for i, at in zip(share, _scheduled_at(frame, share), strict=True)
@@ -245,8 +270,15 @@ def test_a_worker_killed_mid_run_is_reported_with_every_record_it_had_sent(tmp_p
     assert set(before) <= set(mine)  # its share up to a second before its last shipment
     survivor = frame[frame.worker != lost["worker"]]
     others = sorted(int(i) for i in survivor.request_id)
-    assert others == [i for i in range(hosts.scheduled) if i % 2 != mine[0] % 2]
+    assert others == [i for i in range(scheduled) if i % 2 != mine[0] % 2]
     assert set(survivor.status) == {"ok"}
+
+
+def _children(pid: int) -> list[psutil.Process]:
+    try:
+        return psutil.Process(pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        return []
 
 
 def _scheduled_at(frame, share: list[int]) -> list[float | None]:
@@ -255,3 +287,46 @@ def _scheduled_at(frame, share: list[int]) -> list[float | None]:
     known = {int(i): at for i, at in zip(frame.request_id, frame.scheduled_at, strict=True)}
     epoch = min(at - int(i) / RATE_RPS for i, at in known.items())
     return [epoch + i / RATE_RPS for i in share]
+
+
+# -- on Kubernetes --------------------------------------------------------------------------
+
+
+def test_k8s_load_generator_measures_the_profiles_service_with_workers_that_reach_its_master():
+    import yaml
+    from click.testing import CliRunner
+
+    from vprof.cli.main import cli
+
+    load = ["--load-workers", "3", "--traffic", "poisson", "--workload", "my$(HOME)"]
+    result = CliRunner().invoke(cli, ["render", "chunked-256", "--format", "k8s", *load])
+    assert result.exit_code == 0, result.output
+    docs = list(yaml.safe_load_all(result.output))
+    kinds = [d["kind"] for d in docs]
+    assert kinds == ["Deployment", "Service", "Service", "Job", "Deployment"]
+    server, _, master_service, job, workers = docs
+    bench = job["spec"]["template"]["spec"]["containers"][0]["command"]
+    port = server["spec"]["template"]["spec"]["containers"][0]["ports"][0]["containerPort"]
+    assert bench[:3] == ["vprof", "bench", "chunked-256"]
+    assert bench[bench.index("--url") + 1] == f"http://{server['metadata']['name']}:{port}"
+    assert bench[bench.index("--workers-expected") + 1] == "3"
+    assert bench[bench.index("--workload") + 1] == "my$$(HOME)"  # no kubelet expansion
+    assert workers["spec"]["replicas"] == 3
+    dial = workers["spec"]["template"]["spec"]["containers"][0]["command"]
+    name, _, master_port = dial[dial.index("--master") + 1].partition(":")
+    assert name == master_service["metadata"]["name"]
+    assert int(master_port) == master_service["spec"]["ports"][0]["port"]
+    assert master_service["spec"]["selector"] == job["spec"]["template"]["metadata"]["labels"]
+    assert bench[bench.index("--master-bind") + 1] == f"0.0.0.0:{master_port}"
+
+
+def test_load_generator_options_need_kubernetes_and_each_other():
+    from click.testing import CliRunner
+
+    from vprof.cli.main import cli
+
+    runner = CliRunner()
+    result = runner.invoke(cli, ["render", "chunked-256", "--load-workers", "2"])
+    assert result.exit_code == 2 and "--format k8s" in result.output
+    result = runner.invoke(cli, ["render", "chunked-256", "--format", "k8s", "--traffic", "x"])
+    assert result.exit_code == 2 and "need --load-workers" in result.output
