@@ -12,7 +12,13 @@ from typing import Any
 
 import click
 
-from vprof.cli.options import FiniteFloat, OutDir, profile_override_options, profiles_dir_option
+from vprof.cli.options import (
+    FiniteFloat,
+    OutDir,
+    processes_option,
+    profile_override_options,
+    profiles_dir_option,
+)
 from vprof.cli.output import HUMAN, Part, emit_parts, format_option
 from vprof.locustfiles.optiontable import (
     BALANCE_CHOICES,
@@ -132,13 +138,7 @@ def run_options(func):
             show_default=True,
             help="After a failed run: go on with the rest, or stop.",
         ),
-        click.option(
-            "--processes",
-            type=click.IntRange(1, 512),
-            default=1,
-            show_default=True,
-            help="Locust worker processes (one per spare core).",
-        ),
+        processes_option,
         click.option(
             "--workers-expected",
             type=click.IntRange(1, 10_000),

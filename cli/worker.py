@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import click
 
+from vprof.cli.options import processes_option
+
 
 @click.command(short_help="Join a bench's Locust master from this load host.")
 @click.option(
@@ -14,13 +16,7 @@ import click
     help="The master's address: what its bench gave as --master-bind (its host's name or "
     "address when it bound 0.0.0.0).",
 )
-@click.option(
-    "--processes",
-    type=click.IntRange(1, 512),
-    default=1,
-    show_default=True,
-    help="Locust worker processes on this host (one per spare core); each joins the master.",
-)
+@processes_option
 @click.option(
     "--once",
     is_flag=True,

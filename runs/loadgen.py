@@ -73,6 +73,7 @@ class LoadSpec:
     # (HOST:PORT): see runs.distributed; instead of processes
     workers_expected: int = 0
     master_bind: str = ""
+    request_id_prefix: str = ""  # X-Request-Id on every request (vprof calibrate matches them)
 
     def options(self) -> dict[str, Any]:
         """vprof's own Locust options (by ``dest`` in ``optiontable.OPTIONS``)."""
@@ -90,6 +91,7 @@ class LoadSpec:
             "slice_s": self.slice_s,
             "slice_warmup_s": self.slice_warmup_s,
             "on_worker_loss": self.on_worker_loss,
+            "request_id_prefix": self.request_id_prefix,
         }
 
     def argv(self) -> list[str]:

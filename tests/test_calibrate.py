@@ -1,0 +1,138 @@
+"""vprof calibrate's parts: the emulator's send log, request ids on the wire, the error maths,
+the certificate in a run folder. (The client's error against an independent exact server is
+measured in ``test_calibrate_timing.py``.)"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import requests
+from click.testing import CliRunner
+
+from vprof.analysis.clienterror import TimedRequest, client_error, stamps_of
+from vprof.common.errors import VprofError
+from vprof.emulator.config import EmulatorConfig
+from vprof.emulator.sendlog import read_send_logs
+from vprof.emulator.server import Emulator
+from vprof.runs.calibrate import CalibrateSpec, certificate_line
+
+# -- the emulator's send log ----------------------------------------------------------------
+
+
+def test_the_send_log_keeps_when_each_chunk_left_by_request_id(tmp_path):
+    config = EmulatorConfig(ttft_ms=20, itl_ms=5, model="m", send_log=str(tmp_path / "sends"))
+    body = {"model": "m", "prompt": "hi", "max_tokens": 6, "stream": True}
+    with Emulator(config) as emu:
+        for name in ("a-1", "a-2"):
+            headers = {"x-request-id": name}
+            with requests.post(emu.url + "/v1/completions", json=body, headers=headers) as r:
+                assert r.status_code == 200 and r.content.endswith(b"[DONE]\n\n")
+    sent = read_send_logs(tmp_path / "sends")
+    assert sorted(sent) == ["a-1", "a-2"]
+    for answer in sent.values():
+        assert len(answer.writes_ms) == 6  # five tokens, then the last with usage and [DONE]
+        assert answer.ttft_ms >= 20 and answer.ttft_ms < 60
+        assert all(4.5 < gap < 30 for gap in answer.gaps_ms)  # each left at or after its 5 ms
+
+
+def test_a_broken_send_log_names_its_file_and_line(tmp_path):
+    (tmp_path / "sends-1.jsonl").write_text('{"id": "x", "received_at": 1, "writes_ms": [1]}\n{')
+    with pytest.raises(VprofError) as caught:
+        read_send_logs(tmp_path)
+    assert "sends-1.jsonl:2" in caught.value.format()
+
+
+def test_requests_carry_their_record_id_only_when_asked():
+    from vprof.locustfiles.transport import Connection
+
+    conn = Connection("http://127.0.0.1:9", connect_timeout_s=1)
+    assert b"X-Request-Id" not in conn.request_bytes("/v1/completions", b"{}")
+    head = conn.request_bytes("/v1/completions", b"{}", request_id="cal-17").split(b"\r\n\r\n")[0]
+    assert b"\r\nX-Request-Id: cal-17\r\n" in head
+
+
+# -- the error maths ------------------------------------------------------------------------
+
+
+def test_the_error_is_the_clients_stamps_against_what_the_server_sent():
+    # sent at 10.0; the server took 100 ms to its first write, then 10 and 12 ms
+    exact = TimedRequest(10.0, stamps_of(10.1005, [10.0, 12.0]), 100.0, [10.0, 12.0])
+    late = TimedRequest(10.2, stamps_of(10.3030, [13.0, 12.0]), 100.0, [10.0, 12.0])
+    error = client_error([exact, late], 9.0, 11.0)
+    assert error.requests == 2 and error.events == 6
+    assert error.ttft_p50_ms == pytest.approx((0.5 + 3.0) / 2)
+    assert error.itl_p99_ms == pytest.approx(3.0, abs=0.1)
+    assert error.bound_ms == pytest.approx(max(error.ttft_p99_ms, error.itl_p99_ms))
+    assert not error.within_bounds  # the TTFT p50 is 1.75 ms
+
+
+def test_a_nominal_gap_stands_in_when_the_server_logged_none():
+    r = TimedRequest(0.0, stamps_of(0.05, [10.0, 10.0]), 50.0)
+    error = client_error([r], 0.0, 1.0, nominal_gap_ms=10.0)
+    assert error.ttft_p50_ms == pytest.approx(0.0, abs=1e-9)
+    assert error.itl_p99_ms == pytest.approx(0.0, abs=1e-9) and error.within_bounds
+
+
+def test_a_request_whose_chunk_count_differs_keeps_its_ttft_but_not_its_gaps():
+    r = TimedRequest(0.0, stamps_of(0.05, [10.0]), 50.0, [10.0, 10.0])
+    error = client_error([r], 0.0, 1.0)
+    assert error.requests == 1 and error.gaps_left_out == 1 and math.isnan(error.itl_p50_ms)
+
+
+# -- the certificate ------------------------------------------------------------------------
+
+
+def test_a_load_is_checked_and_named():
+    with pytest.raises(VprofError, match="--users"):
+        CalibrateSpec(users=0)
+    with pytest.raises(VprofError, match="--duration"):
+        CalibrateSpec(duration_s=math.inf)
+    assert CalibrateSpec(users=8, processes=2).load == {"users": 8, "processes": 2}
+    assert CalibrateSpec(rate_rps=5).load == {"rate_rps": 5, "processes": 1}
+
+
+def test_the_certificate_reads_as_one_line():
+    cert = {"users": 64, "client_error_ms": 2.31}
+    assert certificate_line(cert) == (
+        "client error ≤ 2.3 ms at this load (64 users, p99 of TTFT and ITL)"
+    )
+
+
+def test_calibrate_help_names_its_outputs():
+    from vprof.cli.main import cli
+
+    result = CliRunner().invoke(cli, ["calibrate", "--help"])
+    assert result.exit_code == 0 and "--search" in result.output and "--rate" in result.output
+    result = CliRunner().invoke(cli, ["calibrate", "--users", "0"])
+    assert result.exit_code == 2
+
+
+def test_the_json_certificate_has_the_documented_keys(monkeypatch):
+    import vprof.runs.calibrate as cal
+    from vprof.cli.main import cli
+
+    fake = {
+        "users": 4,
+        "processes": 1,
+        "ttft_error_p50_ms": 0.2,
+        "ttft_error_p99_ms": 1.1,
+        "itl_error_p50_ms": 0.0,
+        "itl_error_p99_ms": 0.9,
+        "events_per_s": 300.0,
+        "max_load_within_bounds": None,
+        "client_error_ms": 1.1,
+    }
+    monkeypatch.setattr(cal, "calibrate", lambda spec, say: fake)
+    result = CliRunner().invoke(cli, ["calibrate", "--users", "4", "--format", "json"])
+    assert result.exit_code == 0, result.output
+    document = json.loads(result.output)
+    for key in (
+        "ttft_error_p50_ms",
+        "ttft_error_p99_ms",
+        "itl_error_p99_ms",
+        "events_per_s",
+        "max_load_within_bounds",
+    ):
+        assert key in document
