@@ -3,9 +3,11 @@
 With a send log (``vprof emulate --send-log DIR``) every process of the emulator keeps, for
 each streamed answer it completed, the request's ``X-Request-Id``, when the request arrived
 and when each chunk's write returned (the bytes were in the kernel's socket buffer), and
-writes them to ``DIR/sends-<pid>.jsonl`` when it stops. A client's error is then its own
-stamps against these, so the emulator's lateness (a timer that fired late, a busy loop) does
-not count as the client's (``vprof calibrate``).
+writes them to ``DIR/sends-<pid>.jsonl`` when it stops, in wall-clock time (``time.time()``
+minus ``time.monotonic()``, taken once, converts its loop's clock). A client on the same host
+can then hold its own stamps against these on one clock, so the emulator's lateness (reading a
+request late, a timer that fired late, a busy loop) does not count as the client's
+(``vprof calibrate``).
 """
 
 from __future__ import annotations

@@ -1,13 +1,18 @@
 """``vprof calibrate``: how exactly vprof's own client measures on this host, at a given load.
 
-It runs the emulator with a send log (``emulator.sendlog``: when each chunk really left, so
-the emulator's own lateness is not counted) on this host, drives it with the load generator
-exactly as a bench does (``runs.loadgen``, the shipped locustfile, ``--processes``), and
-compares each request's stamps with what the emulator sent (``analysis.clienterror``): TTFT
-error p50/p99 and ITL error p50/p99, the chunk events per second the client kept up with, and
-its own event-loop verdict. With a search it also finds the highest load whose error stays
-within ±1 ms at the median and ±5 ms at p99. The result is a certificate, a dict that
-``vprof bench --calibrate`` keeps in each run folder (``records.rundir``).
+It runs the emulator with a send log (``emulator.sendlog``: when each chunk's write really
+returned) on this host, drives it with the load generator exactly as a bench does
+(``runs.loadgen``, the shipped locustfile, ``--processes``), and compares each request's
+stamps with what the emulator sent (``analysis.clienterror``). Both sides stamp this host's
+clock, so the TTFT error is how much later the client stamped its first token than the
+emulator's write of it returned, and the ITL error how much its gaps differ from the writes'
+gaps: the emulator's lateness — in reading a request or in writing a chunk — never counts. (The
+client stamps a request's send just before writing it, in the same step, so its send adds
+nothing here.) It reports TTFT error p50/p99, ITL error p50/p99, the chunk events per second
+the client kept up with, and its own event-loop verdict. With a search it also finds the
+highest load whose error stays within ±1 ms at the median and ±5 ms at p99. The result is a
+certificate, a dict that ``vprof bench --calibrate`` keeps in each run folder
+(``records.rundir``).
 """
 
 from __future__ import annotations
@@ -134,10 +139,7 @@ def _level(spec: CalibrateSpec) -> float:
 
 
 def _measure(spec: CalibrateSpec, work: Path) -> dict[str, Any]:
-    from vprof.records.rundir import RunDir
-    from vprof.runs.loadgen import LoadProcess, LoadSpec
     from vprof.server.process import ServerProcess, free_port
-    from vprof.traffic import shape_to_json
 
     sends = work / "sends"
     port = free_port()
@@ -149,33 +151,47 @@ def _measure(spec: CalibrateSpec, work: Path) -> dict[str, Any]:
     emulator.start()
     try:
         emulator.wait_healthy(timeout_s=120)
-        run = RunDir(work / "run")
-        run.path.mkdir()
-        load = LoadProcess(
-            LoadSpec(
-                url=emulator.url,
-                run_dir=run,
-                workload=str(_workload_file(work)),
-                traffic=shape_to_json(_shape(spec)),
-                seed=0,
-                salt="calibrate",
-                model=MODEL,
-                processes=spec.processes,
-                request_id_prefix=ID_PREFIX,
-            )
-        )
-        total_s = WARMUP_S + spec.duration_s + TAIL_S
-        rc = load.wait(timeout_s=total_s + 120)
-        if rc != 0:
-            tail = (
-                run.locust_log.read_text(errors="replace")[-2000:]
-                if run.locust_log.exists()
-                else ""
-            )
-            raise RunError(f"the load generator exited with code {rc} while calibrating:\n{tail}")
+        run = run_client(emulator.url, spec, work / "run")
     finally:
-        emulator.stop()
+        emulator.stop()  # its processes write their send logs as they stop
     return _certificate(spec, run, sends)
+
+
+def run_client(url: str, spec: CalibrateSpec, folder: Path):  # -> RunDir
+    """Drive the server at ``url`` with vprof's client at ``spec``'s load, as a bench does
+    (calibrate's requests, each with its id as ``X-Request-Id``: ``ID_PREFIX`` + record id);
+    the records land in ``folder``. The measured window is ``measured_window``."""
+    from vprof.records.rundir import RunDir
+    from vprof.runs.loadgen import LoadProcess, LoadSpec
+    from vprof.traffic import shape_to_json
+
+    run = RunDir(folder)
+    run.path.mkdir(parents=True)
+    load = LoadProcess(
+        LoadSpec(
+            url=url,
+            run_dir=run,
+            workload=str(_workload_file(run.path)),
+            traffic=shape_to_json(_shape(spec)),
+            seed=0,
+            salt="calibrate",
+            model=MODEL,
+            processes=spec.processes,
+            request_id_prefix=ID_PREFIX,
+        )
+    )
+    rc = load.wait(timeout_s=WARMUP_S + spec.duration_s + TAIL_S + 120)
+    if rc != 0:
+        log = run.locust_log.read_text(errors="replace")[-2000:] if run.locust_log.exists() else ""
+        raise RunError(f"the load generator exited with code {rc} while calibrating:\n{log}")
+    return run
+
+
+def measured_window(spec: CalibrateSpec, first_sent_at: float) -> tuple[float, float]:
+    """The seconds measured, given the first request's send time: after the warm-up, for
+    ``spec.duration_s``."""
+    start = first_sent_at + WARMUP_S
+    return start, start + spec.duration_s
 
 
 def _emulator_argv(port: int, sends: Path, workers: int) -> list[str]:
@@ -256,9 +272,10 @@ def _certificate(spec: CalibrateSpec, run: Any, sends: Path) -> dict[str, Any]:
             unmatched += 1
             continue
         stamps = stamps_of(r["first_token_at"], r["itl_ms"] or [])
-        timed.append(TimedRequest(r["sent_at"], stamps, truth.ttft_ms, truth.gaps_ms))
-    start = min(r["sent_at"] for r in ok) + WARMUP_S
-    end = start + spec.duration_s
+        # the truth from the send to the first write, both on this host's clock
+        first_write_ms = (truth.received_at - r["sent_at"]) * 1e3 + truth.ttft_ms
+        timed.append(TimedRequest(r["sent_at"], stamps, first_write_ms, truth.gaps_ms))
+    start, end = measured_window(spec, min(r["sent_at"] for r in ok))
     error = client_error(timed, start, end)
     health = loadgen_stats(run.loadgen_samples(), start, end)
     return {
