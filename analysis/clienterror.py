@@ -11,8 +11,9 @@ maths here is the same for both (``benchmarks/loadgen_ceiling.py`` uses it too).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -111,3 +112,18 @@ def client_error(
         itl_p99_ms=percentile(itl, 99),
         gaps_left_out=left_out,
     )
+
+
+def certificate_line(cert: Mapping[str, Any]) -> str:
+    """A certificate (``vprof calibrate``'s) as the summary and report show it beside the
+    latencies: ``≤ 2.1 ms at this load (64 users, 1 process)``."""
+    bound = cert.get("client_error_ms")
+    if cert.get("rate_rps"):
+        load = f"{cert['rate_rps']:g} req/s"
+    else:
+        load = f"{cert.get('users')} users"
+    processes = cert.get("processes") or 1
+    load += f", {processes} process{'es' if processes > 1 else ''}"
+    if bound is None:
+        return f"not measured ({load})"
+    return f"≤ {bound:.1f} ms at this load ({load})"

@@ -155,6 +155,13 @@ def run_options(func):
             "workers (0.0.0.0:5557: every interface).",
         ),
         click.option(
+            "--calibrate",
+            is_flag=True,
+            help="First certify the client on this host at each traffic shape's planned load "
+            "(vprof calibrate, 20 s each): the summary and report show its error beside the "
+            "latencies.",
+        ),
+        click.option(
             "--on-worker-loss",
             type=click.Choice(WORKER_LOSS_CHOICES),
             default=DEFAULT_ON_WORKER_LOSS,
@@ -340,6 +347,7 @@ def _spec(opts: dict[str, Any], **extra: Any):
         on_worker_loss=opts["on_worker_loss"],
         workers_expected=opts["workers_expected"] or 0,
         master_bind=opts["master_bind"] or "",
+        calibrate=opts["calibrate"],
         slo=opts["slo"],
         tokenizer=opts["tokenizer"],
         fetch_tokenizer=opts["fetch_tokenizer"],

@@ -85,10 +85,11 @@ def calibrate(
 
         click.echo(json.dumps(cert, indent=2))
         return
+    from vprof.analysis.clienterror import certificate_line
     from vprof.cli.output import emit
 
     emit(_rows(cert), fmt)
-    click.echo(cal.certificate_line(cert), err=True)
+    click.echo(f"client error {certificate_line(cert)}", err=True)
 
 
 _SHOWN = (

@@ -22,11 +22,12 @@ import socket
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from vprof.analysis.clienterror import certificate_line
 from vprof.common.errors import RunError, VprofError
 
 Progress = Callable[[str], None]
@@ -309,10 +310,24 @@ def _ms(value: float) -> float | None:
     return round(value, 3) if math.isfinite(value) else None
 
 
-def certificate_line(cert: dict[str, Any]) -> str:
-    """The certificate in one line, as the summary and report show it."""
-    bound = cert.get("client_error_ms")
-    load = f"{cert['rate_rps']:g} req/s" if cert.get("rate_rps") else f"{cert.get('users')} users"
-    if bound is None:
-        return f"client error not measured at {load}"
-    return f"client error ≤ {bound:.1f} ms at this load ({load}, p99 of TTFT and ITL)"
+def planned_load(shape: Any, processes: int) -> CalibrateSpec:
+    """The load a traffic shape plans: its peak users, or its open-loop rate."""
+    if shape.open_loop:
+        return CalibrateSpec(rate_rps=float(shape.rate_rps), processes=processes)
+    return CalibrateSpec(users=max(1, int(shape.peak_users())), processes=processes)
+
+
+def certify_shapes(
+    shapes: Sequence[Any], processes: int, say: Progress = lambda _: None
+) -> dict[str, dict[str, Any]]:
+    """A certificate for each shape's planned load (one measurement per distinct load), by
+    shape name: what ``vprof bench --calibrate`` measures before its runs."""
+    by_load: dict[CalibrateSpec, dict[str, Any]] = {}
+    out = {}
+    for shape in shapes:
+        spec = planned_load(shape, processes)
+        if spec not in by_load:
+            by_load[spec] = calibrate(spec, say)
+            say(f"  client error {certificate_line(by_load[spec])}")
+        out[shape.name] = by_load[spec]
+    return out

@@ -304,11 +304,16 @@ def run_one(
     run: RunDir,
     say: Progress,
     repeat: int = 1,
+    calibration: Mapping[str, Any] | None = None,
 ) -> RunOutcome:
+    """Run ``shape`` against ``server`` into ``run``; ``calibration`` is the client's error
+    certificate at this load (bench --calibrate), kept in the run folder."""
     from vprof.traffic import shape_to_json
 
     salt = spec.extra_meta.get("salt") or ("" if spec.reuse_prefix_cache else secrets.token_hex(4))
     run.create(_run_meta(server, spec, workload, shape, salt, repeat))
+    if calibration:
+        run.write_calibration(calibration)
     log_start = server.log_offset()
     sampler = MetricsSampler(
         server.replicas or server.url,

@@ -55,6 +55,9 @@ class BenchSpec:
     # and the HOST:PORT its master binds for them (runs.distributed); instead of processes
     workers_expected: int = 0
     master_bind: str = ""
+    # certify the client first (vprof calibrate) at each traffic shape's planned load, and
+    # keep the certificate in each of its run folders
+    calibrate: bool = False
     health_timeout_s: float = 900.0
     metrics_interval_s: float = DEFAULT_INTERVAL_S  # /metrics gauges; backs off when slow
     metrics: bool = True  # False: no /metrics scrape at all
@@ -111,6 +114,13 @@ class BenchSpec:
                 f"{given} needs {missing}: the master waits for workers at an address",
                 key=missing,
                 hint="e.g. --workers-expected 2 --master-bind 0.0.0.0:5557",
+            )
+        if self.workers_expected and self.calibrate:
+            raise RunError(
+                "--calibrate certifies this host's client; with --workers-expected the load "
+                "comes from other hosts",
+                key="--calibrate",
+                hint="run `vprof calibrate` on each load host instead",
             )
         if self.workers_expected:
             parse_address(self.master_bind, "--master-bind")

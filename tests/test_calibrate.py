@@ -11,12 +11,12 @@ import pytest
 import requests
 from click.testing import CliRunner
 
-from vprof.analysis.clienterror import TimedRequest, client_error, stamps_of
+from vprof.analysis.clienterror import TimedRequest, certificate_line, client_error, stamps_of
 from vprof.common.errors import VprofError
 from vprof.emulator.config import EmulatorConfig
 from vprof.emulator.sendlog import read_send_logs
 from vprof.emulator.server import Emulator
-from vprof.runs.calibrate import CalibrateSpec, certificate_line
+from vprof.runs.calibrate import CalibrateSpec
 
 # -- the emulator's send log ----------------------------------------------------------------
 
@@ -94,10 +94,9 @@ def test_a_load_is_checked_and_named():
 
 
 def test_the_certificate_reads_as_one_line():
-    cert = {"users": 64, "client_error_ms": 2.31}
-    assert certificate_line(cert) == (
-        "client error ≤ 2.3 ms at this load (64 users, p99 of TTFT and ITL)"
-    )
+    cert = {"users": 64, "processes": 2, "client_error_ms": 2.31}
+    assert certificate_line(cert) == "≤ 2.3 ms at this load (64 users, 2 processes)"
+    assert certificate_line({"rate_rps": 7.5, "client_error_ms": None}).startswith("not measured")
 
 
 def test_calibrate_help_names_its_outputs():
@@ -136,3 +135,61 @@ def test_the_json_certificate_has_the_documented_keys(monkeypatch):
         "max_load_within_bounds",
     ):
         assert key in document
+
+
+def test_a_calibrated_run_shows_its_client_error_beside_its_latencies(tmp_path):
+    from test_analysis_data import synth_records, write_run
+
+    from vprof.analysis import summarize_run
+    from vprof.analysis.keys import SUMMARY_TABLE_KEYS
+    from vprof.records import RunDir
+    from vprof.report.html import OVERVIEW_COLUMNS
+
+    run = tmp_path / "run"
+    write_run(run, synth_records(40))
+    cert = {
+        "users": 8,
+        "processes": 1,
+        "client_error_ms": 1.26,
+        "ttft_error_p99_ms": 1.26,
+        "itl_error_p99_ms": 0.8,
+        "within_bounds": True,
+        "measured_at": 1.8e9,
+    }
+    RunDir(run).write_calibration(cert)
+    summary = summarize_run(run)
+    assert summary["client_error"] == "≤ 1.3 ms at this load (8 users, 1 process)"
+    assert summary["client_error_ms"] == 1.26
+    table = list(SUMMARY_TABLE_KEYS)
+    assert table.index("p99_e2el_ms") < table.index("client_error") < table.index("slo_met")
+    assert "client_error" in OVERVIEW_COLUMNS
+
+
+def test_a_damaged_certificate_is_refused_with_its_key(tmp_path):
+    from vprof.common.errors import RunError
+    from vprof.records import RunDir
+
+    folder = RunDir(tmp_path)
+    folder.calibration_json.write_text('{"users": 8, "ttft_error_p99_ms": "fast"}')
+    with pytest.raises(RunError) as caught:
+        folder.calibration()
+    assert "ttft_error_p99_ms" in caught.value.format()
+    assert RunDir(tmp_path / "none").calibration() == {}
+
+
+def test_bench_calibrates_each_planned_load_once_and_refuses_remote_workers(monkeypatch):
+    import vprof.runs.calibrate as cal
+    from vprof.runs import BenchSpec
+    from vprof.traffic import get_shape
+
+    seen = []
+    monkeypatch.setattr(cal, "calibrate", lambda spec, say: seen.append(spec) or {"users": 1})
+    shapes = [get_shape("steady"), get_shape("smoke"), get_shape("poisson"), get_shape("steady")]
+    certs = cal.certify_shapes(shapes, processes=2, say=lambda _: None)
+    assert set(certs) == {"steady", "smoke", "poisson"}
+    assert len(seen) == 3 and all(s.processes == 2 for s in seen)
+    assert any(s.rate_rps > 0 for s in seen)  # open loop: its rate
+    with pytest.raises(VprofError, match="vprof calibrate"):
+        BenchSpec(
+            traffic=("smoke",), workers_expected=1, master_bind="0.0.0.0:5557", calibrate=True
+        )
