@@ -199,7 +199,7 @@ def independent_error(tmp_path: Path, spec: CalibrateSpec) -> dict[str, float]:
         truth = sent.get(ID_PREFIX + r["request_id"])
         if truth is None or not start <= r["sent_at"] <= end:
             continue
-        ttft.append((r["first_token_at"] - r["sent_at"]) - (truth["writes"][0] - truth["arrived"]))
+        ttft.append(r["first_token_at"] - truth["writes"][0])  # both on this host's clock
         client_gaps = np.asarray(r["itl_ms"]) / 1e3
         server_gaps = np.diff(truth["writes"])
         if len(client_gaps) == len(server_gaps) == OUTPUT_TOKENS - 1:
