@@ -21,7 +21,6 @@ from locust.runners import (
     WorkerRunner,
 )
 
-import atexit
 import gc
 import logging
 import os
@@ -315,19 +314,20 @@ def _tokenizer_json(environment: Any) -> bytes:
 
 
 def _keep_tokenizer(data: bytes) -> Path:
-    """Worker: the master's tokenizer.json in a file of this process's own (removed at exit)."""
-    fd, name = tempfile.mkstemp(prefix="vprof-tokenizer-", suffix=".json")
-    with os.fdopen(fd, "wb") as out:
-        out.write(data)
-    atexit.register(_remove, name)
-    return Path(name)
+    """Worker: the master's tokenizer.json as a file of this host, named by its content, so
+    every worker and test of a host shares one copy (one that is killed leaves nothing new)."""
+    import hashlib
 
-
-def _remove(name: str) -> None:
-    try:
-        os.unlink(name)
-    except OSError:
-        pass
+    path = (
+        Path(tempfile.gettempdir())
+        / f"vprof-tokenizer-{hashlib.sha256(data).hexdigest()[:16]}.json"
+    )
+    if not path.is_file() or path.stat().st_size != len(data):
+        fd, name = tempfile.mkstemp(prefix=".vprof-tokenizer-", dir=path.parent)
+        with os.fdopen(fd, "wb") as out:
+            out.write(data)
+        os.replace(name, path)  # whole or not at all, whoever writes it at the same moment
+    return path
 
 
 def ships(environment: Any) -> bool:

@@ -330,3 +330,16 @@ def test_load_generator_options_need_kubernetes_and_each_other():
     assert result.exit_code == 2 and "--format k8s" in result.output
     result = runner.invoke(cli, ["render", "chunked-256", "--format", "k8s", "--traffic", "x"])
     assert result.exit_code == 2 and "need --load-workers" in result.output
+
+
+def test_a_shipped_tokenizer_is_kept_once_per_content_on_a_host():
+    from vprof.locustfiles.testplan import _keep_tokenizer
+
+    first = _keep_tokenizer(b'{"version": "1.0", "test": 1}')
+    other = _keep_tokenizer(b'{"version": "1.0", "test": 2}')
+    try:
+        assert _keep_tokenizer(b'{"version": "1.0", "test": 1}') == first != other
+        assert first.read_bytes() == b'{"version": "1.0", "test": 1}'
+    finally:
+        first.unlink()
+        other.unlink()
