@@ -634,8 +634,13 @@ def _could_see(row: dict[str, Any], detect: float | None) -> str:
 HOST_PACE_GAP_PCT = 15.0
 
 
+# More than this share of a run with every task stalled on I/O is worth a note.
+HOST_IO_STALL_LIMIT_PCT = 1.0
+
+
 def host_notes(groups: Sequence[Group], paired: bool = False) -> list[str]:
-    """Runs taken while the host was unsteady (host.jsonl), or at paces far apart."""
+    """Runs taken while the host was unsteady (host.jsonl), stalled on I/O, or at paces far
+    apart."""
     notes = []
     summaries = [s for g in groups for s in g.summaries]
     unsteady = sorted({str(s.get(K.RUN)) for s in summaries if s.get(K.HOST_UNSTEADY)})
@@ -649,6 +654,18 @@ def host_notes(groups: Sequence[Group], paired: bool = False) -> list[str]:
         notes.append(
             f"the host was unsteady during {', '.join(unsteady)} (its pace spread up to "
             f"{spread:.0f} % within a run){tail}"
+        )
+    stalled = {
+        str(s.get(K.RUN)): float(s[K.HOST_IO_STALL_PCT])
+        for s in summaries
+        if (s.get(K.HOST_IO_STALL_PCT) or 0) > HOST_IO_STALL_LIMIT_PCT
+    }
+    if stalled:
+        worst = max(stalled, key=lambda k: stalled[k])
+        notes.append(
+            f"every process on the host was stalled on I/O for {stalled[worst]:.1f} % of "
+            f"{worst}{' and others' if len(stalled) > 1 else ''} (/proc/pressure/io): "
+            "latencies there include the host's stalls"
         )
     work = {str(s.get(K.RUN)): float(s[K.HOST_WORK_MS]) for s in summaries if s.get(K.HOST_WORK_MS)}
     if not paired and len(work) > 1:

@@ -108,6 +108,8 @@ class SummaryKey(StrEnum):
     HOST_PACE_SPREAD_PCT = "host_pace_spread_pct"
     HOST_WORK_MS = "host_work_ms"
     HOST_UNSTEADY = "host_unsteady"
+    HOST_CPU_WAIT_PCT = "host_cpu_wait_pct"  # share of the run some task waited for a core
+    HOST_IO_STALL_PCT = "host_io_stall_pct"  # share of the run every task was stalled on I/O
 
 
 def stat_key(stat: str, metric: str) -> str:

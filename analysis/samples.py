@@ -12,6 +12,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from vprof.analysis.keys import SummaryKey as K
 from vprof.records.schema import LOOP_LAG_BUCKETS_MS
 
 HITS = "vllm:prefix_cache_hits_total"
@@ -357,8 +358,22 @@ def host_stats(
         return {}
     p10, p50, p90 = np.percentile(work, [10, 50, 90])
     spread = (p90 / p10 - 1.0) * 100.0
+    inside = [s for s in samples if lo <= float(s["t"]) <= hi]
     return {
         "host_work_ms": float(p50),
         "host_pace_spread_pct": float(spread),
         "host_unsteady": bool(spread > HOST_SPREAD_LIMIT_PCT),
+        K.HOST_CPU_WAIT_PCT: _stall_share(inside, "cpu_some_us"),
+        K.HOST_IO_STALL_PCT: _stall_share(inside, "io_full_us"),
     }
+
+
+def _stall_share(samples: Sequence[Mapping[str, Any]], key: str) -> float | None:
+    """The share (%) of the samples' span the kernel's running stall total ``key`` grew by:
+    for ``cpu_some_us`` the time some task waited for a core, for ``io_full_us`` the time
+    every task was stalled on I/O. ``None`` where the host does not report it."""
+    timed = sorted((float(s["t"]), float(s[key])) for s in samples if key in s)
+    if len(timed) < 2 or timed[-1][0] <= timed[0][0]:
+        return None
+    (t0, total0), (t1, total1) = timed[0], timed[-1]
+    return max(0.0, (total1 - total0) / 1e6 / (t1 - t0) * 100.0)

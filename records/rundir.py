@@ -334,6 +334,8 @@ HOST_LINE: dict[str, Check] = {
     "t": SAMPLED_AT,
     "work_ms": _number(0, 1e6),
     "late_ms": _number(0, 1e9),
+    "cpu_some_us": _number(0, 2**63, integer=True),  # the kernel's stall totals (optional)
+    "io_full_us": _number(0, 2**63, integer=True),
 }
 
 

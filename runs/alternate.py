@@ -1,9 +1,10 @@
 """``vprof bench A B --alternate``: every side's server up at once, the load switched between
 them in short slices inside one load-generator run, measured until precise.
 
-Every compared profile's server is started (one after the other: on a shared GPU each one's
-memory profiling must see the others loaded; ``vprof.server.placement`` says who gets which
-devices, KV cache or memory share), warmed up, and kept up. One Locust run then sends all the
+Every compared profile's server is started (at the same time where they share no device; one
+after the other on a shared GPU, where each one's memory profiling must see the others loaded;
+``vprof.server.placement`` says who gets which devices, KV cache or memory share), warmed up,
+and kept up. One Locust run then sends all the
 load to one side at a time, switching every ``slice_s`` in ABBA blocks (``traffic.slices``):
 the same request stream on every side of a block, a fresh one (and a fresh salt) per block.
 No process starts and nothing is summarised between slices, so the wall time is the measured
@@ -55,6 +56,9 @@ if TYPE_CHECKING:
 
 DEFAULT_BUDGET_S = 600.0  # --precision without --time-budget
 MIN_BLOCKS = 3  # a precision target is judged on at least this many whole blocks
+# What a phase costs besides its blocks: the load generator's start, the summary and report
+# after it (about 4 s and 3-5 s against two emulators), kept inside the time budget.
+PHASE_OVERHEAD_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -205,6 +209,8 @@ class AlternatingBench:
                 "--alternate compares two or more sides", hint="vprof bench A B --alternate"
             )
         self.spec, self.alt, self.say = spec, alt, say
+        self.began = time.monotonic()  # the time budget counts from here
+        self.start_s = 0.0  # how long the servers took to start, for a swap's restart
         resolved = check_before_running((), spec, say)
         self.workload = resolved.workload
         if len(resolved.shapes) != 1:
@@ -255,21 +261,39 @@ class AlternatingBench:
         """Start (or check) every side's server; ``order[i]`` is the slot side ``i`` takes
         (its placement, port and place in the start order)."""
         spec = self.spec
-        for i in sorted(range(len(self.sides)), key=lambda i: order[i]):
+        ordered = sorted(range(len(self.sides)), key=lambda i: order[i])
+        for i in ordered:
             side = self.sides[i]
             log_path = spec.out_dir / f"{slug(side.name)}.server.log"
             if side.given:  # already running (a launched side restarts at a --swap)
                 side.server = Server(side.profile, None, replace(spec, urls=side.urls), log_path)
-                self.say(f"{side.name}: using {' and '.join(side.urls)}")
             else:
                 plan = self._plan_for(i, order[i])
-                where = f" (slot of {self.sides[order[i]].name})" if order[i] != i else ""
-                self.say(f"{side.name}: starting its server{where}")
                 side.server = Server(side.profile, plan, spec, log_path)
+        together = not getattr(self, "placement", None) or not self.placement.shared_gpu
+        if together:  # no shared device: every server loads at once, then each is waited for
+            for i in ordered:
+                self._say_starting(i, order)
+                self.sides[i].server.spawn(lambda line: self.say(line))  # type: ignore[union-attr]
+        for i in ordered:
+            side = self.sides[i]
+            assert side.server is not None
+            if not together:  # a shared GPU: each one's memory profiling sees the others loaded
+                self._say_starting(i, order)
+            if together and side.server.plan is not None:
+                self.say(f"{side.name}: waiting for its server")
             side.server.start(lambda line: self.say(line), self.workload)
             side.urls = side.server.urls or (side.server.url,)
         self._check_models()
         self._say_kv_caches()
+
+    def _say_starting(self, i: int, order: Sequence[int]) -> None:
+        side = self.sides[i]
+        if side.given:
+            self.say(f"{side.name}: using {' and '.join(side.urls)}")
+        else:
+            where = f" (slot of {self.sides[order[i]].name})" if order[i] != i else ""
+            self.say(f"{side.name}: starting its server{where}")
 
     def _plan_for(self, side: int, slot: int) -> Any:
         """Side ``side``'s profile planned in slot ``slot``'s place (its devices and port)."""
@@ -347,20 +371,45 @@ class AlternatingBench:
                     say("swapping: the servers restart with the profiles exchanged")
                 order = list(range(n)) if phase.number == 1 else list(reversed(range(n)))
                 if any(s.server is None for s in self.sides):
+                    started = time.monotonic()
                     try:
                         self._start(order, phase.number)
                     except LaunchError as exc:
                         say(f"a server did not start: {exc}")
                         outcomes.append(self._outcome(phase, NOT_STARTED, str(exc)))
                         break
+                    self.start_s = max(self.start_s, time.monotonic() - started)
                 if phase.run.path.exists():
                     retire_attempt(phase.run, say)
+                self._fit_to_budget(phase)
                 outcomes.append(self._measure(phase, swapped=phase.number == 2, earlier=phases))
                 if outcomes[-1].state != RunState.COMPLETED.value:
                     break
         finally:
             self._stop()
         return outcomes
+
+    def _fit_to_budget(self, phase: _Phase) -> None:
+        """Fewer blocks when the time budget (counted from the command's start) would not hold
+        the planned ones: server starts, the load generator's start and the summary count too,
+        and with a swap ahead, the restart and a second phase as long as this one."""
+        from vprof.traffic.slices import whole_blocks
+
+        alt = self.alt
+        if alt.time_budget_s is None and alt.precision_pct is None:
+            return  # blocks from the shape's duration: no budget to keep
+        budget = alt.time_budget_s if alt.time_budget_s is not None else DEFAULT_BUDGET_S
+        left = budget - (time.monotonic() - self.began) - PHASE_OVERHEAD_S
+        if alt.swap and phase.number == 1:
+            left = (left - self.start_s - PHASE_OVERHEAD_S) / 2
+        fit = max(whole_blocks(max(left, 0.0), alt.slice_s, len(self.sides)), 1)
+        fit = max(fit, min(phase.blocks, MIN_BLOCKS))
+        if fit < phase.blocks:
+            self.say(
+                f"phase {phase.number}: {fit} blocks ({fit * alt.slice_s * len(self.sides):g} s) "
+                f"fit in what is left of the time budget"
+            )
+            phase.blocks = fit
 
     def _outcome(self, phase: _Phase, state: str, reason: str) -> RunOutcome:
         label = " vs ".join(s.name for s in self.sides)

@@ -26,6 +26,7 @@ FAULT_STOP_S = 10.0  # how long a load generator that cannot write is given to s
 if TYPE_CHECKING:
     from vprof.registry import Profile
     from vprof.server import ServerPlan, StartedServer
+    from vprof.server.process import ServerProcess
     from vprof.traffic import TrafficShape
     from vprof.workloads import Workload
     from vprof.workloads.modeltokenizer import TokenizerChoice
@@ -83,6 +84,7 @@ class Server:
         self.url = spec.url or ""
         self.urls: tuple[str, ...] = spec.urls  # with --url: every replica (url is the first)
         self.tokenizer: TokenizerChoice | None = None  # the bench decides it (runs.bench)
+        self._spawned: ServerProcess | None = None  # started, not yet waited for
 
     @property
     def replicas(self) -> tuple[str, ...]:
@@ -105,6 +107,17 @@ class Server:
     def changes(self) -> list[str]:
         return list(self.plan.changes) if self.plan else []
 
+    def spawn(self, say: Progress) -> None:
+        """Start a planned server's process without waiting for it (``start`` waits); servers
+        that share no device load at the same time this way."""
+        if self.plan is None or self._spawned is not None or self.started is not None:
+            return
+        from vprof.server import spawn_server
+
+        for line in self.plan.report():
+            say(f"  {line}")
+        self._spawned = spawn_server(self.plan, log_path=self.log_path)
+
     def start(self, say: Progress, workload: Workload | None = None) -> None:
         from vprof.runs.warmup import warm_up
 
@@ -113,13 +126,14 @@ class Server:
                 if problem := _health_problem(url):
                     raise LaunchError(problem)
         else:
-            from vprof.server import start_server
+            from vprof.server import await_server
 
-            for line in self.plan.report():
-                say(f"  {line}")
-            self.started = start_server(
+            self.spawn(say)
+            assert self._spawned is not None
+            process, self._spawned = self._spawned, None
+            self.started = await_server(
                 self.plan,
-                log_path=self.log_path,
+                process,
                 timeout_s=self.spec.health_timeout_s,
                 say=lambda line: say(f"  {line}"),
             )
@@ -188,10 +202,13 @@ class Server:
             return 0
 
     def stop(self) -> None:
-        if self.started is not None:
-            from vprof.server import stop_quietly
+        from vprof.server import stop_quietly
 
+        if self.started is not None:
             stop_quietly(self.started.process)
+        if self._spawned is not None:  # spawned, never waited for (another side failed)
+            stop_quietly(self._spawned)
+            self._spawned = None
 
 
 def _copy_log_segment(src: Path, start: int, dest: Path) -> None:

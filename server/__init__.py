@@ -10,7 +10,15 @@ from vprof.server.host import HostEngine, adapt_for_host, detect_engine
 from vprof.server.logparse import EffectiveSettings, find_error, parse_log
 from vprof.server.metrics import metric_labels, parse_metrics, scrape
 from vprof.server.process import ServerProcess, free_port, port_in_use
-from vprof.server.start import ServerPlan, StartedServer, plan_server, start_server, stop_quietly
+from vprof.server.start import (
+    ServerPlan,
+    StartedServer,
+    await_server,
+    plan_server,
+    spawn_server,
+    start_server,
+    stop_quietly,
+)
 
 __all__ = [
     "EffectiveSettings",
@@ -29,5 +37,7 @@ __all__ = [
     "port_in_use",
     "scrape",
     "start_server",
+    "spawn_server",
+    "await_server",
     "stop_quietly",
 ]

@@ -16,7 +16,8 @@ Pure given the host's facts, so every rule is unit-tested without a GPU:
   memory limits, so it is said — and start one after the other, so that each one's memory
   profiling sees the others already loaded.
 
-Servers are always started one at a time; on a shared GPU it is required.
+``shared_gpu`` tells the caller to start the servers one at a time; otherwise they load at
+the same time (``runs.alternate``).
 """
 
 from __future__ import annotations

@@ -83,6 +83,7 @@ class ServerProcess:
         self._proc: subprocess.Popen[bytes] | None = None
         self._log_offset = 0
         self._stopped = False
+        self._started_at: float | None = None
 
     @property
     def url(self) -> str:
@@ -92,6 +93,10 @@ class ServerProcess:
     @property
     def pid(self) -> int | None:
         return self._proc.pid if self._proc else None
+
+    def running_s(self) -> float:
+        """Seconds since the child was started (0 before)."""
+        return 0.0 if self._started_at is None else time.monotonic() - self._started_at
 
     def start(self) -> None:
         """Start the child; refuse if the port is taken, since vLLM would die only after import."""
@@ -116,6 +121,7 @@ class ServerProcess:
                     env=full_env,
                     start_new_session=True,
                 )
+                self._started_at = time.monotonic()
             except OSError as exc:
                 raise LaunchError(
                     f"cannot start {self.argv[0]}: {exc.strerror}",

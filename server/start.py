@@ -5,7 +5,8 @@ validates the profile once, adapts it to this host (saying what it changed) and 
 command. A bench plans every profile before it starts any server, so a bad profile fails at
 once. :func:`start_server` starts the planned command, waits for ``/health`` and reports how
 long that took; if anything goes wrong (or Ctrl-C) while it waits, the server is stopped
-before the error leaves.
+before the error leaves. Its two halves, :func:`spawn_server` and :func:`await_server`, let
+servers that share no device load at the same time.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ import shlex
 import signal
 import sys
 import threading
-import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -113,6 +113,15 @@ def start_server(
     Raises :class:`LaunchError` with vLLM's own error and the log's last lines when the server
     dies or does not become healthy within ``timeout_s``.
     """
+    process = spawn_server(plan, log_path=log_path, environ=environ)
+    return await_server(plan, process, timeout_s=timeout_s, say=say)
+
+
+def spawn_server(
+    plan: ServerPlan, *, log_path: Path, environ: Mapping[str, str] | None = None
+) -> ServerProcess:
+    """Start the planned command and return at once (:func:`await_server` waits for it), so
+    several servers can load at the same time where they do not share a device."""
     profile = plan.profile
     process = ServerProcess(
         plan.argv,
@@ -122,14 +131,21 @@ def start_server(
         port=profile.port,
     )
     process.start()
+    return process
+
+
+def await_server(
+    plan: ServerPlan, process: ServerProcess, *, timeout_s: float, say: Say = lambda _: None
+) -> StartedServer:
+    """Wait until a spawned server's ``/health`` answers; stop it on any failure (Ctrl-C too).
+    How long it took counts from the spawn."""
     say(f"waiting up to {timeout_s:g} s for {process.url}/health (pid {process.pid})")
-    started = time.monotonic()
     try:
-        process.wait_healthy(timeout_s=timeout_s)
+        process.wait_healthy(timeout_s=max(0.0, timeout_s - process.running_s()))
     except BaseException:
         stop_quietly(process)
         raise
-    return StartedServer(plan, process, time.monotonic() - started, process.effective_settings())
+    return StartedServer(plan, process, process.running_s(), process.effective_settings())
 
 
 def stop_quietly(process: ServerProcess) -> None:
