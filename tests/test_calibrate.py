@@ -194,3 +194,30 @@ def test_bench_calibrates_each_planned_load_once_and_refuses_remote_workers(monk
         BenchSpec(
             traffic=("smoke",), workers_expected=1, master_bind="0.0.0.0:5557", calibrate=True
         )
+
+
+def test_search_doubles_then_bisects_to_the_highest_load_within_bounds(monkeypatch):
+    import vprof.runs.calibrate as cal
+
+    tried = []
+
+    def fake(spec, say):  # within bounds up to 100 users
+        tried.append(spec.users)
+        ok = spec.users <= 100
+        return {
+            "users": spec.users,
+            "within_bounds": ok,
+            "ttft_error_p99_ms": 1.0 if ok else 9.0,
+            "itl_error_p99_ms": 1.0,
+        }
+
+    monkeypatch.setattr(cal, "calibrate", fake)
+    cert = cal.search(CalibrateSpec(users=64))
+    assert tried[:3] == [64, 128, 96] and len(tried) <= cal.SEARCH_STEPS
+    best = cert["max_load_within_bounds"]["users"]
+    assert 88 <= best <= 100 and cert["users"] == 64  # within an eighth of the true limit
+    assert [s["users"] for s in cert["searched"]] == sorted(set(tried))
+    monkeypatch.setattr(
+        cal, "calibrate", lambda spec, say: fake(spec, say) | {"within_bounds": False}
+    )
+    assert cal.search(CalibrateSpec(users=8))["max_load_within_bounds"] is None
