@@ -100,6 +100,10 @@ class SummaryKey(StrEnum):
     LOADGEN_VERDICT = "loadgen_verdict"
     CLIENT_LIMITED = "client_limited"  # the load generator, not the server, set the pace
     CLIENT_LIMITED_BY = "client_limited_by"
+    # vprof calibrate's certificate for the run's load (bench --calibrate): the client's own
+    # error at p99 (TTFT and ITL), and that as a sentence beside the latencies
+    CLIENT_ERROR_MS = "client_error_ms"
+    CLIENT_ERROR = "client_error"
     # the host's own pace during the run (host.jsonl)
     HOST_PACE_SPREAD_PCT = "host_pace_spread_pct"
     HOST_WORK_MS = "host_work_ms"
@@ -127,7 +131,7 @@ SUMMARY_TABLE_KEYS: tuple[str, ...] = (
     *_stats("ttft", "mean", "median", "p90", "p95", "p99", "p99.9"),
     *_stats("tpot", "mean", "median", "p95", "p99"),
     *_stats("itl", "mean", "median", "p95", "p99", "p99.9"),
-    *_stats("e2el", "mean", "median", "p95", "p99"),
+    *_stats("e2el", "mean", "median", "p95", "p99"), K.CLIENT_ERROR,
     *_stats("ttft_from_schedule", "p95", "p99"),
     *_stats("schedule_lag", "p99"),
     K.TURNS_SENT, *_stats("later_ttft_from_schedule", "median", "p99"),
@@ -147,7 +151,7 @@ SUMMARY_TABLE_KEYS: tuple[str, ...] = (
 SHOWN_WHEN_NONZERO = frozenset(
     {K.FAILURES_BY_CAUSE, K.CANCELLED, K.NOT_SENT, K.HELD_BACK, K.HELD_BACK_S, K.UNANSWERED_RATE,
      K.CLIENT_LIMITED_BY, K.METRICS_WARNING, K.METRICS_FROM, K.MEAN_PROMPT_TOKEN_EXCESS,
-     K.TOKENIZER_IS_STAND_IN, K.HOST_UNSTEADY, K.PREDICTED}
+     K.TOKENIZER_IS_STAND_IN, K.HOST_UNSTEADY, K.PREDICTED, K.CLIENT_ERROR}
 )  # fmt: skip
 # The columns of the per-replica table (after run and replica), from a summary's per_replica.
 REPLICA_TABLE_KEYS: tuple[str, ...] = (

@@ -39,6 +39,7 @@ class Run:
     metrics: tuple[dict[str, Any], ...] = ()
     loadgen: tuple[dict[str, Any], ...] = ()
     host: tuple[dict[str, Any], ...] = ()  # host.jsonl: the host's pace during the run
+    calibration: dict[str, Any] = field(default_factory=dict)  # the client's error certificate
     records_note: str = ""  # how much of a damaged records file was readable ("": all of it)
     # one side of an alternating run: the length of its measured slices (throughputs divide by
     # it instead of first send → last answer, which spans the other sides' slices too)
@@ -149,6 +150,7 @@ def load_run(path: str | Path) -> Run:
         metrics=folder.metric_samples(),
         loadgen=folder.loadgen_samples(),
         host=folder.host_samples(),
+        calibration=folder.calibration(),
         records_note=note,
     )
 
@@ -188,6 +190,11 @@ def summarize_loaded(
         head[K.RECORDS_NOTE] = run.records_note
     if lost := run.locust.get("workers_lost"):
         head[K.WORKERS_LOST] = lost
+    if run.calibration:  # bench --calibrate: how exact the client was at this load, here
+        from vprof.analysis.clienterror import certificate_line
+
+        head[K.CLIENT_ERROR_MS] = run.calibration.get("client_error_ms")
+        head[K.CLIENT_ERROR] = certificate_line(run.calibration)
     if earlier := RunDir(run.path).earlier_attempts():
         head[K.EARLIER_ATTEMPTS] = [str(p) for p in earlier]
     forecast = run.meta.get("forecast")

@@ -41,10 +41,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
-from measure import Lateness, TreeCpu, percentile, running_emulator, stop_group
+from measure import Lateness, TreeCpu, running_emulator, stop_group
+
+from vprof.analysis.clienterror import ClientError, TimedRequest, client_error, stamps_of
 
 HERE = Path(__file__).resolve().parent
-P50_BOUND_MS, P99_BOUND_MS = 1.0, 5.0
 CLIENTS = ("vprof", "vprof-2p", "fasthttp", "aiohttp")
 BASELINE = "fasthttp"
 
@@ -69,13 +70,17 @@ class StepResult:
 
     @property
     def within_bounds(self) -> bool:
-        return (
-            self.requests > 0
-            and self.ttft_err_p50_ms <= P50_BOUND_MS
-            and self.ttft_err_p99_ms <= P99_BOUND_MS
-            and self.itl_err_p50_ms <= P50_BOUND_MS
-            and self.itl_err_p99_ms <= P99_BOUND_MS
+        """The errors within vprof's bounds (``analysis.clienterror``: ±1 ms p50, ±5 ms p99)."""
+        error = ClientError(
+            requests=self.requests,
+            events=0,
+            window_s=1.0,
+            ttft_p50_ms=self.ttft_err_p50_ms,
+            ttft_p99_ms=self.ttft_err_p99_ms,
+            itl_p50_ms=self.itl_err_p50_ms,
+            itl_p99_ms=self.itl_err_p99_ms,
         )
+        return error.within_bounds
 
 
 # -- the aiohttp client (run in a process of its own) --------------------------------------
@@ -178,7 +183,7 @@ def run_vprof(args, url: str, users: int, processes: int, work: Path, emulator_p
     frame = frame[frame.status == "ok"]
     requests = [
         {"sent_at": r.sent_at, "truth_ms": true_ttft_ms(config, int(r.prompt_tokens)),
-         "stamps": list(r.first_token_at + np.concatenate([[0.0], np.cumsum(r.itl_ms)]) / 1e3)}
+         "stamps": stamps_of(r.first_token_at, r.itl_ms)}
         for r in frame.itertuples()
     ]  # fmt: skip
     return requests, cpu
@@ -228,11 +233,9 @@ def summarise(client, users, processes, requests, args, sampled) -> StepResult:
         raise RuntimeError(f"{client} with {users} users recorded nothing")
     start = min(r["sent_at"] for r in requests) + args.warmup_s
     end = start + args.step_s
-    events = sum(start <= s <= end for r in requests for s in r["stamps"])
-    chosen = [r for r in requests if start <= r["sent_at"] <= end and r["stamps"]]
-    ttft_err = [(r["stamps"][0] - r["sent_at"]) * 1e3 - r["truth_ms"] for r in chosen]
-    itl_err = [(b - a) * 1e3 - args.itl_ms for r in chosen
-               for a, b in zip(r["stamps"], r["stamps"][1:], strict=False)]  # fmt: skip
+    timed = [TimedRequest(r["sent_at"], r["stamps"], r["truth_ms"]) for r in requests]
+    error = client_error(timed, start, end, nominal_gap_ms=args.itl_ms)
+    events = error.events
     client_cpu, emulator_cpu, late = sampled
     client_s = client_cpu.seconds(start, end)
     emulator_s = emulator_cpu.seconds(start, end)
@@ -240,12 +243,12 @@ def summarise(client, users, processes, requests, args, sampled) -> StepResult:
         client=client,
         users=users,
         processes=processes,
-        requests=len(chosen),
-        events_per_s=events / args.step_s,
-        ttft_err_p50_ms=percentile(ttft_err, 50),
-        ttft_err_p99_ms=percentile(ttft_err, 99),
-        itl_err_p50_ms=percentile(itl_err, 50),
-        itl_err_p99_ms=percentile(itl_err, 99),
+        requests=error.requests,
+        events_per_s=error.events_per_s,
+        ttft_err_p50_ms=error.ttft_p50_ms,
+        ttft_err_p99_ms=error.ttft_p99_ms,
+        itl_err_p50_ms=error.itl_p50_ms,
+        itl_err_p99_ms=error.itl_p99_ms,
         client_us_per_event=1e6 * client_s / events if events else math.nan,
         client_cpu_pct=100 * client_s / args.step_s,
         emulator_us_per_event=1e6 * emulator_s / events if events else math.nan,

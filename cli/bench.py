@@ -12,7 +12,13 @@ from typing import Any
 
 import click
 
-from vprof.cli.options import FiniteFloat, OutDir, profile_override_options, profiles_dir_option
+from vprof.cli.options import (
+    FiniteFloat,
+    OutDir,
+    processes_option,
+    profile_override_options,
+    profiles_dir_option,
+)
 from vprof.cli.output import HUMAN, Part, emit_parts, format_option
 from vprof.locustfiles.optiontable import (
     BALANCE_CHOICES,
@@ -132,12 +138,28 @@ def run_options(func):
             show_default=True,
             help="After a failed run: go on with the rest, or stop.",
         ),
+        processes_option,
         click.option(
-            "--processes",
-            type=click.IntRange(1, 512),
-            default=1,
-            show_default=True,
-            help="Locust worker processes (one per spare core).",
+            "--workers-expected",
+            type=click.IntRange(1, 10_000),
+            default=None,
+            help="Load from other hosts: the Locust master waits for this many workers "
+            "(`vprof worker --master HOST:PORT` on each load host) before each run, and sends "
+            "them the workload, traffic and seeds. Needs --master-bind.",
+        ),
+        click.option(
+            "--master-bind",
+            default=None,
+            metavar="HOST:PORT",
+            help="With --workers-expected: the address the Locust master listens on for its "
+            "workers (0.0.0.0:5557: every interface).",
+        ),
+        click.option(
+            "--calibrate",
+            is_flag=True,
+            help="First certify the client on this host at each traffic shape's planned load "
+            "(vprof calibrate, 20 s each): the summary and report show its error beside the "
+            "latencies.",
         ),
         click.option(
             "--on-worker-loss",
@@ -323,6 +345,9 @@ def _spec(opts: dict[str, Any], **extra: Any):
         on_failure=opts["on_failure"],
         processes=opts["processes"],
         on_worker_loss=opts["on_worker_loss"],
+        workers_expected=opts["workers_expected"] or 0,
+        master_bind=opts["master_bind"] or "",
+        calibrate=opts["calibrate"],
         slo=opts["slo"],
         tokenizer=opts["tokenizer"],
         fetch_tokenizer=opts["fetch_tokenizer"],
@@ -479,6 +504,7 @@ def bench(profile_names: tuple[str, ...], fmt: str, **opts: Any) -> None:
       vprof bench chunked-256 chunked-512 --alternate --precision 5% --time-budget 10m
       vprof bench --alternate --url a=http://10.0.0.5:8000 --url b=http://10.0.0.6:8000
       vprof bench chunked-256 --trace mooncake_trace.jsonl --start 600 --duration 300
+      vprof bench prod --url http://10.0.0.5:8000 --workers-expected 4 --master-bind 0.0.0.0:5557
     """
     _trace_replay(opts)
     if opts["alternate"]:
@@ -523,6 +549,11 @@ def _alternate(profile_names: tuple[str, ...], fmt: str, opts: dict[str, Any]) -
     if opts["repeat"] != 1 or opts["fresh_server"]:
         raise click.UsageError(
             "--alternate measures many slices in one run: --repeat and --fresh-server do not apply"
+        )
+    if opts["workers_expected"]:
+        raise click.UsageError(
+            "--alternate runs with this host's Locust processes; --workers-expected is for "
+            "plain runs and sweeps"
         )
     url_sides = _named_urls(opts["urls"]) if opts["urls"] else []
     if url_sides and profile_names:

@@ -87,6 +87,14 @@ _MS = FiniteFloat(minimum=0, maximum=3_600_000)  # up to an hour per token is pl
 @click.option(
     "--seed", default=0, show_default=True, type=int, help="Seed of the jitter and TTFT spread."
 )
+@click.option(
+    "--send-log",
+    default=None,
+    type=click.Path(file_okay=False),
+    metavar="DIR",
+    help="Exact timing: keep when each streamed chunk really left, per request (by its "
+    "X-Request-Id), and write DIR/sends-PID.jsonl on stopping (what vprof calibrate reads).",
+)
 def emulate(
     host: str,
     port: int,
@@ -102,6 +110,7 @@ def emulate(
     coarse_timers: bool,
     workers: int,
     seed: int,
+    send_log: str | None,
 ) -> None:
     """Serve /v1/completions, /v1/chat/completions, /generate, /metrics with set timing.
 
@@ -131,6 +140,7 @@ def emulate(
         tokenizer_path=tokenizer_path,
         seed=seed,
         precise_timers=not coarse_timers,
+        send_log=send_log,
     )
 
     def ready(url: str) -> None:

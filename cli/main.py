@@ -24,6 +24,8 @@ COMMANDS: dict[str, str] = {
     "launch": "vprof.cli.launch:launch",
     "model": "vprof.cli.launch:model",
     "emulate": "vprof.cli.emulate:emulate",
+    "worker": "vprof.cli.worker:worker",
+    "calibrate": "vprof.cli.calibrate:calibrate",
     "workloads": "vprof.cli.workloads:workloads",
     "traffic": "vprof.cli.traffic:traffic",
     "trace": "vprof.cli.trace:trace",

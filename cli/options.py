@@ -52,6 +52,14 @@ class OutDir(click.ParamType):
             self.fail(exc.message + (f" ({exc.hint})" if exc.hint else ""), param, ctx)
 
 
+processes_option = click.option(
+    "--processes",
+    type=click.IntRange(1, 512),
+    default=1,
+    show_default=True,
+    help="Locust worker processes on this host (one per spare core).",
+)
+
 profiles_dir_option = click.option(
     "--profiles-dir",
     "profiles_dirs",

@@ -222,6 +222,28 @@ RENDER_FORMATS = ("shell", "argv", "docker", "k8s")
     help="Replicas in the Kubernetes Deployment.",
 )
 @click.option("--image", default=None, help="Container image (docker, k8s).")
+@click.option(
+    "--load-workers",
+    type=click.IntRange(1, 10_000),
+    default=None,
+    help="k8s: add the load generator: a Job running vprof bench against the server's "
+    "Service, waiting for this many Locust workers from a Deployment beside it.",
+)
+@click.option(
+    "--load-image",
+    default=None,
+    help="With --load-workers: an image with vprof installed. [default: vprof:latest]",
+)
+@click.option(
+    "--workload",
+    default=None,
+    help="With --load-workers: the bench's workload preset. [default: chat]",
+)
+@click.option(
+    "--traffic",
+    multiple=True,
+    help="With --load-workers: the bench's traffic shape preset (repeatable). [default: steady]",
+)
 @profiles_dir_option
 def render(
     name: str,
@@ -234,6 +256,10 @@ def render(
     python: str,
     replicas: int,
     image: str | None,
+    load_workers: int | None,
+    load_image: str | None,
+    workload: str | None,
+    traffic: tuple[str, ...],
     profiles_dirs: tuple[Path, ...],
 ) -> None:
     """Print a profile's launch command: shell line, argv JSON, docker run, or Kubernetes.
@@ -246,7 +272,12 @@ def render(
       vprof render chunked-256 --format argv --model ./my-model --port 8100
       vprof render baseline --set max-num-seqs=64 --set enable-prefix-caching=null
       vprof render chunked-1024 --format k8s --replicas 4 | kubectl apply -f -
+      vprof render chunked-1024 --format k8s --load-workers 4 --traffic poisson | kubectl apply -f -
     """
+    if fmt != "k8s" and load_workers is not None:
+        raise click.UsageError("--load-workers renders Kubernetes objects: add --format k8s")
+    if load_workers is None and (load_image or workload or traffic):
+        raise click.UsageError("--load-image, --workload and --traffic need --load-workers")
     profile = registry.resolve_profile(
         name, profiles_dirs, model=model, port=port, set_args=set_args,
         entrypoint=entrypoint, env=parse_env_args(env_args),
@@ -259,6 +290,15 @@ def render(
         click.echo(registry.render_docker(profile, **image_kw))
     elif fmt == "k8s":
         click.echo(registry.render_k8s(profile, replicas=replicas, **image_kw), nl=False)
+        if load_workers is not None:
+            load = registry.render_k8s_load(
+                profile,
+                workers=load_workers,
+                **({"image": load_image} if load_image else {}),
+                **({"workload": workload} if workload else {}),
+                **({"traffic": traffic} if traffic else {}),
+            )
+            click.echo("---\n" + load, nl=False)
     else:
         click.echo(registry.render_shell(profile, python=python))
 

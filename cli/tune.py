@@ -8,7 +8,13 @@ from typing import Any
 import click
 
 from vprof.cli.bench import _interruptible, _say
-from vprof.cli.options import FiniteFloat, OutDir, profile_override_options, profiles_dir_option
+from vprof.cli.options import (
+    FiniteFloat,
+    OutDir,
+    processes_option,
+    profile_override_options,
+    profiles_dir_option,
+)
 from vprof.cli.output import HUMAN, Part, emit_parts, format_option
 from vprof.records.rundir import tune_manifest
 
@@ -151,13 +157,7 @@ _COLUMNS = (
 )
 @click.option("--name", default=None, help="Name of the written profile (default PROFILE-tuned).")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed for the workload.")
-@click.option(
-    "--processes",
-    type=click.IntRange(1, 512),
-    default=1,
-    show_default=True,
-    help="Locust worker processes (one per spare core).",
-)
+@processes_option
 @click.option(
     "--tokenizer",
     default=None,

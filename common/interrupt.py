@@ -1,8 +1,13 @@
-"""SIGINT and SIGTERM as what they are: an interruption that says which signal it was."""
+"""SIGINT and SIGTERM as what they are: an interruption that says which signal it was; and a
+child that dies with its parent."""
 
 from __future__ import annotations
 
+import ctypes
 import signal
+import sys
+
+_PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
 class Interrupted(KeyboardInterrupt):
@@ -29,3 +34,14 @@ def interruption(exc: BaseException) -> str:
 def raise_interrupted(signum: int, frame: object) -> None:
     """A signal handler: raise :class:`Interrupted` naming ``signum``."""
     raise Interrupted(signum)
+
+
+def die_with_parent(sig: signal.Signals) -> bool:
+    """Have Linux send ``sig`` to this process when its parent dies (False elsewhere)."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(_PR_SET_PDEATHSIG, int(sig), 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False

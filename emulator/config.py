@@ -33,6 +33,7 @@ class EmulatorConfig:
     tokenizer_path: str | None = None  # tokenizer.json (or a model dir holding one)
     seed: int = 0
     precise_timers: bool = True  # spin out the last <0.5 ms before a deadline (see http.py)
+    send_log: str | None = None  # a folder: log when each chunk really left (see sendlog.py)
 
     def __post_init__(self) -> None:
         for name in ("ttft_ms", "itl_ms", "jitter_ms", "ttft_spread_ms", "prefill_ms_per_token"):

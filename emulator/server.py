@@ -27,6 +27,7 @@ from vprof.emulator.http import (
     start_server,
 )
 from vprof.emulator.prompts import chat_prompt_text, load_counter, output_vocabulary
+from vprof.emulator.sendlog import SendLog
 from vprof.emulator.timing import token_deadlines, true_ttft_ms
 
 SSE_TYPE = "text/event-stream; charset=utf-8"
@@ -63,6 +64,7 @@ class _App:
         self.vocabulary = output_vocabulary(config.tokenizer_path, wire.VOCABULARY)
         self.counters = counters or Counters()
         self.rng = random.Random(config.seed)
+        self.sends = SendLog(config.send_log) if config.send_log else None
         self.started_at = int(time.time())
         self.routes: dict[tuple[str, str], Callable[..., Any]] = {
             ("GET", "/health"): self.health,
@@ -372,11 +374,15 @@ class _App:
                     sent = plan.output_tokens
                 return
             out.start_stream(content_type, headers)
-            stream = _Stream(out, deadlines, token, tail, self.counters)
+            writes: list[float] | None = [] if self.sends is not None else None
+            stream = _Stream(out, deadlines, token, tail, self.counters, writes)
             try:
                 await stream.run()
             finally:
                 sent = stream.sent
+            if self.sends is not None and writes is not None and sent == plan.output_tokens:
+                arrived = request.received_at or deadlines[0]
+                self.sends.add(request.headers.get("x-request-id", ""), arrived, writes)
         finally:
             reason = "length" if sent == plan.output_tokens else "abort"
             self.counters.request_finished(sent, reason)
@@ -390,7 +396,8 @@ class _Stream:
     """
 
     __slots__ = (
-        "_loop", "_out", "_deadlines", "_token", "_tail", "_counters", "_handle", "_end", "sent"
+        "_loop", "_out", "_deadlines", "_token", "_tail", "_counters", "_handle", "_end", "sent",
+        "_writes",
     )  # fmt: skip
 
     def __init__(
@@ -400,10 +407,12 @@ class _Stream:
         token: Callable[[int], bytes],
         tail: Callable[[], bytes],
         counters: Counters,
+        writes: list[float] | None = None,
     ) -> None:
         self._loop = asyncio.get_running_loop()
         self._out, self._deadlines, self._token, self._tail = out, deadlines, token, tail
         self._counters = counters
+        self._writes = writes  # exact timing: when each write returned (loop.time())
         self._handle: asyncio.TimerHandle | None = None
         self._end: asyncio.Future[None] = self._loop.create_future()
         self.sent = 0
@@ -429,9 +438,13 @@ class _Stream:
         self.sent = k + 1
         if self.sent < len(self._deadlines):
             out.write(self._token(k))
+            if self._writes is not None:
+                self._writes.append(self._loop.time())
             self._handle = self._loop.call_at(self._deadlines[k + 1], self._due)
         else:
             out.write(self._tail())
+            if self._writes is not None:
+                self._writes.append(self._loop.time())
             out.done = True
             self._finish()
 
@@ -538,6 +551,8 @@ class Emulator:
             for connection in list(connections):
                 connection.close()
             await server.wait_closed()
+            if self._app.sends is not None:
+                self._app.sends.write()
 
     def serve_forever(
         self,

@@ -39,7 +39,7 @@ import gevent
 from vprof.common.clock import wall_now
 from vprof.common.errors import os_reason
 from vprof.locustfiles.health import run_sampler
-from vprof.locustfiles.optiontable import FAULT_EXIT_CODE, FAULT_MARK
+from vprof.locustfiles.optiontable import EVENT_MARK, FAULT_EXIT_CODE, FAULT_MARK
 from vprof.records.rundir import RunDir, append_jsonl
 from vprof.records.store import RecordWriter
 
@@ -159,11 +159,7 @@ def stop_for_fault(environment: Any, reason: str, **details: Any) -> None:
     Locust exits with ``FAULT_EXIT_CODE``. Streams in flight are cut off: their records could
     not be kept anyway."""
     line = reason + "".join(f"; {key}={value}" for key, value in details.items())
-    try:
-        sys.stderr.write(f"{FAULT_MARK}{line}\n")
-        sys.stderr.flush()
-    except (OSError, ValueError):
-        pass
+    _tell_vprof(FAULT_MARK, line)
     log.error("vprof: stopping the test: %s", reason)
     environment.process_exit_code = FAULT_EXIT_CODE
     environment.stop_timeout = 0
@@ -179,6 +175,21 @@ def _on_abort(environment: Any, msg: Any, **_: Any) -> None:
     environment.stop_timeout = 0
     if environment.runner.state in (STATE_SPAWNING, STATE_RUNNING):
         environment.runner.stop()
+
+
+def tell_vprof(news: str) -> None:
+    """News for the person watching (a worker joined or lost): logged, and written on an
+    ``EVENT_MARK`` line that vprof shows as it comes."""
+    log.warning("vprof: %s", news)
+    _tell_vprof(EVENT_MARK, news)
+
+
+def _tell_vprof(mark: str, line: str) -> None:
+    try:
+        sys.stderr.write(f"{mark}{line}\n")
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass  # no reader left: the log has it
 
 
 def fault(environment: Any) -> str:

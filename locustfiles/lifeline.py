@@ -15,7 +15,6 @@ vprof starts Locust from its main thread.)
 import locust  # noqa: F401  (first: gevent patching)
 from locust.runners import STATE_RUNNING, STATE_SPAWNING, WorkerRunner
 
-import ctypes
 import logging
 import os
 import signal
@@ -25,6 +24,7 @@ from typing import Any
 
 import gevent
 
+from vprof.common.interrupt import die_with_parent
 from vprof.locustfiles.collect import stop_for_fault
 from vprof.locustfiles.options import opt
 from vprof.locustfiles.optiontable import FAULT_EXIT_CODE, PARENT_PID_ENV
@@ -34,22 +34,10 @@ CHECK_INTERVAL_S = 0.5
 # test had not started has nothing to save: it goes after QUIT_GRACE_S, its workers told).
 ORPHAN_EXIT_S = 4.0
 QUIT_GRACE_S = 1.0
-_PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 log = logging.getLogger("vprof")
 # The process that imported the locustfile: the master-to-be, which --processes forks from.
 _LAUNCHER_PID = os.getpid()
-
-
-def die_with_parent(sig: signal.Signals) -> bool:
-    """Have Linux send ``sig`` to this process when its parent dies (False elsewhere)."""
-    if not sys.platform.startswith("linux"):
-        return False
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        return libc.prctl(_PR_SET_PDEATHSIG, int(sig), 0, 0, 0) == 0
-    except (OSError, AttributeError):
-        return False
 
 
 def install(environment: Any) -> None:

@@ -56,6 +56,7 @@ def _on_init(environment: Any, **_: Any) -> None:
     _graceful_exit(environment)
     if not isinstance(environment.runner, WorkerRunner):
         _check_options(environment)
+        _announce_workers(environment)
         from vprof.locustfiles import webui
 
         webui.install(environment)  # the LLM tabs and charts; the LLM part of --html and --csv
@@ -100,10 +101,25 @@ def _check_options(environment: Any) -> None:
         parse_hosts(str(opt(environment, "hosts", "") or ""))
         testplan.check_slices(environment)
         testplan.state(environment).workload()
+        testplan.check_shipping(environment)
     except VprofError as exc:
         log.error("vprof: %s", exc.format())
         if opt(environment, "headless", False):
             sys.exit(2)  # the web UI stays up: the form can still fix it
+
+
+def _announce_workers(environment: Any) -> None:
+    """A master of workers on other hosts tells vprof each worker that joins (an
+    ``EVENT_MARK`` line): the person starting them sees the count grow."""
+    if not testplan.ships(environment):
+        return
+    expected = int(opt(environment, "expect_workers", 1) or 1)
+
+    @environment.events.worker_connect.add_listener
+    def _joined(client_id: str, **_: Any) -> None:
+        # fired before Locust adds it (and again if it says it is ready twice)
+        count = len(set(environment.runner.clients) | {client_id})
+        collect.tell_vprof(f"Locust worker {client_id} joined ({count} of {expected})")
 
 
 @events.test_start.add_listener

@@ -102,6 +102,13 @@ OPTIONS: tuple[LoadOption, ...] = (
         "(default: random per run, recorded in locust.json).",
     ),
     LoadOption(
+        "--request-id-prefix",
+        str,
+        "",
+        "Send each request's id (its record's request_id) in an X-Request-Id header, after "
+        "this prefix, so a server's own log can be matched to the records (empty: no header).",
+    ),
+    LoadOption(
         "--request-timeout-s",
         float,
         DEFAULT_REQUEST_TIMEOUT_S,

@@ -5,6 +5,11 @@ workers and — for open-loop traffic — an epoch: a wall-clock moment just ahe
 to every worker in one custom message (a local runner loops the message back to itself), so
 every process builds the same request synthesizer and the same arrival schedule, and takes
 only its own share: index i belongs to worker k of n iff i % n == k.
+
+A master whose workers may run on other hosts (Locust's ``--master``, not ``--processes``)
+also sends what those hosts may lack or hold differently: the workload as plain data
+(``vprof.workloads.portable``) and the tokenizer's ``tokenizer.json``. Workers then build
+requests from those alone, whatever their own files and options say.
 """
 
 import locust  # noqa: F401  (first: gevent patching)
@@ -18,7 +23,9 @@ from locust.runners import (
 
 import gc
 import logging
+import os
 import secrets
+import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -96,6 +103,10 @@ class TestPlan:
     epoch: float
     started_at: float
     slices: dict[str, Any] | None = None  # alternating servers: a SliceSchedule as a dict
+    # a master of workers on other hosts (see ``ships``): the workload as plain data and
+    # the bytes of tokenizer.json, which each worker builds its requests from
+    workload: dict[str, Any] | None = None
+    tokenizer: bytes | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -120,6 +131,8 @@ class ProcessState:
         self._synth: Any = None
         self._workload: Any = None
         self._workload_name: str | None = None
+        self._shipped_workload: Any = None  # sent by the master (a Workload)
+        self._shipped_tokenizer: Path | None = None  # a file holding the master's tokenizer
         self._model: str | None = None
         self._build_lock = gevent.lock.Semaphore()
         self._model_lock = gevent.lock.Semaphore()
@@ -139,6 +152,7 @@ class ProcessState:
         self.queue = None
         self.sessions = None
         self.slices = SliceSchedule.from_dict(config.slices) if config.slices else None
+        self._take_shipped(config)
         if config.shape and config.shape.get("kind") == "open-loop":
             shape = TrafficShape(**config.shape)
             if self.slices is not None:
@@ -152,6 +166,18 @@ class ProcessState:
                 self.sessions = SessionQueue(self.queue, self._start_session)
         self.config = config
         gevent.spawn(self._get_ready)
+
+    def _take_shipped(self, config: TestPlan) -> None:
+        """Use the workload and tokenizer the master sent, if it sent them."""
+        if config.workload is not None:
+            from vprof.workloads.portable import from_portable
+
+            try:
+                self._shipped_workload = from_portable(config.workload)
+            except VprofError as exc:
+                self._shipped_workload = exc  # raised by workload(): every request says so
+        if config.tokenizer is not None:
+            self._shipped_tokenizer = _keep_tokenizer(config.tokenizer)
 
     def _alternating_queue(self, shape: TrafficShape, config: TestPlan) -> OpenLoopQueue:
         """Open loop over alternating slices: each block's arrivals, repeated in each of its
@@ -233,6 +259,11 @@ class ProcessState:
 
     # -- what requests need ----------------------------------------------------------------
     def workload(self) -> Any:
+        shipped = self._shipped_workload
+        if isinstance(shipped, VprofError):
+            raise shipped
+        if shipped is not None:
+            return shipped
         if self._workload is None or self._workload_name != opt(self.environment, "workload"):
             from vprof.workloads import get_workload
 
@@ -248,7 +279,8 @@ class ProcessState:
 
                 config = self.wait_config()
                 assert config is not None
-                tokenizer = load_tokenizer(tokenizer_path(self.environment))
+                path = self._shipped_tokenizer or tokenizer_path(self.environment)
+                tokenizer = load_tokenizer(path)
                 self._synth = RequestSynthesizer(
                     self.workload(), tokenizer, seed=config.seed, salt=config.salt
                 )
@@ -269,6 +301,47 @@ def tokenizer_path(environment: Any) -> Path:
     from vprof.tinymodel import ensure_tiny_model
 
     return ensure_tiny_model()
+
+
+def _tokenizer_json(environment: Any) -> bytes:
+    """The bytes of the tokenizer this process builds prompts with (its tokenizer.json)."""
+    path = tokenizer_path(environment)
+    file = path / "tokenizer.json" if path.is_dir() else path
+    try:
+        return file.read_bytes()
+    except OSError as exc:
+        raise VprofError(f"cannot read the tokenizer {file}: {exc.strerror}") from None
+
+
+def _keep_tokenizer(data: bytes) -> Path:
+    """Worker: the master's tokenizer.json as a file of this host, named by its content, so
+    every worker and test of a host shares one copy (one that is killed leaves nothing new)."""
+    import hashlib
+
+    path = (
+        Path(tempfile.gettempdir())
+        / f"vprof-tokenizer-{hashlib.sha256(data).hexdigest()[:16]}.json"
+    )
+    if not path.is_file() or path.stat().st_size != len(data):
+        fd, name = tempfile.mkstemp(prefix=".vprof-tokenizer-", dir=path.parent)
+        with os.fdopen(fd, "wb") as out:
+            out.write(data)
+        os.replace(name, path)  # whole or not at all, whoever writes it at the same moment
+    return path
+
+
+def ships(environment: Any) -> bool:
+    """True on a master whose workers may be on other hosts (``--master``): it sends them the
+    workload and tokenizer. ``--processes`` forks workers that share this host's files."""
+    return isinstance(environment.runner, MasterRunner) and not opt(environment, "processes", 0)
+
+
+def check_shipping(environment: Any) -> None:
+    """Master of remote workers: refuse, before the test, a workload that cannot be sent."""
+    if ships(environment):
+        from vprof.workloads.portable import to_portable
+
+        to_portable(state(environment).workload())
 
 
 def _ask_model(host: str) -> str:
@@ -307,6 +380,14 @@ def decide(environment: Any) -> TestPlan:
         workers = sorted(c.id for c in clients)
     else:
         workers = ["local"]
+    shipped: dict[str, Any] = {}
+    if ships(environment):
+        from vprof.workloads.portable import to_portable
+
+        shipped = {
+            "workload": to_portable(state(environment).workload()),
+            "tokenizer": _tokenizer_json(environment),
+        }
     now = wall_now()
     epoch = now + OPEN_LOOP_LEAD_S if shape is not None and shape.open_loop else now
     return TestPlan(
@@ -317,6 +398,7 @@ def decide(environment: Any) -> TestPlan:
         epoch=epoch,
         started_at=now,
         slices=_slices(environment, epoch),
+        **shipped,
     )
 
 

@@ -187,11 +187,18 @@ class Connection:
         self.connections_opened = 0
 
     def request_bytes(
-        self, path: str, body: bytes, content_type: str = "application/json"
+        self,
+        path: str,
+        body: bytes,
+        content_type: str = "application/json",
+        request_id: str | None = None,
     ) -> bytes:
-        """A whole ``POST`` (head and body), built ahead of time so sending costs one write."""
+        """A whole ``POST`` (head and body), built ahead of time so sending costs one write;
+        ``request_id`` goes in an ``X-Request-Id`` header (printable ASCII, checked by the
+        caller)."""
+        named = f"X-Request-Id: {request_id}\r\n" if request_id else ""
         head = (
-            f"POST {self._prefix}{path} HTTP/1.1\r\n{self._headers}\r\n"
+            f"POST {self._prefix}{path} HTTP/1.1\r\n{self._headers}\r\n{named}"
             f"Content-Type: {content_type}\r\nContent-Length: {len(body)}\r\n\r\n"
         )
         return head.encode("latin-1") + body

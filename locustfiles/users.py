@@ -75,6 +75,7 @@ class _Prepared:
     payload: bytes = b""  # the whole HTTP request (one server; empty with several)
     path: str = ""  # with several replicas the request is framed for the one picked at send
     body: bytes = b""
+    request_id: str | None = None  # its X-Request-Id (with --request-id-prefix)
     prompt: str = ""  # /generate repeats it at the front of its text
     error: Exception | None = None
     think_s: float = 0.0  # closed-loop sessions: due this long after the user's last answer
@@ -120,6 +121,9 @@ class LLMUser(User):
         except ValueError as exc:
             raise StopUser(f"cannot send to {' or '.join(self._hosts)}: {exc}") from None
         self._conn = self._conns[0]
+        self._id_prefix = str(opt(self.environment, "request_id_prefix", "") or "")
+        if not all(" " < c <= "~" for c in self._id_prefix):
+            raise StopUser("--request-id-prefix: only printable ASCII without spaces")
         self._balancer = _shared_balancer(self.environment, self._hosts)
         try:  # alternating servers: the hosts of each side
             sides = parse_sides(str(opt(self.environment, "sides", "") or ""), len(self._hosts))
@@ -217,8 +221,12 @@ class LLMUser(User):
             prepared.prompt = body["prompt"] if endpoint == "generate" else ""
             encoded = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
             prepared.path, prepared.body = ENDPOINT_PATHS[endpoint], encoded
+            if self._id_prefix:
+                prepared.request_id = self._id_prefix + record_id(index, plan)
             if self._balancer is None:  # several servers: framed for the one picked at send
-                prepared.payload = self._conn.request_bytes(prepared.path, encoded)
+                prepared.payload = self._conn.request_bytes(
+                    prepared.path, encoded, request_id=prepared.request_id
+                )
         except Exception as exc:  # noqa: BLE001 - recorded (and re-raised) by send()
             prepared.error = exc
         return prepared
@@ -389,9 +397,7 @@ class LLMUser(User):
             if prepared.error is not None:
                 raise prepared.error
             plan = prepared.plan
-            if plan.conversation_id >= 0:
-                branch = f"-b{plan.branch}" if plan.branch >= 0 else ""
-                record.request_id = f"c{plan.conversation_id}-t{plan.turn}{branch}"
+            record.request_id = record_id(index, plan)
             record.prefix_group = plan.prefix_group
             record.conversation_id = plan.conversation_id
             record.turn = plan.turn
@@ -407,7 +413,9 @@ class LLMUser(User):
                     among = self._side_hosts[run.slices.side_of(max(record.slice, 0))]  # type: ignore[union-attr]
                 replica = self._balancer.pick(among)
                 conn, record.replica = self._conns[replica], self._hosts[replica]
-                payload = conn.request_bytes(prepared.path, prepared.body)
+                payload = conn.request_bytes(
+                    prepared.path, prepared.body, request_id=prepared.request_id
+                )
             with gevent.Timeout(timeout_s, _RequestTimeout):
                 record.sent_at = clock.now()
                 if not open_loop:
@@ -509,6 +517,15 @@ class LLMUser(User):
             url=name,
             exception=RuntimeError(record.error) if failed else None,
         )
+
+
+def record_id(index: int, plan: Any) -> str:
+    """A request's id in its record (and, with ``--request-id-prefix``, its X-Request-Id):
+    its index, or for a session's call the session, turn and branch."""
+    if plan.conversation_id >= 0:
+        branch = f"-b{plan.branch}" if plan.branch >= 0 else ""
+        return f"c{plan.conversation_id}-t{plan.turn}{branch}"
+    return str(index)
 
 
 def _shared_balancer(environment: Any, hosts: tuple[str, ...]) -> Balancer | None:

@@ -18,7 +18,6 @@ import logging
 import os
 import signal
 import socket
-import sys
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -26,9 +25,9 @@ from typing import Any
 import gevent
 
 from vprof.common.clock import wall_now
-from vprof.locustfiles.collect import Sender, collector, finished_workers
+from vprof.locustfiles.collect import Sender, collector, finished_workers, tell_vprof
 from vprof.locustfiles.options import opt
-from vprof.locustfiles.optiontable import DEFAULT_ON_WORKER_LOSS, EVENT_MARK
+from vprof.locustfiles.optiontable import DEFAULT_ON_WORKER_LOSS
 
 CHECK_INTERVAL_S = 0.25
 
@@ -168,13 +167,7 @@ def install(environment: Any) -> None:
 
     def on_loss(loss: WorkerLoss) -> None:
         policy = str(opt(environment, "on_worker_loss", DEFAULT_ON_WORKER_LOSS))
-        news = loss.describe(policy)
-        log.warning("vprof: %s", news)
-        try:
-            sys.stderr.write(f"{EVENT_MARK}{news}\n")
-            sys.stderr.flush()
-        except (OSError, ValueError):
-            pass
+        tell_vprof(loss.describe(policy))
         col = collector(environment)
         if col is not None:
             col.write_info(workers_lost=[asdict(x) for x in watch.lost.values()])

@@ -277,6 +277,26 @@ LOCUST_FIELDS: dict[str, Check] = {
         null=True,
     ),
 }
+# calibration.json: the client's error certificate for the run's load (vprof calibrate, which
+# bench --calibrate runs before the runs)
+_ERROR_MS = _number(-1e6, 1e6, null=True)
+CALIBRATION_FIELDS: dict[str, Check] = {
+    "users": _number(1, 1e9, integer=True),
+    "rate_rps": _number(0, 1e9),
+    "processes": _number(1, 1e6, integer=True),
+    "duration_s": _number(0, 1e9),
+    "requests": COUNT,
+    "events_per_s": _number(0, 1e12),
+    "ttft_error_p50_ms": _ERROR_MS,
+    "ttft_error_p99_ms": _ERROR_MS,
+    "itl_error_p50_ms": _ERROR_MS,
+    "itl_error_p99_ms": _ERROR_MS,
+    "client_error_ms": _number(0, 1e6, null=True),
+    "within_bounds": _flag,
+    "loop_lag_verdict": _text(),
+    "host": _text(),
+    "measured_at": SAMPLED_AT,
+}
 # What a resumed tune reads back from its tune.json (the rest is for people and the report).
 TUNE_FIELDS: dict[str, Check] = {
     "profile": _text(null=True),
@@ -504,6 +524,10 @@ class RunDir:
     def timeline_csv(self) -> Path:
         return self.path / "timeline.csv"
 
+    @property
+    def calibration_json(self) -> Path:
+        return self.path / "calibration.json"
+
     # -- what ran and how it ended -----------------------------------------------------------
     def create(self, meta: Mapping[str, Any]) -> None:
         """Make the folder and record what is about to run."""
@@ -578,6 +602,14 @@ class RunDir:
 
     def write_locust_info(self, info: Mapping[str, Any]) -> None:
         write_json_atomic(self.locust_json, dict(info))
+
+    def calibration(self) -> dict[str, Any]:
+        """``calibration.json``: the client's error certificate at this run's load, checked
+        (``{}`` when the run was not calibrated; damaged: :class:`RunError`)."""
+        return read_json(self.calibration_json, fields=CALIBRATION_FIELDS)
+
+    def write_calibration(self, certificate: Mapping[str, Any]) -> None:
+        write_json_atomic(self.calibration_json, dict(certificate))
 
     def earlier_attempts(self) -> list[Path]:
         """Unfinished earlier attempts of this run kept beside it (see :meth:`retire`)."""

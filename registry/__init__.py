@@ -9,7 +9,13 @@ from vprof.common.errors import ProfileError
 from vprof.registry.loader import get_profile, load_profiles
 from vprof.registry.overrides import parse_set_args, resolve_profile
 from vprof.registry.profile import Profile
-from vprof.registry.render import render, render_docker, render_k8s, render_shell
+from vprof.registry.render import (
+    render,
+    render_docker,
+    render_k8s,
+    render_k8s_load,
+    render_shell,
+)
 from vprof.registry.validate import validate
 
 __all__ = [
@@ -21,6 +27,7 @@ __all__ = [
     "render",
     "render_docker",
     "render_k8s",
+    "render_k8s_load",
     "render_shell",
     "resolve_profile",
     "validate",

@@ -1,4 +1,5 @@
-"""Profile → launch command, as an argv, a shell line, a ``docker run`` line or Kubernetes YAML.
+"""Profile → launch command, as an argv, a shell line, a ``docker run`` line or Kubernetes YAML
+(the server's, and a load generator's beside it).
 
 All pure functions of the profile. The argv is what vprof executes (never through a shell);
 the other forms are for people to paste or apply, and each is safe for any string a profile
@@ -152,9 +153,9 @@ def render_shell(profile: Profile, *, python: str = "python3") -> str:
     return " ".join([*env, shlex.join(render(profile, python=python))])
 
 
-def _image(image: str) -> str:
-    if _checked(image, "--image").startswith("-") or not image.strip():
-        raise ProfileError(f"{image!r} is not a container image", key="--image")
+def _image(image: str, key: str = "--image") -> str:
+    if _checked(image, key).startswith("-") or not image.strip():
+        raise ProfileError(f"{image!r} is not a container image", key=key)
     return image
 
 
@@ -272,15 +273,7 @@ def render_k8s(profile: Profile, *, replicas: int = 1, image: str = DOCKER_IMAGE
             },
         },
     }
-    service = {
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": {"name": name, "labels": labels},
-        "spec": {
-            "selector": labels,
-            "ports": [{"name": "http", "port": port, "targetPort": "http"}],
-        },
-    }
+    service = _service(name, labels, "http", port)
     header = (
         f"# vprof profile {_comment(profile.name)}: {_comment(profile.description)}\n"
         f"# {replicas} replica(s) × {gpus} GPU(s); replace the hf-cache emptyDir with a "
@@ -288,3 +281,146 @@ def render_k8s(profile: Profile, *, replicas: int = 1, image: str = DOCKER_IMAGE
     )
     body = yaml.dump_all([deployment, service], Dumper=_NoAliasDumper, sort_keys=False)
     return header + body
+
+
+LOAD_IMAGE = "vprof:latest"  # any image with vprof installed (pip install vprof)
+MASTER_PORT = 5557  # Locust's own
+RUNS_IN_CONTAINER = "/runs"
+
+
+def render_k8s_load(
+    profile: Profile,
+    *,
+    workers: int,
+    image: str = LOAD_IMAGE,
+    workload: str = "chat",
+    traffic: tuple[str, ...] = ("steady",),
+) -> str:
+    """A master Job (``vprof bench`` against the profile's Service, waiting for ``workers``
+    Locust workers), a Service its workers reach it at, and a Deployment of those workers.
+
+    Rendered here, beside ``render_k8s``, because it is made from the same profile: the Job
+    measures the Service ``render_k8s`` makes (its name and port) and labels its runs with the
+    profile's name, one ``kubectl apply -f -`` takes both, and it keeps this module's rules —
+    pure, safe for any string, no Locust imported. The workers are Locust's own distributed
+    mode (``vprof worker``; see ``vprof.runs.distributed``): the bench waits for them and sends
+    them the workload, traffic and seeds.
+    """
+    if workers < 1:
+        raise ProfileError(f"must be at least 1, got {workers}", key="--load-workers")
+    server = k8s_name(profile.name)
+    master = f"{server}-load-master"[:63].rstrip("-")
+    worker = f"{server}-load-worker"[:63].rstrip("-")
+    url = f"http://{server}:{profile.port}"
+    bench = ["vprof", "bench", profile.name, "--url", url, "--workload", workload]
+    for shape in traffic:
+        bench += ["--traffic", shape]
+    bench += [
+        "--workers-expected",
+        str(workers),
+        "--master-bind",
+        f"0.0.0.0:{MASTER_PORT}",
+        "--fetch-tokenizer",
+        "--out",
+        RUNS_IN_CONTAINER,
+    ]
+    image = _image(image, "--load-image")
+    master_labels = _labels("vprof-load-master", master)
+    worker_labels = _labels("vprof-load-worker", worker)
+    hf_token = {
+        "name": "HF_TOKEN",
+        "valueFrom": {"secretKeyRef": {"name": "hf-token", "key": "token", "optional": True}},
+    }
+    wait_for_server = (
+        "import time, urllib.request\n"
+        "while True:\n"
+        "    try:\n"
+        f"        urllib.request.urlopen({url + '/health'!r}, timeout=5)\n"
+        "        break\n"
+        "    except Exception:\n"
+        "        time.sleep(5)\n"
+    )
+    job = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": master, "labels": master_labels},
+        "spec": {
+            "backoffLimit": 0,  # a failed bench keeps its pod and log; re-apply to run again
+            "template": {
+                "metadata": {"labels": master_labels},
+                "spec": {
+                    "restartPolicy": "Never",
+                    "initContainers": [
+                        {
+                            "name": "wait-for-server",
+                            "image": image,
+                            "command": ["python3", "-c", k8s_escape(wait_for_server)],
+                        }
+                    ],
+                    "containers": [
+                        {
+                            "name": "bench",
+                            "image": image,
+                            "command": [
+                                k8s_escape(_checked(t, "--workload/--traffic")) for t in bench
+                            ],
+                            "env": [hf_token],
+                            "ports": [{"name": "locust", "containerPort": MASTER_PORT}],
+                            "volumeMounts": [{"name": "runs", "mountPath": RUNS_IN_CONTAINER}],
+                        }
+                    ],
+                    "volumes": [{"name": "runs", "emptyDir": {}}],
+                },
+            },
+        },
+    }
+    service = _service(master, master_labels, "locust", MASTER_PORT)
+    deployment = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": worker, "labels": worker_labels},
+        "spec": {
+            "replicas": int(workers),
+            "selector": {"matchLabels": worker_labels},
+            "template": {
+                "metadata": {"labels": worker_labels},
+                "spec": {
+                    "containers": [
+                        {
+                            "name": "worker",
+                            "image": image,
+                            "command": ["vprof", "worker", "--master", f"{master}:{MASTER_PORT}"],
+                            # one Locust process: a core of its own keeps its timing honest
+                            "resources": {"requests": {"cpu": "1"}, "limits": {"cpu": "1"}},
+                        }
+                    ],
+                },
+            },
+        },
+    }
+    header = (
+        f"# vprof load generator for {_comment(profile.name)}: a master Job running vprof bench "
+        f"against {url}, waiting for {workers} Locust worker(s) from the Deployment below.\n"
+        f"# The image needs vprof installed; replace the runs emptyDir with a "
+        "PersistentVolumeClaim to keep the run folders, and delete the workers when the Job "
+        "is done.\n"
+    )
+    body = yaml.dump_all([service, job, deployment], Dumper=_NoAliasDumper, sort_keys=False)
+    return header + body
+
+
+def _service(name: str, labels: dict[str, str], port_name: str, port: int) -> dict[str, Any]:
+    """A Service of ``port`` (named ``port_name`` in its pods) for the pods with ``labels``."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": name, "labels": labels},
+        "spec": {
+            "selector": labels,
+            "ports": [{"name": port_name, "port": port, "targetPort": port_name}],
+        },
+    }
+
+
+def _labels(kind: str, name: str) -> dict[str, str]:
+    return {"app.kubernetes.io/name": kind, "app.kubernetes.io/instance": name}

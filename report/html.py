@@ -30,7 +30,7 @@ SECTIONS = (
 )
 OVERVIEW_COLUMNS = (K.RUN, K.PROFILE, K.WORKLOAD, K.TRAFFIC, K.STATE, K.COMPLETED, K.FAILED,
                     K.REQUEST_THROUGHPUT, K.OUTPUT_THROUGHPUT, K.P95_TTFT_MS, K.P95_TPOT_MS,
-                    K.P95_ITL_MS, stat_key("p95", "e2el"), K.SLO_MET,
+                    K.P95_ITL_MS, stat_key("p95", "e2el"), K.CLIENT_ERROR, K.SLO_MET,
                     K.LOADGEN_MAX_CPU_PERCENT)  # fmt: skip
 PLAN_COLUMNS = ("profile", "replicas", "sustainable_rps", "max_measured_rps", "binding", "levels",
                 "basis")  # fmt: skip

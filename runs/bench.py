@@ -160,6 +160,8 @@ def run_key(
             # several replicas: all of them and how load is spread (one server: as before)
             **({"urls": list(spec.urls), "balance": spec.balance} if len(spec.urls) > 1 else {}),
             "processes": spec.processes,
+            # workers on other hosts: a different client from one host's processes
+            **({"workers_expected": spec.workers_expected} if spec.workers_expected else {}),
             "tokenizer": spec.tokenizer,
             "tokenizer_files": tokenizer_digest(spec.tokenizer or tokenizer),
         },
@@ -248,6 +250,7 @@ class _Bench:
         self.serving = -1  # the profile index whose server is up
         self.starts = 0  # servers this bench tried to start
         self._said: set[str] = set()  # tokenizer notes already printed (each is said once)
+        self.certificates: dict[str, dict[str, Any]] = {}  # by shape name (--calibrate)
         for choice in self.resolved.tokenizers.values():
             self._say_once(choice.note())
 
@@ -261,6 +264,10 @@ class _Bench:
         made = _missing_folders(spec.out_dir)
         spec.out_dir.mkdir(parents=True, exist_ok=True)
         try:
+            if spec.calibrate:  # before any server starts: the client alone on this host
+                from vprof.runs.calibrate import certify_shapes
+
+                self.certificates = certify_shapes(self.resolved.shapes, spec.processes, self.say)
             for index, repeat in block_order(
                 len(self.profiles), spec.repeat, spec.order, spec.seed
             ):
@@ -313,7 +320,16 @@ class _Bench:
             if run.path.exists():
                 retire_attempt(run, say)
             say(f"{profile.name} × {shape.name}{_of(repeat, spec)}: running")
-            outcome = run_one(server, spec, self.resolved.workload, shape, run, say, repeat)
+            outcome = run_one(
+                server,
+                spec,
+                self.resolved.workload,
+                shape,
+                run,
+                say,
+                repeat,
+                calibration=self.certificates.get(shape.name),
+            )
             self.outcomes.append(outcome)
             if outcome.state != RunState.FAILED:
                 continue

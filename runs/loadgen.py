@@ -40,6 +40,11 @@ def locustfile_path() -> Path:
     return Path(spec.origin)
 
 
+def locust_argv() -> list[str]:
+    """Real Locust on the shipped locustfile, in this Python (the start of every such argv)."""
+    return [sys.executable, "-m", "locust", "-f", str(locustfile_path())]
+
+
 @dataclass(frozen=True)
 class LoadSpec:
     """One headless Locust run: where to send, what, and where the records go.
@@ -64,6 +69,11 @@ class LoadSpec:
     slice_s: float = DEFAULT_SLICE_S
     slice_warmup_s: float = DEFAULT_SLICE_WARMUP_S
     on_worker_loss: str = DEFAULT_ON_WORKER_LOSS
+    # Locust workers on other hosts (vprof worker) to wait for, joining at master_bind
+    # (HOST:PORT): see runs.distributed; instead of processes
+    workers_expected: int = 0
+    master_bind: str = ""
+    request_id_prefix: str = ""  # X-Request-Id on every request (vprof calibrate matches them)
 
     def options(self) -> dict[str, Any]:
         """vprof's own Locust options (by ``dest`` in ``optiontable.OPTIONS``)."""
@@ -81,15 +91,12 @@ class LoadSpec:
             "slice_s": self.slice_s,
             "slice_warmup_s": self.slice_warmup_s,
             "on_worker_loss": self.on_worker_loss,
+            "request_id_prefix": self.request_id_prefix,
         }
 
     def argv(self) -> list[str]:
         argv = [
-            sys.executable,
-            "-m",
-            "locust",
-            "-f",
-            str(locustfile_path()),
+            *locust_argv(),
             "--headless",
             "--host",
             self.url,
@@ -102,7 +109,11 @@ class LoadSpec:
             str(self.run_dir.locust_log),
             *option_argv(self.options()),
         ]
-        if self.processes > 1:
+        if self.workers_expected:
+            from vprof.runs.distributed import master_argv
+
+            argv += master_argv(self.master_bind, self.workers_expected)
+        elif self.processes > 1:
             # The forked workers dial --master-port; a port of our own keeps concurrent
             # benches (and other Locust masters on 5557) apart.
             from vprof.server.process import free_port

@@ -247,6 +247,7 @@ def _run_meta(
         "server": server.settings,
         "url": server.url,
         **_replica_meta(server, spec),
+        **_distributed_meta(spec),
         "workload": asdict_deep(workload),
         **server.tokenizer_choice().record(),
         **_trace_meta(workload),
@@ -271,6 +272,13 @@ def _replica_meta(server: Server, spec: BenchSpec) -> dict[str, Any]:
     if not server.replicas:
         return {}
     return {"urls": list(server.replicas), "balance": spec.balance}
+
+
+def _distributed_meta(spec: BenchSpec) -> dict[str, Any]:
+    """Workers on other hosts: how many the master waited for, and where."""
+    if not spec.workers_expected:
+        return {}
+    return {"workers_expected": spec.workers_expected, "master_bind": spec.master_bind}
 
 
 def _trace_meta(workload: Workload) -> dict[str, Any]:
@@ -313,11 +321,16 @@ def run_one(
     run: RunDir,
     say: Progress,
     repeat: int = 1,
+    calibration: Mapping[str, Any] | None = None,
 ) -> RunOutcome:
+    """Run ``shape`` against ``server`` into ``run``; ``calibration`` is the client's error
+    certificate at this load (bench --calibrate), kept in the run folder."""
     from vprof.traffic import shape_to_json
 
     salt = spec.extra_meta.get("salt") or ("" if spec.reuse_prefix_cache else secrets.token_hex(4))
     run.create(_run_meta(server, spec, workload, shape, salt, repeat))
+    if calibration:
+        run.write_calibration(calibration)
     log_start = server.log_offset()
     sampler = MetricsSampler(
         server.replicas or server.url,
@@ -341,6 +354,8 @@ def run_one(
             urls=server.replicas,
             balance=spec.balance,
             on_worker_loss=spec.on_worker_loss,
+            workers_expected=spec.workers_expected,
+            master_bind=spec.master_bind,
         )
     )
     watch = ClientWatch(run)
@@ -348,6 +363,14 @@ def run_one(
     started = time.monotonic()
     # Locust ends the shape itself; past this it is hung (a stop that never finishes).
     deadline = started + total_s + STOP_TIMEOUT_S + FINISH_GRACE_S
+    if spec.workers_expected:
+        from vprof.runs.distributed import WORKERS_WAIT_S, join_hint
+
+        deadline += WORKERS_WAIT_S  # the master waits this long at most for its workers
+        say(
+            f"  waiting for {spec.workers_expected} Locust worker(s) at {spec.master_bind}: "
+            f"on each load host run `{join_hint(spec.master_bind)}`"
+        )
     done_before: float | None = None  # the server's finished-request count when the run began
     state, reason = RunState.COMPLETED, ""
     try:

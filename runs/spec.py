@@ -51,6 +51,13 @@ class BenchSpec:
     on_failure: str = "continue"  # "continue" | "stop"
     processes: int = 1
     on_worker_loss: str = DEFAULT_ON_WORKER_LOSS  # a Locust worker lost: stop | continue
+    # Locust workers on other hosts (vprof worker --master ADDR) that each run waits for,
+    # and the HOST:PORT its master binds for them (runs.distributed); instead of processes
+    workers_expected: int = 0
+    master_bind: str = ""
+    # certify the client first (vprof calibrate) at each traffic shape's planned load, and
+    # keep the certificate in each of its run folders
+    calibrate: bool = False
     health_timeout_s: float = 900.0
     metrics_interval_s: float = DEFAULT_INTERVAL_S  # /metrics gauges; backs off when slow
     metrics: bool = True  # False: no /metrics scrape at all
@@ -85,12 +92,45 @@ class BenchSpec:
             )
         if self.slo is not None:
             parse_slo(self.slo)
+        self._check_distributed()
         if self.tokenizer is not None and not Path(self.tokenizer).expanduser().exists():
             raise WorkloadError(
                 f"no such file or folder: {self.tokenizer}",
                 key="--tokenizer",
                 hint="give a model folder that holds tokenizer.json, or the file itself",
             )
+
+    def _check_distributed(self) -> None:
+        from vprof.common.errors import RunError
+        from vprof.runs.distributed import parse_address
+
+        if bool(self.workers_expected) != bool(self.master_bind):
+            given, missing = (
+                ("--workers-expected", "--master-bind")
+                if self.workers_expected
+                else ("--master-bind", "--workers-expected")
+            )
+            raise RunError(
+                f"{given} needs {missing}: the master waits for workers at an address",
+                key=missing,
+                hint="e.g. --workers-expected 2 --master-bind 0.0.0.0:5557",
+            )
+        if self.workers_expected and self.calibrate:
+            raise RunError(
+                "--calibrate certifies this host's client; with --workers-expected the load "
+                "comes from other hosts",
+                key="--calibrate",
+                hint="run `vprof calibrate` on each load host instead",
+            )
+        if self.workers_expected:
+            parse_address(self.master_bind, "--master-bind")
+            if self.processes > 1:
+                raise RunError(
+                    "--processes forks workers on this host; with --workers-expected the "
+                    "workers are `vprof worker` processes that join the master",
+                    key="--processes",
+                    hint="give each load host's processes to its `vprof worker --processes N`",
+                )
 
 
 @dataclass(frozen=True)

@@ -79,6 +79,7 @@ def test_public_api_is_exactly_the_documented_names():
             "render",
             "render_docker",
             "render_k8s",
+            "render_k8s_load",
             "render_shell",
             "resolve_profile",
             "validate",
