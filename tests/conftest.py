@@ -105,6 +105,7 @@ SERIAL_ORDER = (
     "test_replicas",
     "test_emulator_locust",
     "test_loadgen_health",
+    "test_calibrate_timing",
 )
 SERIAL_GROUP = "serial"
 QUIET_FROM = SERIAL_ORDER.index("test_alternate_e2e")
