@@ -84,25 +84,6 @@ def set_ladder(profile: Profile, key: str, values: Sequence[Any]) -> list[Rung]:
 MAX_RUNGS = 100  # each rung is a server start and a run of minutes
 
 
-def parse_ladder_values(text: str, key: str | None = None) -> list[Any]:
-    """``"128,256,true"`` → ``[128, 256, True]``: each value read as ``--set KEY=VALUE`` reads
-    it (YAML scalars; strings as typed where vLLM expects a string when ``key`` is given)."""
-    from vprof.registry.overrides import parse_set_args
-
-    parts = [part.strip() for part in text.split(",")]
-    if not any(parts):
-        raise ProfileError("no values", key=key or "LADDER", hint="e.g. max-num-seqs=16,32,64")
-    if len(parts) > MAX_RUNGS:
-        raise ProfileError(f"at most {MAX_RUNGS} values, got {len(parts)}", key=key or "LADDER")
-    name = key or "value"
-    values = []
-    for part in parts:
-        if not part:
-            raise ProfileError(f"an empty value in {text!r}", key=key or "LADDER")
-        values.append(parse_set_args([f"{name}={part}"])[name])
-    return values
-
-
 def parse_sizes(text: str) -> list[int]:
     """``--sizes 128,256,512`` → batched-token sizes: whole numbers from 1 to MAX_TOKENS."""
     from vprof.common.numbers import MAX_TOKENS, parse_number_list
