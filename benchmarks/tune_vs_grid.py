@@ -10,7 +10,7 @@ numbers and wall times, and each server's start-up time, go to a JSON file
 ``--runs``, and candidates already in the JSON file are not measured again.
 
 **Replay** (the default): the grid's answer is each candidate's capacity plan over its whole
-recorded ladder, the best of them all. Tune's search (``vprof.runs.tunesearch``, unchanged)
+recorded ladder, the best of them all. Tune's search (``vprof.runs.tuner``, unchanged)
 runs on a trial runner that answers any rate from the candidate's recorded ladder: latency
 percentiles, throughput and flags interpolated linearly between the two recorded levels around
 it. Printed: both bests, tune's pick as the grid measured it (target: within 5 % of the grid's
@@ -36,18 +36,16 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from vprof.analysis.keys import SummaryKey as K
+from vprof.analysis.keys import stat_key
 from vprof.analysis.plan import plan
 from vprof.analysis.slo import parse_slo
-from vprof.runs.tunesearch import (
-    MAX_CONTENDERS,
-    Measurement,
-    Objective,
-    RateSearch,
-    SearchSettings,
-    Tuner,
-    Verdict,
-)
+from vprof.runs.tunecheck import MAX_CONTENDERS
+from vprof.runs.tuneevidence import Measurement, Objective, Verdict
+from vprof.runs.tuner import tune_on
+from vprof.runs.tunesearch import SearchSettings
 from vprof.runs.tunespace import Candidate, Dim, Space, refusal
+from vprof.runs.tunetrial import RateSearch
 
 HERE = Path(__file__).resolve().parent
 RECORD = HERE / "data" / "tune_grid_cpu.json"
@@ -75,9 +73,9 @@ SPACE = (
 SLO = "ttft_p95=1500ms"
 LADDER = (0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0, 5.0, 6.0)
 # The numbers of a level a replay needs: every latency the SLO could name, and the flags.
-KEPT = ("request_throughput", "client_limited", "num_preemptions", "error_rate", "state")
+KEPT = (K.REQUEST_THROUGHPUT, K.CLIENT_LIMITED, K.NUM_PREEMPTIONS, K.ERROR_RATE, K.STATE)
 LATENCY = tuple(
-    f"{stat}_{metric}_ms"
+    stat_key(stat, metric)
     for metric in ("ttft", "ttft_from_schedule", "tpot", "itl", "e2el", "e2el_from_schedule")
     for stat in ("median", "p90", "p95", "p99")
 )
@@ -91,7 +89,7 @@ def record(out: Path, runs: Path, level_s: float, warmup_s: float, port: int) ->
     ladder on its own server until it has missed the SLO at two rates in a row (past that, a
     level only adds queue)."""
     from vprof.runs.bench import ServerSession
-    from vprof.runs.tune import TuneRequest, prepare
+    from vprof.runs.tunerequest import TuneRequest, prepare
     from vprof.runs.tunespace import variant
 
     folder = Path(tempfile.mkdtemp(prefix="tune-grid-"))
@@ -158,7 +156,8 @@ def _level(session: Any, prepared: Any, entry: dict, rate: float) -> dict | None
     was held back (client-limited: such a level says nothing of the server, and a plan never
     counts it as met); None when the server did not start."""
     from vprof.records.rundir import RunDir, read_json
-    from vprof.runs.tune import CLIENT_LIMITED_ATTEMPTS, rate_shape
+    from vprof.runs.tunebench import CLIENT_LIMITED_ATTEMPTS
+    from vprof.runs.tunerequest import rate_shape
 
     for attempt in range(1, CLIENT_LIMITED_ATTEMPTS + 1):
         outcome = session.run(rate_shape(prepared.level_shape, rate), repeat=attempt)
@@ -174,7 +173,7 @@ def _level(session: Any, prepared: Any, entry: dict, rate: float) -> dict | None
             entry["healthy_after_s"] = healthy
         kept = {k: summary.get(k) for k in (*KEPT, *LATENCY) if k in summary}
         wall = status.get("finished_at", 0) - status.get("started_at", 0)
-        if not kept.get("client_limited"):
+        if not kept.get(K.CLIENT_LIMITED):
             break
     return {
         "rate_rps": rate,
@@ -203,16 +202,9 @@ def _recorded(out: Path, level_s: float, warmup_s: float) -> list[dict]:
 
 
 def _met(entry: dict, summary: dict, rate: float, slo: Any) -> bool:
-    if not summary.get("request_throughput"):
+    if not summary.get(K.REQUEST_THROUGHPUT):
         return False
-    one = {
-        **summary,
-        "run": "x",
-        "profile": entry["label"],
-        "open_loop": True,
-        "offered_load": rate,
-        "offered_load_unit": "req/s",
-    }
+    one = {**summary, K.RUN: "x", **_level_of(entry["label"], rate)}
     levels = plan([one], target_rps=1.0, slo=slo).profiles[0].levels
     return bool(levels and levels[0].passed)
 
@@ -255,7 +247,7 @@ def _capacity_text(entry: dict) -> str:
 
 def level_summary(entry: dict, rate: float, n: int) -> dict[str, Any]:
     """What a level at ``rate`` would have shown, from the recorded ladder around it."""
-    points = [lv for lv in entry["levels"] if lv["summary"].get("request_throughput")]
+    points = [lv for lv in entry["levels"] if lv["summary"].get(K.REQUEST_THROUGHPUT)]
     points.sort(key=lambda lv: lv["rate_rps"])
     if not points:
         return {}
@@ -270,24 +262,31 @@ def level_summary(entry: dict, rate: float, n: int) -> dict[str, Any]:
     w = (rate - lo["rate_rps"]) / span if span > 0 else 0.0
     near = hi if w >= 0.5 else lo
     out: dict[str, Any] = {
-        "run": f"{entry['label']}@{rate:g}#{n}",
-        "profile": entry["label"],
-        "state": near["summary"].get("state") or "completed",
-        "open_loop": True,
-        "offered_load": rate,
-        "offered_load_unit": "req/s",
-        "client_limited": bool(near["summary"].get("client_limited")),
-        "num_preemptions": near["summary"].get("num_preemptions") or 0,
+        K.RUN: f"{entry['label']}@{rate:g}#{n}",
+        **_level_of(entry["label"], rate),
+        K.STATE: near["summary"].get(K.STATE) or "completed",
+        K.CLIENT_LIMITED: bool(near["summary"].get(K.CLIENT_LIMITED)),
+        K.NUM_PREEMPTIONS: near["summary"].get(K.NUM_PREEMPTIONS) or 0,
     }
-    for key in ("request_throughput", "error_rate", *LATENCY):
+    for key in (K.REQUEST_THROUGHPUT, K.ERROR_RATE, *LATENCY):
         a, b = lo["summary"].get(key), hi["summary"].get(key)
         if isinstance(a, (int, float)) and isinstance(b, (int, float)):
             out[key] = a + w * (b - a)
     if rate < points[0]["rate_rps"]:  # below the ladder: the same latency, the rate served
-        out["request_throughput"] = rate
+        out[K.REQUEST_THROUGHPUT] = rate
     elif rate > points[-1]["rate_rps"]:
-        out["request_throughput"] = min(rate, out["request_throughput"])
+        out[K.REQUEST_THROUGHPUT] = min(rate, out[K.REQUEST_THROUGHPUT])
     return out
+
+
+def _level_of(label: str, rate: float) -> dict[str, Any]:
+    """What a plan reads of a level besides its numbers: whose it is and what it offered."""
+    return {
+        K.PROFILE: label,
+        K.OPEN_LOOP: True,
+        K.OFFERED_LOAD: rate,
+        K.OFFERED_LOAD_UNIT: "req/s",
+    }
 
 
 def grid_capacity(entry: dict, slo: Any) -> float | None:
@@ -295,18 +294,10 @@ def grid_capacity(entry: dict, slo: Any) -> float | None:
     summaries = []
     for lv in entry["levels"]:
         s = lv["summary"]
-        if not s.get("request_throughput"):
+        if not s.get(K.REQUEST_THROUGHPUT):
             continue
-        summaries.append(
-            {
-                **{k: v for k, v in s.items()},
-                "run": f"{entry['label']}@{lv['rate_rps']}",
-                "profile": entry["label"],
-                "open_loop": True,
-                "offered_load": lv["rate_rps"],
-                "offered_load_unit": "req/s",
-            }
-        )
+        run = f"{entry['label']}@{lv['rate_rps']}"
+        summaries.append({**s, K.RUN: run, **_level_of(entry["label"], lv["rate_rps"])})
     if not summaries:
         return None
     return plan(summaries, target_rps=1.0, slo=slo).profiles[0].sustainable_rps
@@ -329,7 +320,7 @@ class ReplayTrial:
             )
         summary = level_summary(self.entry, rate_rps, self.n)
         return Measurement(
-            rate_rps, summary.get("state", "completed"), summary, run=summary.get("run", "")
+            rate_rps, summary.get(K.STATE, "completed"), summary, run=summary.get(K.RUN, "")
         )
 
     def close(self) -> None:
@@ -361,7 +352,7 @@ class ReplayRunner:
                 entry = self.entry(c)
                 summary = level_summary(entry, rate, 1000 + r)
                 m = Measurement(
-                    rate, summary.get("state", "completed"), summary, run=summary.get("run", "")
+                    rate, summary.get(K.STATE, "completed"), summary, run=summary.get(K.RUN, "")
                 )
                 if r == 0 and rate in self.rates.get(c, ()):
                     m.state = "skipped"
@@ -436,18 +427,17 @@ def replay(data: dict, *, repeat: int, every_start: bool) -> None:
         settings = SearchSettings(
             start_rps=1.0, max_rps=max(data["ladder"]), repeat=repeat, budget_trials=budget
         )
-        tuner = Tuner(
+        began = time.perf_counter()
+        result = tune_on(
             space,
             start,
+            runner,
             slo=slo,
             objective=Objective(),
-            runner=runner,
             settings=settings,
             refuse=lambda c: refusal(base, space, c),
             label=lambda c: c.label("pinned"),
         )
-        began = time.perf_counter()
-        result = tuner.run()
         search_s = time.perf_counter() - began
         pick = result.best
         truth = capacities[runner.entry(pick.candidate)["label"]] if pick else None

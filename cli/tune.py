@@ -196,7 +196,8 @@ def tune(profile_name: str, fmt: str, **opts: Any) -> None:
       vprof tune baseline --slo ttft_p95=1s --space max-num-seqs=16,64,256 --budget-time 2h
       vprof tune chunked-512 --slo ttft_p95=300ms --objective min-latency --rps 8
     """
-    from vprof.runs.tune import TuneRequest, parse_budget_trials, parse_duration, run_tune
+    from vprof.runs.tune import run_tune
+    from vprof.runs.tunerequest import TuneRequest, parse_budget_trials, parse_duration
 
     request = TuneRequest(
         profile=profile_name,

@@ -13,7 +13,8 @@ from click.testing import CliRunner
 from vprof.cli.main import cli
 from vprof.emulator.config import EmulatorConfig
 from vprof.emulator.server import Emulator
-from vprof.runs.tune import TuneRequest, parse_duration, prepare, run_prepared
+from vprof.runs.tune import run_prepared
+from vprof.runs.tunerequest import TuneRequest, parse_duration, prepare
 
 
 @pytest.fixture
@@ -230,7 +231,7 @@ def test_a_client_limited_level_is_measured_again_up_to_a_bound(no_server, tmp_p
     runs it again (a further repeat of the level) and stops once a run keeps time."""
     from vprof.records import RunDir
     from vprof.runs.spec import RunOutcome
-    from vprof.runs.tune import CLIENT_LIMITED_ATTEMPTS, BenchTrials
+    from vprof.runs.tunebench import CLIENT_LIMITED_ATTEMPTS, BenchTrials
 
     request = TuneRequest(
         profile="chunked-512",
