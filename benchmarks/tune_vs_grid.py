@@ -376,7 +376,7 @@ def space_of(data: dict) -> Space:
     return Space(dims, data["space"]["fixed"], data["space"]["longest_request"])
 
 
-def replay(data: dict, *, repeat: int, every_start: bool) -> None:
+def replay(data: dict, *, repeat: int, every_start: bool, guided: bool, fit_all: bool) -> None:
     from vprof.registry import Profile
 
     slo = parse_slo(data["slo"])
@@ -422,7 +422,7 @@ def replay(data: dict, *, repeat: int, every_start: bool) -> None:
         f"{searched_levels} levels, ~{searched_min:.0f} min"
     )
 
-    def run_from(start: Candidate, budget: int | None) -> dict[str, Any]:
+    def run_from(start: Candidate, budget: int | None, guide: Any = None) -> dict[str, Any]:
         runner = ReplayRunner(data, space)
         settings = SearchSettings(
             start_rps=1.0, max_rps=max(data["ladder"]), repeat=repeat, budget_trials=budget
@@ -437,6 +437,7 @@ def replay(data: dict, *, repeat: int, every_start: bool) -> None:
             settings=settings,
             refuse=lambda c: refusal(base, space, c),
             label=lambda c: c.label("pinned"),
+            guide=guide,
         )
         search_s = time.perf_counter() - began
         pick = result.best
@@ -451,6 +452,7 @@ def replay(data: dict, *, repeat: int, every_start: bool) -> None:
             "wall_s": result.servers_started * start_s + runner.levels * level_s,
             "search_s": search_s,
             "stopped": result.stopped_by,
+            "trials": result.trials,
         }
 
     # The budget that keeps a whole tune within a third of the grid's servers: the final
@@ -488,6 +490,145 @@ def replay(data: dict, *, repeat: int, every_start: bool) -> None:
                 f"{min(servers)}, median {statistics.median(servers):g}, max {max(servers)} "
                 f"(a third: {grid_servers / 3:.1f})"
             )
+    if guided:
+        replay_guided(data, slo, space, valid, capacities, run_from, repeat, fit_all)
+
+
+# A guided tune's whole budget in servers: a quarter of the grid's (issue 23's target).
+GUIDED_SHARE = 0.25
+
+
+def replay_guided(
+    data: dict,
+    slo: Any,
+    space: Space,
+    valid: list[Candidate],
+    capacities: dict[str, float | None],
+    run_from: Any,
+    repeat: int,
+    fit_all: bool,
+) -> None:
+    """``tune --guided`` on the recording: the model refitted on what each trial measured
+    chooses the next candidate; and the model's predicted ranking of the whole grid, fitted
+    on the start alone, on the guided tune's trials, and (``--fit-all``) on every candidate."""
+    from vprof.runs.tuneguide import ModelGuide
+
+    model, rules_of = level_model(data, slo)
+    grid_servers = len(data["candidates"])
+    check_servers = repeat * (1 + MAX_CONTENDERS) - 1 if repeat > 1 else 0
+    budget = int(grid_servers * GUIDED_SHARE) - check_servers
+    start = Candidate(tuple((k, data["start"][k]) for k in space.keys))
+    guide = ModelGuide(model, rules_of, start_rps=1.0)
+    began = time.perf_counter()
+    one = run_from(start, budget, guide=guide)
+    took = time.perf_counter() - began
+    best_rate = max(c or 0.0 for c in capacities.values())
+    ok_rate = one["ratio"] >= 0.95
+    ok_servers = one["servers"] <= grid_servers * GUIDED_SHARE
+    print(
+        f"tune --guided from {start.label('pinned')}, --repeat {repeat}, --budget-trials "
+        f"{budget}: picks {one['pick']} — {one['truth']:.2f} req/s as the grid measured it "
+        f"({one['ratio']:.1%} of the grid's best); {one['servers']} servers "
+        f"({one['servers'] / grid_servers:.0%} of the grid's), {one['levels']} levels, "
+        f"~{one['wall_s'] / 60:.0f} min; stopped: {one['stopped']}; {guide.fits} refits "
+        f"({took:.0f} s)"
+    )
+    staged = run_from(start, budget)
+    print(
+        f"  the staged search with the same budget: picks {staged['pick']} — "
+        f"{staged['truth']:.2f} req/s ({staged['ratio']:.1%} of the grid's best); "
+        f"{staged['servers']} servers, {staged['levels']} levels"
+    )
+    order = [t.label for t in one["trials"] if t.number is not None]
+    print(f"  measured, in order: {', '.join(label.split('@')[1] for label in order)}")
+    print(
+        f"  within 5 % of the grid's best: {'yes' if ok_rate else 'NO'}; at most a quarter of "
+        f"the servers: {'yes' if ok_servers else 'NO'}"
+    )
+    by_label = {e["label"]: e for e in data["candidates"]}
+    grid_top = sorted(capacities, key=lambda k: -(capacities[k] or 0.0))[:3]
+    measured = [t for t in one["trials"] if t.number is not None and t.measurements]
+    fits = [("the start alone", measured[:1]), ("the guided tune's trials", measured)]
+    if fit_all:
+        fits.append(
+            (
+                "every candidate",
+                [_trial_of(by_label[e["label"]], space, slo, data) for e in data["candidates"]],
+            )
+        )
+    for what, trials in fits:
+        began = time.perf_counter()
+        ranking = predicted_ranking(model, rules_of, trials, valid, start_rps=best_rate)
+        labels = [c.label("pinned") for c, _ in ranking]
+        top5 = labels[:5]
+        inside = sum(label in top5 for label in grid_top)
+        print(
+            f"  ranking fitted on {what} ({len(trials)} candidates, "
+            f"{time.perf_counter() - began:.0f} s): the grid's best three at predicted places "
+            f"{', '.join(str(labels.index(label) + 1) for label in grid_top)} — {inside} of 3 "
+            f"in its top five (top five: "
+            + ", ".join(f"{c.label('pinned').split('@')[1]} {r or 0:.2f}" for c, r in ranking[:5])
+            + ")"
+        )
+
+
+def level_model(data: dict, slo: Any) -> tuple[Any, Any]:
+    """The level model of the recorded workload and levels, and each candidate's scheduler
+    rules (the recording has no server log: its KV cache is taken as holding every request)."""
+    from dataclasses import replace
+
+    from vprof.forecast.levelfit import AMPLE_KV_TOKENS, LevelModel
+    from vprof.forecast.rules import rules_from_run
+    from vprof.forecast.scenario import Scenario
+    from vprof.traffic import get_shape
+    from vprof.workloads import load_workload_file
+
+    folder = Path(tempfile.mkdtemp(prefix="tune-guided-"))
+    (folder / "workload.yaml").write_text(data["workload"])
+    workload = load_workload_file(folder / "workload.yaml")
+    shape = replace(
+        get_shape("constant-rate"),
+        duration_s=data["level_s"],
+        warmup_s=data["warmup_s"],
+        max_in_flight=256,
+    )
+    model = LevelModel(Scenario(workload, shape, 0), slo)
+    fixed = data["space"]["fixed"]
+
+    def rules_of(candidate: Candidate) -> Any:
+        meta = {
+            "profile": {"engine_args": {**fixed, **candidate.as_dict()}},
+            "hardware": data["hardware"],
+            "server": {"kv_cache_tokens": AMPLE_KV_TOKENS},
+        }
+        return rules_from_run(meta)[0]
+
+    return model, rules_of
+
+
+def predicted_ranking(
+    model: Any, rules_of: Any, trials: list, candidates: list[Candidate], start_rps: float
+) -> list[tuple[Candidate, float | None]]:
+    """Every candidate with its predicted capacity, by a model fitted on ``trials``."""
+    from vprof.runs.tuneguide import ModelGuide
+
+    guide = ModelGuide(model, rules_of, start_rps=start_rps)
+    predicted = guide.predict(trials, candidates)
+    return sorted(predicted.items(), key=lambda kv: -(kv[1] or 0.0))
+
+
+def _trial_of(entry: dict, space: Space, slo: Any, data: dict) -> Any:
+    """A recorded candidate's whole ladder as a trial (for a fit on every candidate)."""
+    from vprof.runs.tuneevidence import Evidence, TrialResult, plan_levels
+
+    evidence = Evidence()
+    for lv in entry["levels"]:
+        if lv["summary"].get(K.REQUEST_THROUGHPUT):
+            summary = {**lv["summary"], **_level_of(entry["label"], lv["rate_rps"])}
+            evidence.measurements.append(Measurement(lv["rate_rps"], "completed", summary))
+    plan_levels(evidence, entry["label"], slo, Objective())
+    candidate = Candidate(_key(space, entry["settings"]))
+    return TrialResult.of(evidence, candidate=candidate, label=entry["label"], stage="grid")
 
 
 def _plain_search_levels(entry: dict, slo: Any, data: dict) -> int:
@@ -521,6 +662,16 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=18777)
     parser.add_argument("--repeat", type=int, default=2, help="tune's --repeat in the replay")
     parser.add_argument(
+        "--guided",
+        action="store_true",
+        help="also replay tune --guided (a capacity model chooses what to measure)",
+    )
+    parser.add_argument(
+        "--fit-all",
+        action="store_true",
+        help="with --guided: also rank the grid by a model fitted on every candidate (slow)",
+    )
+    parser.add_argument(
         "--every-start",
         action="store_true",
         help="also replay tune from every candidate as its start",
@@ -529,7 +680,13 @@ def main() -> None:
     if args.record:
         record(args.data, args.runs, args.level_s, args.warmup_s, args.port)
     data = json.loads(args.data.read_text())
-    replay(data, repeat=args.repeat, every_start=args.every_start)
+    replay(
+        data,
+        repeat=args.repeat,
+        every_start=args.every_start,
+        guided=args.guided,
+        fit_all=args.fit_all,
+    )
 
 
 if __name__ == "__main__":

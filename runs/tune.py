@@ -21,10 +21,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from vprof.common.errors import RunError
 from vprof.records.rundir import TUNE_FIELDS, read_json, tune_manifest
 from vprof.runs.tunebench import BenchTrials
+from vprof.runs.tuneguide import ModelGuide
 from vprof.runs.tuneoutput import (
     TuneOutcome,
     answer_text,
@@ -37,6 +39,9 @@ from vprof.runs.tuneoutput import (
 from vprof.runs.tuner import tune_on
 from vprof.runs.tunerequest import REPORT_FILE, Prepared, TuneRequest, other_request, prepare
 from vprof.runs.tunespace import Candidate, refusal
+
+if TYPE_CHECKING:
+    from vprof.forecast.rules import SchedulerRules
 
 Say = Callable[[str], None]
 
@@ -73,6 +78,7 @@ def run_prepared(prepared: Prepared, say: Say = print) -> TuneOutcome:
 
         return gpus_per_server(runner.profile_of(candidate).engine_args)[0]
 
+    guide = _guide(prepared, runner, say) if p.request.guided else None
     result = tune_on(
         p.space,
         p.start,
@@ -84,6 +90,7 @@ def run_prepared(prepared: Prepared, say: Say = print) -> TuneOutcome:
         gpus=gpus,
         label=lambda c: c.label(p.base.name),
         say=say,
+        guide=guide,
     )
     rows = trial_rows(result, p.objective)
     answer = answer_text(result, prepared)
@@ -98,6 +105,37 @@ def run_prepared(prepared: Prepared, say: Say = print) -> TuneOutcome:
     if p.request.report:
         outcome.report_path = _report(folder, prepared, say)
     return outcome
+
+
+def _guide(prepared: Prepared, runner: BenchTrials, say: Say) -> ModelGuide:
+    """The capacity model behind --guided: the tune's workload at its levels' rates, on this
+    host, with each candidate's scheduler rules and the KV cache its server reported (before
+    any did: the least any reported, else a cache that holds every request)."""
+    from vprof.forecast.levelfit import AMPLE_KV_TOKENS, LevelModel
+    from vprof.forecast.rules import rules_from_run
+    from vprof.forecast.scenario import Scenario
+    from vprof.runs.environment import hardware
+    from vprof.workloads import get_workload
+
+    request = prepared.request
+    scenario = Scenario(get_workload(request.workload), prepared.level_shape, request.seed)
+    host = hardware()
+
+    def rules_of(candidate: Candidate) -> SchedulerRules:
+        profile = runner.profile_of(candidate)
+        known = runner.kv_cache_tokens
+        kv = known.get(profile.identity()) or min(known.values(), default=AMPLE_KV_TOKENS)
+        meta = {
+            "profile": {"engine_args": dict(profile.engine_args)},
+            "hardware": host,
+            "server": {"kv_cache_tokens": kv},
+        }
+        rules, _ = rules_from_run(meta)
+        assert rules is not None  # the KV cache is given
+        return rules
+
+    model = LevelModel(scenario, prepared.slo)
+    return ModelGuide(model, rules_of, start_rps=prepared.settings.start_rps, say=say)
 
 
 def _report(folder: Path, prepared: Prepared, say: Say) -> Path | None:

@@ -47,6 +47,8 @@ class BenchTrials:
         self.failures = failures  # profile identity → why its server did not start
         self.on_failure: Callable[[], None] = lambda: None
         self.opened = 0  # trials opened so far
+        # the KV cache each candidate's server had, as vLLM's start-up log said (by identity)
+        self.kv_cache_tokens: dict[str, int] = {}
 
     def profile_of(self, candidate: Candidate) -> Profile:
         p = self.prepared
@@ -75,6 +77,9 @@ class BenchTrials:
                 wall_s=wall_s,
             )
         summary = read_json(outcome.run.summary_json, strict=False)
+        kv = (outcome.run.meta().get("server") or {}).get("kv_cache_tokens")
+        if isinstance(kv, int) and not isinstance(kv, bool) and kv > 0:
+            self.kv_cache_tokens[profile.identity()] = kv
         oom = mentions_oom(outcome.reason)
         if not oom and outcome.state == RunState.FAILED:
             try:

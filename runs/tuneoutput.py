@@ -247,6 +247,7 @@ def write_state(
         **request_of(prepared),
         "start": prepared.start.as_dict(),
         "repeat": request.repeat,
+        "guided": request.guided,
         "command": sys.argv,
         "start_failures": dict(failures),
         "updated_at": time.time(),

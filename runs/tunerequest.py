@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from vprof.registry import Profile
     from vprof.runs.spec import BenchSpec
     from vprof.traffic import TrafficShape
+    from vprof.workloads import Workload
 
 Say = Callable[[str], None]
 REPORT_FILE = "report.html"
@@ -75,6 +76,7 @@ class TuneRequest:
     fetch_tokenizer: bool = False
     report: bool = True
     force: bool = False  # replace --out's files even when they are not this tune's
+    guided: bool = False  # a capacity model fitted on the trials chooses what to measure next
 
 
 def parse_duration(text: str, key: str = "--budget-time") -> float:
@@ -175,6 +177,8 @@ def prepare(request: TuneRequest, say: Say = lambda _: None) -> Prepared:
     except WorkloadError as exc:
         raise RunError(exc.message, key="--max-rps", hint="lower it or --level-s") from None
     workload = get_workload(request.workload)
+    if request.guided:
+        _check_guided(objective, workload)
     (base,) = resolve_profiles(
         [request.profile],
         request.profiles_dirs,
@@ -248,6 +252,25 @@ def _objective(request: TuneRequest) -> Objective:
             check_number(price, above=0, maximum=1e6, error=RunError, key="--gpu-hour-price")
         )
     return Objective(request.objective, target, float(headroom), price)
+
+
+def _check_guided(objective: Objective, workload: Workload) -> None:
+    """What the capacity model behind --guided cannot predict is refused before anything runs."""
+    if objective.kind == "min-latency":
+        raise RunError(
+            "--guided ranks candidates by their predicted capacity, and min-latency measures "
+            "each candidate at one rate",
+            key="--guided",
+            hint="leave out --guided, or use --objective max-rate or min-cost",
+        )
+    if workload.sessions:
+        raise RunError(
+            f"workload {workload.name} sends sessions (conversations or agent chains), whose "
+            "later requests wait on earlier answers; the model behind --guided replays single "
+            "requests",
+            key="--guided",
+            hint="leave out --guided for this workload",
+        )
 
 
 def _settings(request: TuneRequest) -> SearchSettings:

@@ -125,7 +125,7 @@ class Ledger:
             )
             self._record(refused)
             return refused
-        self._check_budget()
+        self.check_budget()
         self.trials_run += 1
         number = self.trials_run
         self.say(f"trial {number}: {label} ({stage})")
@@ -171,7 +171,8 @@ class Ledger:
     def result(self, stopped_by: str) -> SearchResult:
         return SearchResult(self.order, self.best, stopped_by, self.started_at, self.trial_walls)
 
-    def _check_budget(self) -> None:
+    def check_budget(self) -> None:
+        """Raise :class:`OutOfBudget` when another trial would exceed the budget."""
         s = self.settings
         if s.budget_trials is not None and self.trials_run >= s.budget_trials:
             raise OutOfBudget(f"the trial budget ({s.budget_trials}) was used")

@@ -63,6 +63,10 @@ def tune(*args: str):
          "Error: --traffic: steady is closed-loop"),
         (["--slo", "ttft_p95=1s", "--set", "max-model-len=64", "--workload", "chat"],
          "Error: --set max-model-len: 64 is below the workload's longest request"),
+        (["--slo", "ttft_p95=1s", "--objective", "min-latency", "--rps", "4", "--guided"],
+         "Error: --guided: --guided ranks candidates by their predicted capacity"),
+        (["--slo", "ttft_p95=1s", "--workload", "chat-sessions", "--guided"],
+         "Error: --guided: workload chat-sessions sends sessions"),
     ],
 )  # fmt: skip
 def test_bad_input_fails_before_any_server_starts(no_server, tmp_path, args, message):
