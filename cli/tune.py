@@ -276,5 +276,5 @@ def tune(profile_name: str, fmt: str, **opts: Any) -> None:
             )
         )
     emit_parts(parts, fmt)
-    if outcome.result.best is None:
-        raise SystemExit(1)
+    if outcome.result.best is None or outcome.result.environment:
+        raise SystemExit(1)  # nothing measured, or stopped by the machine: not an answer

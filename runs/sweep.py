@@ -24,6 +24,7 @@ from vprof.analysis.keys import CLIENT_FIX, SummaryKey
 from vprof.common.errors import ProfileError, RunError, WorkloadError
 from vprof.records.rundir import RunState, read_json, sweep_manifest, write_json_atomic
 from vprof.runs.spec import NOT_STARTED, SKIPPED
+from vprof.server.logparse import mentions_oom
 
 if TYPE_CHECKING:
     from vprof.registry import Profile
@@ -137,20 +138,6 @@ def load_ladder(traffic: str | TrafficShape, levels: Sequence[float]) -> list[Tr
 
 
 # --- reading the evidence -------------------------------------------------------------------
-
-_OOM = (
-    "out of memory",
-    "outofmemory",
-    "cannot allocate memory",
-    "no available memory for the cache",
-    "can be stored in kv cache",  # max-model-len larger than the KV cache holds
-)
-
-
-def mentions_oom(text: str) -> bool:
-    """True when a server's error or log says it ran out of memory (at start-up or later)."""
-    lowered = text.lower()
-    return any(marker in lowered for marker in _OOM)
 
 
 def _server_log_oom(outcome: RunOutcome) -> bool:

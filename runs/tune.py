@@ -95,7 +95,7 @@ def run_prepared(prepared: Prepared, say: Say = print) -> TuneOutcome:
     rows = trial_rows(result, p.objective)
     answer = answer_text(result, prepared)
     outcome = TuneOutcome(result, rows, answer, folder)
-    if result.best is not None:
+    if result.best is not None and not result.environment:  # a search cut short: no answer
         tuned = runner.profile_of(result.best.candidate)
         path = folder / f"{p.tuned_name}.yaml"
         outcome.profile_path = write_tuned_profile(prepared, result, tuned, path)

@@ -21,6 +21,7 @@ from vprof.runs.spec import NOT_STARTED, SKIPPED
 from vprof.runs.tuneevidence import Measurement, Verdict
 from vprof.runs.tunerequest import Prepared, rate_shape
 from vprof.runs.tunespace import Candidate, variant
+from vprof.server.logparse import environment_cause, mentions_oom
 
 if TYPE_CHECKING:
     from vprof.registry import Profile
@@ -64,17 +65,18 @@ class BenchTrials:
     def measurement(
         self, outcome: RunOutcome, rate_rps: float, wall_s: float, profile: Profile
     ) -> Measurement:
-        from vprof.runs.sweep import mentions_oom
-
         if outcome.state == NOT_STARTED:
-            self.failures[profile.identity()] = outcome.reason
-            self.on_failure()
+            cause = environment_cause(outcome.reason) or ""
+            if not cause:  # the machine's fault is no fact about the candidate: not remembered
+                self.failures[profile.identity()] = outcome.reason
+                self.on_failure()
             return Measurement(
                 rate_rps,
                 NOT_STARTED,
                 reason=outcome.reason,
                 oom=mentions_oom(outcome.reason),
                 wall_s=wall_s,
+                environment=cause,
             )
         summary = read_json(outcome.run.summary_json, strict=False)
         kv = (outcome.run.meta().get("server") or {}).get("kv_cache_tokens")
@@ -157,10 +159,10 @@ class _BenchTrial:
 
     def measure(self, rate_rps: float) -> Measurement:
         from vprof.runs.bench import ServerSession
-        from vprof.runs.sweep import mentions_oom
 
         known = self.trials.failures.get(self.profile.identity())
-        if known is not None and self.session is None:
+        # (a failure of the machine remembered by an older vprof is tried again)
+        if known is not None and self.session is None and environment_cause(known) is None:
             self.trials.say(f"{self.profile.name}: its server did not start before; not retried")
             return Measurement(rate_rps, NOT_STARTED, reason=known, oom=mentions_oom(known))
         if self.session is None:

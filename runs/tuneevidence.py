@@ -28,6 +28,9 @@ OUT_OF_MEMORY = "out of memory"
 REFUSED = "refused"
 RUN_FAILED = "run failed"
 CLEARLY_WORSE = "clearly worse"  # missed the SLO just below the best's rate: not searched further
+# the server could not start for a reason of the machine (port, GPU, model, disk), not of the
+# candidate's settings: the tune stops there
+ENVIRONMENT = "not started (environment)"
 # States of a trial whose server ran at least one level: it has an answer, or why not.
 RAN = (MEASURED, RUN_FAILED, NO_LEVEL_MET, CLEARLY_WORSE)
 
@@ -99,6 +102,7 @@ class Measurement:
     wall_s: float = 0.0
     met: bool = False
     started_server: bool = False  # this run began with a server start
+    environment: str = ""  # no server could start here at all: why (port in use, no GPU, …)
 
     @property
     def server_ran(self) -> bool:
@@ -180,10 +184,17 @@ class TuneResult:
     wall_s: float
     confirmation: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    environment: str = ""  # the search stopped: no server could start on this machine (why)
+
+    @property
+    def tried(self) -> list[TrialResult]:
+        """Trials the search started (a server was asked for), measured or not."""
+        return [t for t in self.trials if t.number is not None]
 
     @property
     def measured(self) -> list[TrialResult]:
-        return [t for t in self.trials if t.number is not None]
+        """Trials whose server ran at least one level."""
+        return [t for t in self.trials if t.state in RAN]
 
 
 # --------------------------------------------------------------------------- the plan
@@ -262,7 +273,7 @@ def describe(result: TrialResult, objective: Objective) -> str:
     """One line: what the trial showed."""
     if result.state == REFUSED:
         return f"refused: {result.note}"
-    if result.state in (NOT_STARTED, OUT_OF_MEMORY):
+    if result.state in (NOT_STARTED, OUT_OF_MEMORY, ENVIRONMENT):
         return f"{result.state}: {result.note}"
     if objective.kind == "min-latency":
         value = result.latency_ms

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from vprof.analysis.keys import SummaryKey as K
 from vprof.runs.tuneevidence import RAN, Measurement, TrialResult, usable
-from vprof.runs.tunesearch import OutOfBudget, SearchResult
+from vprof.runs.tunesearch import SearchResult, SearchStopped
 from vprof.runs.tunespace import Candidate, Space
 
 if TYPE_CHECKING:
@@ -82,7 +82,7 @@ def guided_search(space: Space, start: Candidate, ledger: Ledger, guide: Guide) 
                 )
             shown = predicted.get(nxt)
             ledger.consider(nxt, f"{STAGE} (predicted {shown:.3g} req/s)")
-    except OutOfBudget as exc:
+    except SearchStopped as exc:
         return ledger.result(str(exc))
 
 

@@ -102,6 +102,17 @@ def answer_text(result: TuneResult, prepared: Prepared) -> str:
     """The answer in one paragraph: the best, what it sustains, and what it rests on."""
     best, objective = result.best, prepared.objective
     measured = len(result.measured)
+    if result.environment:
+        return (
+            f"Stopped: {result.environment}. Every candidate would fail the same way, so none "
+            f"more was tried ({measured} measured before). Fix it and run the same command "
+            "again: what completed is kept."
+        )
+    if result.tried and not measured:
+        return (
+            f"Nothing was measured: the server of none of the {len(result.tried)} candidates "
+            "tried started (see each row's note); fix what the notes say, or widen --space."
+        )
     if best is None:
         return (
             f"No candidate met {prepared.slo} ({measured} measured, {result.stopped_by}); "
@@ -265,6 +276,8 @@ def write_state(
             confirmation=result.confirmation,
             servers_started=result.servers_started,
             candidates_measured=len(result.measured),
+            candidates_tried=len(result.tried),
+            environment=result.environment or None,
             grid_size=prepared.space.grid_size(),
             wall_s=result.wall_s,
             profile_path=str(outcome.profile_path) if outcome.profile_path else None,

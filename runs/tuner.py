@@ -77,9 +77,11 @@ def tune_on(
         from vprof.runs.tuneguide import guided_search
 
         found = guided_search(space, start, ledger, guide)
-    best, confirmation = check_best(
-        found, runner, slo=slo, objective=objective, settings=settings, clock=clock, say=say
-    )
+    best, confirmation = found.best, {}
+    if not found.environment:  # a check would meet the same machine
+        best, confirmation = check_best(
+            found, runner, slo=slo, objective=objective, settings=settings, clock=clock, say=say
+        )
     servers = sum(t.server_started for t in found.trials) + confirmation.get("servers", 0)
     return TuneResult(
         trials=found.trials,
@@ -89,4 +91,5 @@ def tune_on(
         servers_started=servers,
         wall_s=clock() - found.started_at,
         confirmation=confirmation,
+        environment=found.environment,
     )

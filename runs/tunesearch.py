@@ -24,6 +24,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from vprof.runs.tuneevidence import (
+    ENVIRONMENT,
     NOT_STARTED,
     OUT_OF_MEMORY,
     RAN,
@@ -61,8 +62,17 @@ class SearchSettings(RateLimits):
     budget_time_s: float | None = None
 
 
-class OutOfBudget(Exception):
+class SearchStopped(Exception):
+    """The search ends here; its text says why."""
+
+
+class OutOfBudget(SearchStopped):
     """The next trial would exceed the budget (its text says which)."""
+
+
+class EnvironmentProblem(SearchStopped):
+    """A server could not start for a reason of the machine, not of its settings: every
+    further candidate would fail the same way, so nothing more is tried."""
 
 
 @dataclass
@@ -74,6 +84,7 @@ class SearchResult:
     stopped_by: str
     started_at: float
     trial_walls: list[float] = field(default_factory=list)  # trials that started a server
+    environment: str = ""  # set when an environment problem stopped the search
 
 
 class Ledger:
@@ -112,6 +123,7 @@ class Ledger:
         self.trials_run = 0
         self.started_at = clock()
         self.trial_walls: list[float] = []
+        self.environment = ""
 
     def consider(self, candidate: Candidate, stage: str) -> TrialResult:
         """The candidate's result: from an earlier trial, refused, or measured now."""
@@ -142,6 +154,12 @@ class Ledger:
             self.trial_walls.append(result.wall_s)
         self._record(result)
         self.say(f"trial {number}: {label}: {describe(result, self.objective)}")
+        if result.state == ENVIRONMENT:
+            self.environment = (
+                f"the server of {label} could not start for a reason of this machine, not of "
+                f"its settings ({result.note})"
+            )
+            raise EnvironmentProblem(self.environment)
         return result
 
     def refusal(self, candidate: Candidate) -> str | None:
@@ -169,7 +187,9 @@ class Ledger:
         return self.objective.within(result, self.best, self.settings.noise)
 
     def result(self, stopped_by: str) -> SearchResult:
-        return SearchResult(self.order, self.best, stopped_by, self.started_at, self.trial_walls)
+        return SearchResult(
+            self.order, self.best, stopped_by, self.started_at, self.trial_walls, self.environment
+        )
 
     def check_budget(self) -> None:
         """Raise :class:`OutOfBudget` when another trial would exceed the budget."""
@@ -217,7 +237,7 @@ def staged_search(space: Space, start: Candidate, ledger: Ledger) -> SearchResul
                 break
         else:
             stopped_by = f"{MAX_PASSES} passes over the stages"
-    except OutOfBudget as exc:
+    except SearchStopped as exc:
         stopped_by = str(exc)
     return ledger.result(stopped_by)
 

@@ -22,6 +22,7 @@ from vprof.analysis.slo import Slo
 from vprof.records.rundir import RunState
 from vprof.runs.tuneevidence import (
     CLEARLY_WORSE,
+    ENVIRONMENT,
     MEASURED,
     NO_LEVEL_MET,
     NOT_STARTED,
@@ -141,6 +142,10 @@ def _level(
 def _ended(measurement: Measurement, evidence: Evidence, where: str) -> bool:
     """True, with the trial's state and note set, when the level's server did not start or
     its run failed (out of memory, when it says so): the trial ends there."""
+    if measurement.environment:
+        evidence.state = ENVIRONMENT
+        evidence.note = f"{measurement.environment}: {first_line(measurement.reason)}"
+        return True
     if not measurement.server_ran:
         evidence.state = OUT_OF_MEMORY if measurement.oom else NOT_STARTED
         evidence.note = first_line(measurement.reason) or "the server did not start"

@@ -191,16 +191,16 @@ def test_servers_that_did_not_start_are_results_and_not_retried_on_resume(tmp_pa
     said: list[str] = []
     first = run_prepared(prepared, said.append)
     assert first.result.best is None and first.profile_path is None
-    assert first.result.measured and {t.state for t in first.result.measured} == {"not started"}
+    tried = first.result.tried
+    assert tried and {t.state for t in tried} == {"not started"} and not first.result.measured
     state = json.loads((out / "tune.json").read_text())
-    assert len(state["start_failures"]) == len(first.result.measured)
-    assert "No candidate met" in state["answer"]
+    assert len(state["start_failures"]) == len(tried)
+    assert state["candidates_measured"] == 0 and state["candidates_tried"] == len(tried)
+    assert state["answer"].startswith("Nothing was measured")
     said.clear()
     again = run_prepared(prepared, said.append)
-    assert [t.label for t in again.result.measured] == [t.label for t in first.result.measured]
-    assert sum("did not start before; not retried" in line for line in said) == len(
-        again.result.measured
-    )
+    assert [t.label for t in again.result.tried] == [t.label for t in tried]
+    assert sum("did not start before; not retried" in line for line in said) == len(tried)
 
 
 @pytest.mark.parametrize(

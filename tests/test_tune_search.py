@@ -298,8 +298,9 @@ def test_out_of_memory_at_start_up_is_a_result_and_hungrier_candidates_are_not_s
 def test_a_server_that_fails_to_start_is_a_result_not_a_crash():
     runner = FakeRunner(lambda c: "fail" if c.get(SEQS) == 256 else 4.0)
     result = tune(space(seqs=(64, 256)), runner)
-    states = {t.candidate.get(SEQS): t.state for t in result.measured}
+    states = {t.candidate.get(SEQS): t.state for t in result.tried}
     assert states == {64: MEASURED, 256: NOT_STARTED}
+    assert [t.candidate.get(SEQS) for t in result.measured] == [64]  # only what ran counts
     assert result.best is not None and result.best.candidate.get(SEQS) == 64
 
 
