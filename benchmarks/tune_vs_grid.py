@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import fcntl
 import json
+import math
 import statistics
 import tempfile
 import time
@@ -491,7 +492,7 @@ def replay(data: dict, *, repeat: int, every_start: bool, guided: bool, fit_all:
                 f"(a third: {grid_servers / 3:.1f})"
             )
     if guided:
-        replay_guided(data, slo, space, valid, capacities, run_from, repeat, fit_all)
+        replay_guided(data, slo, space, valid, capacities, run_from, repeat, fit_all, every_start)
 
 
 # A guided tune's whole budget in servers: a quarter of the grid's (issue 23's target).
@@ -507,6 +508,7 @@ def replay_guided(
     run_from: Any,
     repeat: int,
     fit_all: bool,
+    every_start: bool,
 ) -> None:
     """``tune --guided`` on the recording: the model refitted on what each trial measured
     chooses the next candidate; and the model's predicted ranking of the whole grid, fitted
@@ -541,10 +543,31 @@ def replay_guided(
     )
     order = [t.label for t in one["trials"] if t.number is not None]
     print(f"  measured, in order: {', '.join(label.split('@')[1] for label in order)}")
+    ranked = sorted((c or 0.0 for c in capacities.values()), reverse=True)
+    print(
+        f"  the grid's own spread: places 1–3 at {', '.join(f'{r:.2f}' for r in ranked[:3])} "
+        f"req/s, places 4–12 at {ranked[11]:.2f}–{ranked[3]:.2f} (each one run of each "
+        "candidate; two runs of one setting differ by 5–20 % here)"
+    )
     print(
         f"  within 5 % of the grid's best: {'yes' if ok_rate else 'NO'}; at most a quarter of "
         f"the servers: {'yes' if ok_servers else 'NO'}"
     )
+    if every_start:
+        runs = [run_from(c, budget, guide=ModelGuide(model, rules_of)) for c in valid]
+        ratios = [r["ratio"] for r in runs]
+        servers = [r["servers"] for r in runs]
+        print(
+            f"  --guided from each of the {len(runs)} candidates as the start: share of the "
+            f"grid's best min {min(ratios):.1%}, median {statistics.median(ratios):.1%}; within "
+            f"5 % in {sum(r >= 0.95 for r in ratios)} of {len(runs)}; servers max {max(servers)}"
+        )
+        plain = [run_from(c, budget)["ratio"] for c in valid]
+        print(
+            f"  the staged search with the same budget from each start: share of the grid's "
+            f"best min {min(plain):.1%}, median {statistics.median(plain):.1%}; within 5 % in "
+            f"{sum(r >= 0.95 for r in plain)} of {len(plain)}"
+        )
     by_label = {e["label"]: e for e in data["candidates"]}
     grid_top = sorted(capacities, key=lambda k: -(capacities[k] or 0.0))[:3]
     measured = [t for t in one["trials"] if t.number is not None and t.measurements]
@@ -562,11 +585,15 @@ def replay_guided(
         labels = [c.label("pinned") for c, _ in ranking]
         top5 = labels[:5]
         inside = sum(label in top5 for label in grid_top)
+        errors = [
+            abs((r or 0.0) / (capacities[c.label("pinned")] or math.inf) - 1) for c, r in ranking
+        ]
         print(
             f"  ranking fitted on {what} ({len(trials)} candidates, "
             f"{time.perf_counter() - began:.0f} s): the grid's best three at predicted places "
             f"{', '.join(str(labels.index(label) + 1) for label in grid_top)} — {inside} of 3 "
-            f"in its top five (top five: "
+            f"in its top five; median error against the grid's capacities "
+            f"{statistics.median(errors):.1%} (top five: "
             + ", ".join(f"{c.label('pinned').split('@')[1]} {r or 0:.2f}" for c, r in ranking[:5])
             + ")"
         )
