@@ -20,7 +20,17 @@ runs until a pass finds nothing better) and once with ``--budget-trials`` set so
 tune, its final ``--repeat`` check included, starts at most a third of the grid's servers;
 with ``--every-start``, each of those from every possible starting point too.
 
+**Guided** (``--guided``): ``tune --guided`` on the same recording, with a budget of a quarter
+of the grid's servers, the final check included (targets: within 5 % of the grid's best, and the
+model's predicted ranking puts the grid's best three within its top five). The recording keeps
+each level's summary only — no per-request records and no server log, so none of what
+``vprof forecast fit`` fits on, nor the server's KV cache size (taken as holding every
+request) — which is what ``forecast/levelfit.py`` fits on. Printed: the guided pick, the staged
+search at the same budget, and the model's ranking of the whole grid fitted on the start alone,
+on the guided tune's trials and (``--fit-all``) on every candidate, with its median error.
+
     python benchmarks/tune_vs_grid.py                       # replay the recorded grid
+    python benchmarks/tune_vs_grid.py --guided --fit-all    # and tune --guided
     flock /tmp/vprof-heavy.lock true; python benchmarks/tune_vs_grid.py --record
 """
 
