@@ -10,7 +10,7 @@ numbers and wall times, and each server's start-up time, go to a JSON file
 ``--runs``, and candidates already in the JSON file are not measured again.
 
 **Replay** (the default): the grid's answer is each candidate's capacity plan over its whole
-recorded ladder, the best of them all. Tune's search (``vprof.runs.tunesearch``, unchanged)
+recorded ladder, the best of them all. Tune's search (``vprof.runs.tuner``, unchanged)
 runs on a trial runner that answers any rate from the candidate's recorded ladder: latency
 percentiles, throughput and flags interpolated linearly between the two recorded levels around
 it. Printed: both bests, tune's pick as the grid measured it (target: within 5 % of the grid's
@@ -20,7 +20,17 @@ runs until a pass finds nothing better) and once with ``--budget-trials`` set so
 tune, its final ``--repeat`` check included, starts at most a third of the grid's servers;
 with ``--every-start``, each of those from every possible starting point too.
 
+**Guided** (``--guided``): ``tune --guided`` on the same recording, with a budget of a quarter
+of the grid's servers, the final check included (targets: within 5 % of the grid's best, and the
+model's predicted ranking puts the grid's best three within its top five). The recording keeps
+each level's summary only — no per-request records and no server log, so none of what
+``vprof forecast fit`` fits on, nor the server's KV cache size (taken as holding every
+request) — which is what ``forecast/levelfit.py`` fits on. Printed: the guided pick, the staged
+search at the same budget, and the model's ranking of the whole grid fitted on the start alone,
+on the guided tune's trials and (``--fit-all``) on every candidate, with its median error.
+
     python benchmarks/tune_vs_grid.py                       # replay the recorded grid
+    python benchmarks/tune_vs_grid.py --guided --fit-all    # and tune --guided
     flock /tmp/vprof-heavy.lock true; python benchmarks/tune_vs_grid.py --record
 """
 
@@ -29,6 +39,7 @@ from __future__ import annotations
 import argparse
 import fcntl
 import json
+import math
 import statistics
 import tempfile
 import time
@@ -36,18 +47,16 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from vprof.analysis.keys import SummaryKey as K
+from vprof.analysis.keys import stat_key
 from vprof.analysis.plan import plan
 from vprof.analysis.slo import parse_slo
-from vprof.runs.tunesearch import (
-    MAX_CONTENDERS,
-    Measurement,
-    Objective,
-    RateSearch,
-    SearchSettings,
-    Tuner,
-    Verdict,
-)
+from vprof.runs.tunecheck import MAX_CONTENDERS
+from vprof.runs.tuneevidence import Measurement, Objective, Verdict
+from vprof.runs.tuner import tune_on
+from vprof.runs.tunesearch import SearchSettings
 from vprof.runs.tunespace import Candidate, Dim, Space, refusal
+from vprof.runs.tunetrial import RateSearch
 
 HERE = Path(__file__).resolve().parent
 RECORD = HERE / "data" / "tune_grid_cpu.json"
@@ -75,9 +84,9 @@ SPACE = (
 SLO = "ttft_p95=1500ms"
 LADDER = (0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0, 5.0, 6.0)
 # The numbers of a level a replay needs: every latency the SLO could name, and the flags.
-KEPT = ("request_throughput", "client_limited", "num_preemptions", "error_rate", "state")
+KEPT = (K.REQUEST_THROUGHPUT, K.CLIENT_LIMITED, K.NUM_PREEMPTIONS, K.ERROR_RATE, K.STATE)
 LATENCY = tuple(
-    f"{stat}_{metric}_ms"
+    stat_key(stat, metric)
     for metric in ("ttft", "ttft_from_schedule", "tpot", "itl", "e2el", "e2el_from_schedule")
     for stat in ("median", "p90", "p95", "p99")
 )
@@ -91,7 +100,7 @@ def record(out: Path, runs: Path, level_s: float, warmup_s: float, port: int) ->
     ladder on its own server until it has missed the SLO at two rates in a row (past that, a
     level only adds queue)."""
     from vprof.runs.bench import ServerSession
-    from vprof.runs.tune import TuneRequest, prepare
+    from vprof.runs.tunerequest import TuneRequest, prepare
     from vprof.runs.tunespace import variant
 
     folder = Path(tempfile.mkdtemp(prefix="tune-grid-"))
@@ -158,7 +167,8 @@ def _level(session: Any, prepared: Any, entry: dict, rate: float) -> dict | None
     was held back (client-limited: such a level says nothing of the server, and a plan never
     counts it as met); None when the server did not start."""
     from vprof.records.rundir import RunDir, read_json
-    from vprof.runs.tune import CLIENT_LIMITED_ATTEMPTS, rate_shape
+    from vprof.runs.tunebench import CLIENT_LIMITED_ATTEMPTS
+    from vprof.runs.tunerequest import rate_shape
 
     for attempt in range(1, CLIENT_LIMITED_ATTEMPTS + 1):
         outcome = session.run(rate_shape(prepared.level_shape, rate), repeat=attempt)
@@ -174,7 +184,7 @@ def _level(session: Any, prepared: Any, entry: dict, rate: float) -> dict | None
             entry["healthy_after_s"] = healthy
         kept = {k: summary.get(k) for k in (*KEPT, *LATENCY) if k in summary}
         wall = status.get("finished_at", 0) - status.get("started_at", 0)
-        if not kept.get("client_limited"):
+        if not kept.get(K.CLIENT_LIMITED):
             break
     return {
         "rate_rps": rate,
@@ -203,16 +213,9 @@ def _recorded(out: Path, level_s: float, warmup_s: float) -> list[dict]:
 
 
 def _met(entry: dict, summary: dict, rate: float, slo: Any) -> bool:
-    if not summary.get("request_throughput"):
+    if not summary.get(K.REQUEST_THROUGHPUT):
         return False
-    one = {
-        **summary,
-        "run": "x",
-        "profile": entry["label"],
-        "open_loop": True,
-        "offered_load": rate,
-        "offered_load_unit": "req/s",
-    }
+    one = {**summary, K.RUN: "x", **_level_of(entry["label"], rate)}
     levels = plan([one], target_rps=1.0, slo=slo).profiles[0].levels
     return bool(levels and levels[0].passed)
 
@@ -255,7 +258,7 @@ def _capacity_text(entry: dict) -> str:
 
 def level_summary(entry: dict, rate: float, n: int) -> dict[str, Any]:
     """What a level at ``rate`` would have shown, from the recorded ladder around it."""
-    points = [lv for lv in entry["levels"] if lv["summary"].get("request_throughput")]
+    points = [lv for lv in entry["levels"] if lv["summary"].get(K.REQUEST_THROUGHPUT)]
     points.sort(key=lambda lv: lv["rate_rps"])
     if not points:
         return {}
@@ -270,24 +273,31 @@ def level_summary(entry: dict, rate: float, n: int) -> dict[str, Any]:
     w = (rate - lo["rate_rps"]) / span if span > 0 else 0.0
     near = hi if w >= 0.5 else lo
     out: dict[str, Any] = {
-        "run": f"{entry['label']}@{rate:g}#{n}",
-        "profile": entry["label"],
-        "state": near["summary"].get("state") or "completed",
-        "open_loop": True,
-        "offered_load": rate,
-        "offered_load_unit": "req/s",
-        "client_limited": bool(near["summary"].get("client_limited")),
-        "num_preemptions": near["summary"].get("num_preemptions") or 0,
+        K.RUN: f"{entry['label']}@{rate:g}#{n}",
+        **_level_of(entry["label"], rate),
+        K.STATE: near["summary"].get(K.STATE) or "completed",
+        K.CLIENT_LIMITED: bool(near["summary"].get(K.CLIENT_LIMITED)),
+        K.NUM_PREEMPTIONS: near["summary"].get(K.NUM_PREEMPTIONS) or 0,
     }
-    for key in ("request_throughput", "error_rate", *LATENCY):
+    for key in (K.REQUEST_THROUGHPUT, K.ERROR_RATE, *LATENCY):
         a, b = lo["summary"].get(key), hi["summary"].get(key)
         if isinstance(a, (int, float)) and isinstance(b, (int, float)):
             out[key] = a + w * (b - a)
     if rate < points[0]["rate_rps"]:  # below the ladder: the same latency, the rate served
-        out["request_throughput"] = rate
+        out[K.REQUEST_THROUGHPUT] = rate
     elif rate > points[-1]["rate_rps"]:
-        out["request_throughput"] = min(rate, out["request_throughput"])
+        out[K.REQUEST_THROUGHPUT] = min(rate, out[K.REQUEST_THROUGHPUT])
     return out
+
+
+def _level_of(label: str, rate: float) -> dict[str, Any]:
+    """What a plan reads of a level besides its numbers: whose it is and what it offered."""
+    return {
+        K.PROFILE: label,
+        K.OPEN_LOOP: True,
+        K.OFFERED_LOAD: rate,
+        K.OFFERED_LOAD_UNIT: "req/s",
+    }
 
 
 def grid_capacity(entry: dict, slo: Any) -> float | None:
@@ -295,18 +305,10 @@ def grid_capacity(entry: dict, slo: Any) -> float | None:
     summaries = []
     for lv in entry["levels"]:
         s = lv["summary"]
-        if not s.get("request_throughput"):
+        if not s.get(K.REQUEST_THROUGHPUT):
             continue
-        summaries.append(
-            {
-                **{k: v for k, v in s.items()},
-                "run": f"{entry['label']}@{lv['rate_rps']}",
-                "profile": entry["label"],
-                "open_loop": True,
-                "offered_load": lv["rate_rps"],
-                "offered_load_unit": "req/s",
-            }
-        )
+        run = f"{entry['label']}@{lv['rate_rps']}"
+        summaries.append({**s, K.RUN: run, **_level_of(entry["label"], lv["rate_rps"])})
     if not summaries:
         return None
     return plan(summaries, target_rps=1.0, slo=slo).profiles[0].sustainable_rps
@@ -329,7 +331,7 @@ class ReplayTrial:
             )
         summary = level_summary(self.entry, rate_rps, self.n)
         return Measurement(
-            rate_rps, summary.get("state", "completed"), summary, run=summary.get("run", "")
+            rate_rps, summary.get(K.STATE, "completed"), summary, run=summary.get(K.RUN, "")
         )
 
     def close(self) -> None:
@@ -361,7 +363,7 @@ class ReplayRunner:
                 entry = self.entry(c)
                 summary = level_summary(entry, rate, 1000 + r)
                 m = Measurement(
-                    rate, summary.get("state", "completed"), summary, run=summary.get("run", "")
+                    rate, summary.get(K.STATE, "completed"), summary, run=summary.get(K.RUN, "")
                 )
                 if r == 0 and rate in self.rates.get(c, ()):
                     m.state = "skipped"
@@ -385,7 +387,7 @@ def space_of(data: dict) -> Space:
     return Space(dims, data["space"]["fixed"], data["space"]["longest_request"])
 
 
-def replay(data: dict, *, repeat: int, every_start: bool) -> None:
+def replay(data: dict, *, repeat: int, every_start: bool, guided: bool, fit_all: bool) -> None:
     from vprof.registry import Profile
 
     slo = parse_slo(data["slo"])
@@ -431,23 +433,23 @@ def replay(data: dict, *, repeat: int, every_start: bool) -> None:
         f"{searched_levels} levels, ~{searched_min:.0f} min"
     )
 
-    def run_from(start: Candidate, budget: int | None) -> dict[str, Any]:
+    def run_from(start: Candidate, budget: int | None, guide: Any = None) -> dict[str, Any]:
         runner = ReplayRunner(data, space)
         settings = SearchSettings(
             start_rps=1.0, max_rps=max(data["ladder"]), repeat=repeat, budget_trials=budget
         )
-        tuner = Tuner(
+        began = time.perf_counter()
+        result = tune_on(
             space,
             start,
+            runner,
             slo=slo,
             objective=Objective(),
-            runner=runner,
             settings=settings,
             refuse=lambda c: refusal(base, space, c),
             label=lambda c: c.label("pinned"),
+            guide=guide,
         )
-        began = time.perf_counter()
-        result = tuner.run()
         search_s = time.perf_counter() - began
         pick = result.best
         truth = capacities[runner.entry(pick.candidate)["label"]] if pick else None
@@ -461,6 +463,7 @@ def replay(data: dict, *, repeat: int, every_start: bool) -> None:
             "wall_s": result.servers_started * start_s + runner.levels * level_s,
             "search_s": search_s,
             "stopped": result.stopped_by,
+            "trials": result.trials,
         }
 
     # The budget that keeps a whole tune within a third of the grid's servers: the final
@@ -498,6 +501,171 @@ def replay(data: dict, *, repeat: int, every_start: bool) -> None:
                 f"{min(servers)}, median {statistics.median(servers):g}, max {max(servers)} "
                 f"(a third: {grid_servers / 3:.1f})"
             )
+    if guided:
+        replay_guided(data, slo, space, valid, capacities, run_from, repeat, fit_all, every_start)
+
+
+# A guided tune's whole budget in servers: a quarter of the grid's (issue 23's target).
+GUIDED_SHARE = 0.25
+
+
+def replay_guided(
+    data: dict,
+    slo: Any,
+    space: Space,
+    valid: list[Candidate],
+    capacities: dict[str, float | None],
+    run_from: Any,
+    repeat: int,
+    fit_all: bool,
+    every_start: bool,
+) -> None:
+    """``tune --guided`` on the recording: the model refitted on what each trial measured
+    chooses the next candidate; and the model's predicted ranking of the whole grid, fitted
+    on the start alone, on the guided tune's trials, and (``--fit-all``) on every candidate."""
+    from vprof.runs.tuneguide import ModelGuide
+
+    model, rules_of = level_model(data, slo)
+    grid_servers = len(data["candidates"])
+    check_servers = repeat * (1 + MAX_CONTENDERS) - 1 if repeat > 1 else 0
+    budget = int(grid_servers * GUIDED_SHARE) - check_servers
+    start = Candidate(tuple((k, data["start"][k]) for k in space.keys))
+    guide = ModelGuide(model, rules_of, start_rps=1.0)
+    began = time.perf_counter()
+    one = run_from(start, budget, guide=guide)
+    took = time.perf_counter() - began
+    best_rate = max(c or 0.0 for c in capacities.values())
+    ok_rate = one["ratio"] >= 0.95
+    ok_servers = one["servers"] <= grid_servers * GUIDED_SHARE
+    print(
+        f"tune --guided from {start.label('pinned')}, --repeat {repeat}, --budget-trials "
+        f"{budget}: picks {one['pick']} — {one['truth']:.2f} req/s as the grid measured it "
+        f"({one['ratio']:.1%} of the grid's best); {one['servers']} servers "
+        f"({one['servers'] / grid_servers:.0%} of the grid's), {one['levels']} levels, "
+        f"~{one['wall_s'] / 60:.0f} min; stopped: {one['stopped']}; {guide.fits} refits "
+        f"({took:.0f} s)"
+    )
+    staged = run_from(start, budget)
+    print(
+        f"  the staged search with the same budget: picks {staged['pick']} — "
+        f"{staged['truth']:.2f} req/s ({staged['ratio']:.1%} of the grid's best); "
+        f"{staged['servers']} servers, {staged['levels']} levels"
+    )
+    order = [t.label for t in one["trials"] if t.number is not None]
+    print(f"  measured, in order: {', '.join(label.split('@')[1] for label in order)}")
+    ranked = sorted((c or 0.0 for c in capacities.values()), reverse=True)
+    print(
+        f"  the grid's own spread: places 1–3 at {', '.join(f'{r:.2f}' for r in ranked[:3])} "
+        f"req/s, places 4–12 at {ranked[11]:.2f}–{ranked[3]:.2f} (each one run of each "
+        "candidate; two runs of one setting differ by 5–20 % here)"
+    )
+    print(
+        f"  within 5 % of the grid's best: {'yes' if ok_rate else 'NO'}; at most a quarter of "
+        f"the servers: {'yes' if ok_servers else 'NO'}"
+    )
+    if every_start:
+        runs = [run_from(c, budget, guide=ModelGuide(model, rules_of)) for c in valid]
+        ratios = [r["ratio"] for r in runs]
+        servers = [r["servers"] for r in runs]
+        print(
+            f"  --guided from each of the {len(runs)} candidates as the start: share of the "
+            f"grid's best min {min(ratios):.1%}, median {statistics.median(ratios):.1%}; within "
+            f"5 % in {sum(r >= 0.95 for r in ratios)} of {len(runs)}; servers max {max(servers)}"
+        )
+        plain = [run_from(c, budget)["ratio"] for c in valid]
+        print(
+            f"  the staged search with the same budget from each start: share of the grid's "
+            f"best min {min(plain):.1%}, median {statistics.median(plain):.1%}; within 5 % in "
+            f"{sum(r >= 0.95 for r in plain)} of {len(plain)}"
+        )
+    by_label = {e["label"]: e for e in data["candidates"]}
+    grid_top = sorted(capacities, key=lambda k: -(capacities[k] or 0.0))[:3]
+    measured = [t for t in one["trials"] if t.number is not None and t.measurements]
+    fits = [("the start alone", measured[:1]), ("the guided tune's trials", measured)]
+    if fit_all:
+        fits.append(
+            (
+                "every candidate",
+                [_trial_of(by_label[e["label"]], space, slo, data) for e in data["candidates"]],
+            )
+        )
+    for what, trials in fits:
+        began = time.perf_counter()
+        ranking = predicted_ranking(model, rules_of, trials, valid, start_rps=best_rate)
+        labels = [c.label("pinned") for c, _ in ranking]
+        top5 = labels[:5]
+        inside = sum(label in top5 for label in grid_top)
+        errors = [
+            abs((r or 0.0) / (capacities[c.label("pinned")] or math.inf) - 1) for c, r in ranking
+        ]
+        print(
+            f"  ranking fitted on {what} ({len(trials)} candidates, "
+            f"{time.perf_counter() - began:.0f} s): the grid's best three at predicted places "
+            f"{', '.join(str(labels.index(label) + 1) for label in grid_top)} — {inside} of 3 "
+            f"in its top five; median error against the grid's capacities "
+            f"{statistics.median(errors):.1%} (top five: "
+            + ", ".join(f"{c.label('pinned').split('@')[1]} {r or 0:.2f}" for c, r in ranking[:5])
+            + ")"
+        )
+
+
+def level_model(data: dict, slo: Any) -> tuple[Any, Any]:
+    """The level model of the recorded workload and levels, and each candidate's scheduler
+    rules (the recording has no server log: its KV cache is taken as holding every request)."""
+    from dataclasses import replace
+
+    from vprof.forecast.levelfit import AMPLE_KV_TOKENS, LevelModel
+    from vprof.forecast.rules import rules_from_run
+    from vprof.forecast.scenario import Scenario
+    from vprof.traffic import get_shape
+    from vprof.workloads import load_workload_file
+
+    folder = Path(tempfile.mkdtemp(prefix="tune-guided-"))
+    (folder / "workload.yaml").write_text(data["workload"])
+    workload = load_workload_file(folder / "workload.yaml")
+    shape = replace(
+        get_shape("constant-rate"),
+        duration_s=data["level_s"],
+        warmup_s=data["warmup_s"],
+        max_in_flight=256,
+    )
+    model = LevelModel(Scenario(workload, shape, 0), slo)
+    fixed = data["space"]["fixed"]
+
+    def rules_of(candidate: Candidate) -> Any:
+        meta = {
+            "profile": {"engine_args": {**fixed, **candidate.as_dict()}},
+            "hardware": data["hardware"],
+            "server": {"kv_cache_tokens": AMPLE_KV_TOKENS},
+        }
+        return rules_from_run(meta)[0]
+
+    return model, rules_of
+
+
+def predicted_ranking(
+    model: Any, rules_of: Any, trials: list, candidates: list[Candidate], start_rps: float
+) -> list[tuple[Candidate, float | None]]:
+    """Every candidate with its predicted capacity, by a model fitted on ``trials``."""
+    from vprof.runs.tuneguide import ModelGuide
+
+    guide = ModelGuide(model, rules_of, start_rps=start_rps)
+    predicted = guide.predict(trials, candidates)
+    return sorted(predicted.items(), key=lambda kv: -(kv[1] or 0.0))
+
+
+def _trial_of(entry: dict, space: Space, slo: Any, data: dict) -> Any:
+    """A recorded candidate's whole ladder as a trial (for a fit on every candidate)."""
+    from vprof.runs.tuneevidence import Evidence, TrialResult, plan_levels
+
+    evidence = Evidence()
+    for lv in entry["levels"]:
+        if lv["summary"].get(K.REQUEST_THROUGHPUT):
+            summary = {**lv["summary"], **_level_of(entry["label"], lv["rate_rps"])}
+            evidence.measurements.append(Measurement(lv["rate_rps"], "completed", summary))
+    plan_levels(evidence, entry["label"], slo, Objective())
+    candidate = Candidate(_key(space, entry["settings"]))
+    return TrialResult.of(evidence, candidate=candidate, label=entry["label"], stage="grid")
 
 
 def _plain_search_levels(entry: dict, slo: Any, data: dict) -> int:
@@ -531,6 +699,16 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=18777)
     parser.add_argument("--repeat", type=int, default=2, help="tune's --repeat in the replay")
     parser.add_argument(
+        "--guided",
+        action="store_true",
+        help="also replay tune --guided (a capacity model chooses what to measure)",
+    )
+    parser.add_argument(
+        "--fit-all",
+        action="store_true",
+        help="with --guided: also rank the grid by a model fitted on every candidate (slow)",
+    )
+    parser.add_argument(
         "--every-start",
         action="store_true",
         help="also replay tune from every candidate as its start",
@@ -539,7 +717,13 @@ def main() -> None:
     if args.record:
         record(args.data, args.runs, args.level_s, args.warmup_s, args.port)
     data = json.loads(args.data.read_text())
-    replay(data, repeat=args.repeat, every_start=args.every_start)
+    replay(
+        data,
+        repeat=args.repeat,
+        every_start=args.every_start,
+        guided=args.guided,
+        fit_all=args.fit_all,
+    )
 
 
 if __name__ == "__main__":

@@ -543,7 +543,7 @@ def _named_urls(urls: tuple[str, ...]) -> list[tuple[str, tuple[str, ...]]]:
 def _alternate(profile_names: tuple[str, ...], fmt: str, opts: dict[str, Any]) -> None:
     from vprof.analysis.designs import parse_shift
     from vprof.runs.alternate import AlternateSpec, run_alternating
-    from vprof.runs.tune import parse_duration
+    from vprof.runs.tunerequest import parse_duration
     from vprof.traffic.slices import default_warmup_s
 
     if opts["repeat"] != 1 or opts["fresh_server"]:
@@ -589,7 +589,7 @@ def _until_precise(profile_names: tuple[str, ...], fmt: str, opts: dict[str, Any
     """Without --alternate, --precision adds repeats (A B A B …) until precise or out of time."""
     from vprof.analysis.designs import parse_shift
     from vprof.runs.precise import repeat_until_precise
-    from vprof.runs.tune import parse_duration
+    from vprof.runs.tunerequest import parse_duration
 
     precision = (
         parse_shift(opts["precision_text"], "--precision") if opts["precision_text"] else None
@@ -729,7 +729,8 @@ def set_(profile_name: str, ladder: str, fmt: str, **opts: Any) -> None:
     Example:
       vprof sweep set chunked-512 max-num-seqs=16,32,64,128 --traffic steady
     """
-    from vprof.runs.sweep import parse_ladder_values, set_ladder
+    from vprof.registry.overrides import parse_ladder_values
+    from vprof.runs.sweep import set_ladder
 
     key, sep, values = ladder.partition("=")
     if not sep or not values:

@@ -92,6 +92,12 @@ _COLUMNS = (
     "the default ladders. A key given with --set is pinned instead.",
 )
 @click.option(
+    "--guided",
+    is_flag=True,
+    help="Let a capacity model fitted on the trials so far choose the next candidate to measure "
+    "(its prediction for every candidate); every answer still rests on measured runs.",
+)
+@click.option(
     "--traffic",
     "-t",
     default="constant-rate",
@@ -195,8 +201,10 @@ def tune(profile_name: str, fmt: str, **opts: Any) -> None:
       vprof tune chunked-512 --workload chat --slo ttft_p95=500ms,tpot_p95=50ms
       vprof tune baseline --slo ttft_p95=1s --space max-num-seqs=16,64,256 --budget-time 2h
       vprof tune chunked-512 --slo ttft_p95=300ms --objective min-latency --rps 8
+      vprof tune chunked-512 --slo ttft_p95=500ms --guided --budget-trials 6
     """
-    from vprof.runs.tune import TuneRequest, parse_budget_trials, parse_duration, run_tune
+    from vprof.runs.tune import run_tune
+    from vprof.runs.tunerequest import TuneRequest, parse_budget_trials, parse_duration
 
     request = TuneRequest(
         profile=profile_name,
@@ -235,6 +243,7 @@ def tune(profile_name: str, fmt: str, **opts: Any) -> None:
         fetch_tokenizer=opts["fetch_tokenizer"],
         report=not opts["no_report"],
         force=opts["force"],
+        guided=opts["guided"],
     )
     with _interruptible(opts["out_dir"]):
         outcome = run_tune(request, _say)
@@ -267,5 +276,5 @@ def tune(profile_name: str, fmt: str, **opts: Any) -> None:
             )
         )
     emit_parts(parts, fmt)
-    if outcome.result.best is None:
-        raise SystemExit(1)
+    if outcome.result.best is None or outcome.result.environment:
+        raise SystemExit(1)  # nothing measured, or stopped by the machine: not an answer

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from vprof.forecast.model import ConfigModel
@@ -50,32 +50,47 @@ def sustainable(
 ) -> tuple[float | None, list[dict[str, Any]]]:
     """The predicted sustainable rate of ``s`` under ``slo`` (the capacity plan's, over a
     predicted ladder that climbs ×1.5 until the SLO is missed, then bisects), and the ladder."""
-    from vprof.analysis.plan import plan
-
-    def met(summary: dict[str, Any]) -> bool:
-        answer = plan([summary], target_rps=1.0, slo=slo).profiles[0]
-        return bool(answer.levels and answer.levels[0].passed)
-
     # what the server sustains: arrivals are not held back by the load generator's users
     s = dataclasses.replace(s, shape=dataclasses.replace(s.shape, max_in_flight=UNCAPPED))
-    rate = start_rps or _start_rate(config)
+
+    def level(r: float) -> dict[str, Any]:
+        return predict(
+            config, s.at_rate(r), slo=slo, rules=rules, label=label, model_path=model_path
+        ).summary
+
+    return climb(level, slo, start_rps or _start_rate(config))
+
+
+def climb(
+    level: Callable[[float], dict[str, Any]],
+    slo: Any,
+    start_rps: float,
+    *,
+    growth: float = GROWTH,
+    resolution: float = RESOLUTION,
+) -> tuple[float | None, list[dict[str, Any]]]:
+    """The capacity plan's sustainable rate over predicted levels (``level(rate)``, a
+    summary) that climb ×``growth`` from ``start_rps`` while the SLO holds (÷ while it does
+    not), then bisect until met and missed are within ``resolution``; and those levels."""
+    from vprof.analysis.plan import plan
+
     levels: list[dict[str, Any]] = []
     passed: dict[float, bool] = {}
 
-    def level(r: float) -> bool:
-        summary = predict(
-            config, s.at_rate(r), slo=slo, rules=rules, label=label, model_path=model_path
-        ).summary
+    def measure(r: float) -> bool:
+        summary = level(r)
+        answer = plan([summary], target_rps=1.0, slo=slo).profiles[0]
         levels.append(summary)
-        passed[r] = met(summary)
+        passed[r] = bool(answer.levels and answer.levels[0].passed)
         return passed[r]
 
-    if level(rate):
-        while len(levels) < MAX_LEVELS and level(rate * GROWTH):
-            rate *= GROWTH
+    rate = start_rps
+    if measure(rate):
+        while len(levels) < MAX_LEVELS and measure(rate * growth):
+            rate *= growth
     else:
-        while len(levels) < MAX_LEVELS and rate > 1e-3 and not level(rate / GROWTH):
-            rate /= GROWTH
+        while len(levels) < MAX_LEVELS and rate > 1e-3 and not measure(rate / growth):
+            rate /= growth
     while len(levels) < MAX_LEVELS:
         ok = [r for r, v in passed.items() if v]
         bad = [r for r, v in passed.items() if not v]
@@ -83,9 +98,9 @@ def sustainable(
             break
         lo = max(ok)
         hi = min(r for r in bad if r > lo) if any(r > lo for r in bad) else None
-        if hi is None or hi / lo <= 1 + RESOLUTION:
+        if hi is None or hi / lo <= 1 + resolution:
             break
-        level(math.sqrt(lo * hi))
+        measure(math.sqrt(lo * hi))
     if not any(passed.values()):
         return None, levels
     answer = plan(levels, target_rps=1.0, slo=slo).profiles[0]

@@ -17,6 +17,8 @@ from vprof.common.errors import ProfileError
 from vprof.registry.loader import get_profile
 from vprof.registry.profile import ENV_NAME_HINT, Profile, env_name_problem, flag_key
 
+MAX_LIST_VALUES = 100  # a list of values to try: each can cost a server start
+
 
 def parse_set_args(items: Sequence[str]) -> dict[str, Any]:
     """``["max-num-batched-tokens=512", "enable-chunked-prefill=false"]`` → typed values."""
@@ -64,6 +66,25 @@ def parse_set_args(items: Sequence[str]) -> dict[str, Any]:
             raise ProfileError(str(exc), key=where) from None
         parsed[key] = value
     return parsed
+
+
+def parse_ladder_values(text: str, key: str | None = None) -> list[Any]:
+    """``"128,256,true"`` → ``[128, 256, True]``: each value read as ``--set KEY=VALUE`` reads
+    it (YAML scalars; strings as typed where vLLM expects a string when ``key`` is given)."""
+    parts = [part.strip() for part in text.split(",")]
+    if not any(parts):
+        raise ProfileError("no values", key=key or "LADDER", hint="e.g. max-num-seqs=16,32,64")
+    if len(parts) > MAX_LIST_VALUES:
+        raise ProfileError(
+            f"at most {MAX_LIST_VALUES} values, got {len(parts)}", key=key or "LADDER"
+        )
+    name = key or "value"
+    values = []
+    for part in parts:
+        if not part:
+            raise ProfileError(f"an empty value in {text!r}", key=key or "LADDER")
+        values.append(parse_set_args([f"{name}={part}"])[name])
+    return values
 
 
 def parse_env_args(items: Sequence[str]) -> dict[str, str]:

@@ -24,6 +24,7 @@ from vprof.analysis.keys import CLIENT_FIX, SummaryKey
 from vprof.common.errors import ProfileError, RunError, WorkloadError
 from vprof.records.rundir import RunState, read_json, sweep_manifest, write_json_atomic
 from vprof.runs.spec import NOT_STARTED, SKIPPED
+from vprof.server.logparse import mentions_oom
 
 if TYPE_CHECKING:
     from vprof.registry import Profile
@@ -84,25 +85,6 @@ def set_ladder(profile: Profile, key: str, values: Sequence[Any]) -> list[Rung]:
 MAX_RUNGS = 100  # each rung is a server start and a run of minutes
 
 
-def parse_ladder_values(text: str, key: str | None = None) -> list[Any]:
-    """``"128,256,true"`` → ``[128, 256, True]``: each value read as ``--set KEY=VALUE`` reads
-    it (YAML scalars; strings as typed where vLLM expects a string when ``key`` is given)."""
-    from vprof.registry.overrides import parse_set_args
-
-    parts = [part.strip() for part in text.split(",")]
-    if not any(parts):
-        raise ProfileError("no values", key=key or "LADDER", hint="e.g. max-num-seqs=16,32,64")
-    if len(parts) > MAX_RUNGS:
-        raise ProfileError(f"at most {MAX_RUNGS} values, got {len(parts)}", key=key or "LADDER")
-    name = key or "value"
-    values = []
-    for part in parts:
-        if not part:
-            raise ProfileError(f"an empty value in {text!r}", key=key or "LADDER")
-        values.append(parse_set_args([f"{name}={part}"])[name])
-    return values
-
-
 def parse_sizes(text: str) -> list[int]:
     """``--sizes 128,256,512`` → batched-token sizes: whole numbers from 1 to MAX_TOKENS."""
     from vprof.common.numbers import MAX_TOKENS, parse_number_list
@@ -156,20 +138,6 @@ def load_ladder(traffic: str | TrafficShape, levels: Sequence[float]) -> list[Tr
 
 
 # --- reading the evidence -------------------------------------------------------------------
-
-_OOM = (
-    "out of memory",
-    "outofmemory",
-    "cannot allocate memory",
-    "no available memory for the cache",
-    "can be stored in kv cache",  # max-model-len larger than the KV cache holds
-)
-
-
-def mentions_oom(text: str) -> bool:
-    """True when a server's error or log says it ran out of memory (at start-up or later)."""
-    lowered = text.lower()
-    return any(marker in lowered for marker in _OOM)
 
 
 def _server_log_oom(outcome: RunOutcome) -> bool:

@@ -54,8 +54,13 @@ MORE_MEMORY_WHEN_HIGHER = (BATCHED, SEQS, MODEL_LEN, GPU_MEMORY)
 NOT_SEARCHABLE = ("port", "host", "uds", "model")
 # vLLM's own values when a profile leaves a key unset (the search starts from the nearest).
 VLLM_DEFAULTS: dict[str, Any] = {
-    CHUNKED: True, PREFIX: True, EAGER: False, BATCHED: 2048, SEQS: 256, GPU_MEMORY: 0.9,
-}  # fmt: skip
+    CHUNKED: True,
+    PREFIX: True,
+    EAGER: False,
+    BATCHED: 2048,
+    SEQS: 256,
+    GPU_MEMORY: 0.9,
+}
 MAX_VALUES = 100  # per key: each value can cost a server start
 _LEN_QUANTUM = 256  # max-model-len defaults to the longest request rounded up to this
 
@@ -146,8 +151,9 @@ class Candidate:
 
     def label(self, base: str) -> str:
         """``baseline@chunked-bt512-seqs64``: the base profile and every searched value."""
-        return f"{base}@" + "-".join(_short(k, v) for k, v in self.settings) if self.settings \
-            else base  # fmt: skip
+        return (
+            f"{base}@" + "-".join(_short(k, v) for k, v in self.settings) if self.settings else base
+        )
 
     def describe(self) -> str:
         return ", ".join(f"{k}={_yaml_text(v)}" for k, v in self.settings)
@@ -178,9 +184,9 @@ def parse_space(items: Sequence[str]) -> dict[str, tuple[Any, ...]]:
     """``["max-num-seqs=32,64", "enable-chunked-prefill=true,false"]`` → values by canonical
     flag name, each checked by the one rule for numbers and vLLM's flag table. The workload's
     own limits (max-model-len) are checked later, by :func:`build_space`."""
+    from vprof.registry.overrides import parse_ladder_values
     from vprof.registry.profile import flag_key
     from vprof.registry.vllm_args import flag_table
-    from vprof.runs.sweep import parse_ladder_values
 
     table = flag_table()
     out: dict[str, tuple[Any, ...]] = {}
@@ -189,9 +195,10 @@ def parse_space(items: Sequence[str]) -> dict[str, tuple[Any, ...]]:
         written = flag_key(written.strip())
         if not sep or not written or not text.strip():
             raise ProfileError(
-                f"{item!r} is not KEY=V1,V2,…", key="--space",
+                f"{item!r} is not KEY=V1,V2,…",
+                key="--space",
                 hint="e.g. --space max-num-batched-tokens=512,1024,2048",
-            )  # fmt: skip
+            )
         spec = table.lookup(written)
         if spec is None:
             near = table.suggest(written)
@@ -203,8 +210,11 @@ def parse_space(items: Sequence[str]) -> dict[str, tuple[Any, ...]]:
         key = spec.name
         where = f"--space {written}"
         if key in NOT_SEARCHABLE or written in NOT_SEARCHABLE:
-            raise ProfileError(f"{written} is not a setting to tune", key=where,
-                               hint="set it with --port/--model or in the profile")  # fmt: skip
+            raise ProfileError(
+                f"{written} is not a setting to tune",
+                key=where,
+                hint="set it with --port/--model or in the profile",
+            )
         if key in out:
             raise ProfileError("given twice", key=where, hint="give each key once")
         try:
@@ -230,11 +240,18 @@ def _same(a: Any, b: Any) -> bool:
 def _check_value(key: str, value: Any, where: str) -> Any:
     """One --space value: the tuned keys by their ranges, every key by vLLM's flag table."""
     if key in (BATCHED, SEQS, MODEL_LEN):
-        value = check_number(value, minimum=1, maximum=MAX_TOKENS, integer=True,
-                             error=ProfileError, key=where)  # fmt: skip
+        value = check_number(
+            value, minimum=1, maximum=MAX_TOKENS, integer=True, error=ProfileError, key=where
+        )
     elif key == GPU_MEMORY:
-        value = check_number(value, above=0, maximum=1, error=ProfileError, key=where,
-                             hint="0.9 means 90% of the GPU")  # fmt: skip
+        value = check_number(
+            value,
+            above=0,
+            maximum=1,
+            error=ProfileError,
+            key=where,
+            hint="0.9 means 90% of the GPU",
+        )
     elif key in (CHUNKED, PREFIX, EAGER) and not isinstance(value, bool):
         raise ProfileError(f"expected true or false, got {value!r}", key=where)
     elif isinstance(value, (int, float)) and not isinstance(value, bool):
@@ -249,8 +266,13 @@ def _check_flag_alone(key: str, value: Any, where: str) -> None:
     from vprof.registry import Profile
     from vprof.registry.validate import check
 
-    probe = Profile(name="space", description="--space", model="m", engine_args={key: value},
-                    origins={key: where})  # fmt: skip
+    probe = Profile(
+        name="space",
+        description="--space",
+        model="m",
+        engine_args={key: value},
+        origins={key: where},
+    )
     errors, _ = check(probe)
     if errors:
         raise ProfileError(errors[0].message, key=where, hint=errors[0].hint)

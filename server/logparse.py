@@ -1,4 +1,5 @@
-"""Read what vLLM decided at start-up from its log, and its error when it died. Pure."""
+"""Read what vLLM decided at start-up from its log, its error when it died, and whether that was
+its memory or the machine it ran on. Pure."""
 
 from __future__ import annotations
 
@@ -168,3 +169,63 @@ def find_error(text: str) -> str | None:
 def tail_lines(text: str, n: int = 15) -> list[str]:
     """The last ``n`` log lines worth showing a person (shutdown chatter left out)."""
     return [line for line in text.splitlines() if not _NOISE.search(line)][-n:]
+
+
+# What keeps any server from starting on this machine, whatever its settings: a fault of the
+# environment, not of the profile (whose refusals and out-of-memory deaths say something about
+# the settings). Phrases from vprof's own start-up checks, vLLM, PyTorch and the Hugging Face
+# hub, lower-cased; the first group that matches names the cause.
+_ENVIRONMENT = (
+    ("port in use", ("already in use",)),
+    ("out of disk", ("no space left on device", "disk quota exceeded")),
+    (
+        "no GPU",
+        (
+            "no cuda gpus are available",
+            "no cuda-capable device",
+            "found no nvidia driver",
+            "failed to infer device type",
+            "no gpu is visible",
+            "nvidia-smi has failed",
+        ),
+    ),
+    (
+        "model missing",
+        (
+            "is not a local folder and is not a valid model identifier",
+            "repository not found",
+            "does not appear to have a file named config.json",
+            "can't load the configuration of",
+            "gated repo",
+            "we couldn't connect to 'https://huggingface.co'",
+        ),
+    ),
+    ("vLLM missing", ("vllm is not installed", "no module named 'vllm'", "cannot start ")),
+)
+_OOM = (
+    "out of memory",
+    "outofmemory",
+    "cannot allocate memory",
+    "no available memory for the cache",
+    "can be stored in kv cache",  # max-model-len larger than the KV cache holds
+)
+
+
+def mentions_oom(text: str) -> bool:
+    """True when a server's error or log says it ran out of memory (at start-up or later)."""
+    lowered = text.lower()
+    return any(marker in lowered for marker in _OOM)
+
+
+def environment_cause(text: str) -> str | None:
+    """Why no server could start here whatever its settings (``"port in use"``,
+    ``"out of disk"``, ``"no GPU"``, ``"model missing"``, ``"vLLM missing"``), from a start-up
+    error or log; None when the reason lies with the settings (refused, out of memory) or is
+    not known."""
+    if mentions_oom(text):  # memory is the settings' own, whatever else the log says
+        return None
+    lowered = text.lower()
+    for cause, markers in _ENVIRONMENT:
+        if any(marker in lowered for marker in markers):
+            return cause
+    return None

@@ -578,7 +578,7 @@ def test_bench_and_sweeps_refuse_a_foreign_output_before_anything_runs(
 
 
 def _tune(out: Path, **changes):
-    from vprof.runs.tune import TuneRequest
+    from vprof.runs.tunerequest import TuneRequest
 
     return TuneRequest(
         **{
@@ -594,11 +594,11 @@ def _tune(out: Path, **changes):
 
 def test_tune_refuses_a_tune_json_of_another_request_unless_forced(tmp_path):
     from vprof.common.errors import RunError
-    from vprof.runs.tune import _request_of, prepare
+    from vprof.runs.tunerequest import prepare, request_of
 
     out = tmp_path / "t"
     out.mkdir()
-    earlier = {**_request_of(prepare(_tune(out))), "start_failures": {}}
+    earlier = {**request_of(prepare(_tune(out))), "start_failures": {}}
     (out / "tune.json").write_text(json.dumps(earlier))
     prepare(_tune(out))  # the same request resumes
     body = (out / "tune.json").read_bytes()
@@ -613,7 +613,7 @@ def test_tune_refuses_a_tune_json_of_another_request_unless_forced(tmp_path):
 @pytest.mark.parametrize("name", ["chunked-512-tuned.yaml", "sweep.json", "report.html"])
 def test_tune_refuses_a_foreign_file_where_it_writes_before_any_server(tmp_path, name):
     from vprof.common.errors import OutputError
-    from vprof.runs.tune import prepare
+    from vprof.runs.tunerequest import prepare
 
     out = tmp_path / "t"
     out.mkdir()

@@ -173,9 +173,9 @@ def _parser_cases():
     from vprof.common.numbers import parse_number, parse_number_list
     from vprof.common.urls import check_server_url
     from vprof.locustfiles.balance import parse_hosts
-    from vprof.registry.overrides import parse_env_args, parse_set_args
-    from vprof.runs.sweep import parse_ladder_values, parse_levels, parse_sizes
-    from vprof.runs.tune import parse_budget_trials, parse_duration
+    from vprof.registry.overrides import parse_env_args, parse_ladder_values, parse_set_args
+    from vprof.runs.sweep import parse_levels, parse_sizes
+    from vprof.runs.tunerequest import parse_budget_trials, parse_duration
     from vprof.runs.tunespace import parse_space
     from vprof.traffic.slices import parse_sides
 

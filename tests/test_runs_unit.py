@@ -8,7 +8,8 @@ import pytest
 
 from vprof.analysis import expand_runs
 from vprof.records import RunDir
-from vprof.runs.sweep import parse_ladder_values, recommend, should_stop
+from vprof.registry.overrides import parse_ladder_values
+from vprof.runs.sweep import recommend, should_stop
 
 
 def test_run_folder_records_state_and_keeps_earlier_attempts(tmp_path):

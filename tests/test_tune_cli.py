@@ -13,7 +13,8 @@ from click.testing import CliRunner
 from vprof.cli.main import cli
 from vprof.emulator.config import EmulatorConfig
 from vprof.emulator.server import Emulator
-from vprof.runs.tune import TuneRequest, parse_duration, prepare, run_prepared
+from vprof.runs.tune import run_prepared
+from vprof.runs.tunerequest import TuneRequest, parse_duration, prepare
 
 
 @pytest.fixture
@@ -62,6 +63,10 @@ def tune(*args: str):
          "Error: --traffic: steady is closed-loop"),
         (["--slo", "ttft_p95=1s", "--set", "max-model-len=64", "--workload", "chat"],
          "Error: --set max-model-len: 64 is below the workload's longest request"),
+        (["--slo", "ttft_p95=1s", "--objective", "min-latency", "--rps", "4", "--guided"],
+         "Error: --guided: --guided ranks candidates by their predicted capacity"),
+        (["--slo", "ttft_p95=1s", "--workload", "chat-sessions", "--guided"],
+         "Error: --guided: workload chat-sessions sends sessions"),
     ],
 )  # fmt: skip
 def test_bad_input_fails_before_any_server_starts(no_server, tmp_path, args, message):
@@ -186,16 +191,16 @@ def test_servers_that_did_not_start_are_results_and_not_retried_on_resume(tmp_pa
     said: list[str] = []
     first = run_prepared(prepared, said.append)
     assert first.result.best is None and first.profile_path is None
-    assert first.result.measured and {t.state for t in first.result.measured} == {"not started"}
+    tried = first.result.tried
+    assert tried and {t.state for t in tried} == {"not started"} and not first.result.measured
     state = json.loads((out / "tune.json").read_text())
-    assert len(state["start_failures"]) == len(first.result.measured)
-    assert "No candidate met" in state["answer"]
+    assert len(state["start_failures"]) == len(tried)
+    assert state["candidates_measured"] == 0 and state["candidates_tried"] == len(tried)
+    assert state["answer"].startswith("Nothing was measured")
     said.clear()
     again = run_prepared(prepared, said.append)
-    assert [t.label for t in again.result.measured] == [t.label for t in first.result.measured]
-    assert sum("did not start before; not retried" in line for line in said) == len(
-        again.result.measured
-    )
+    assert [t.label for t in again.result.tried] == [t.label for t in tried]
+    assert sum("did not start before; not retried" in line for line in said) == len(tried)
 
 
 @pytest.mark.parametrize(
@@ -230,7 +235,7 @@ def test_a_client_limited_level_is_measured_again_up_to_a_bound(no_server, tmp_p
     runs it again (a further repeat of the level) and stops once a run keeps time."""
     from vprof.records import RunDir
     from vprof.runs.spec import RunOutcome
-    from vprof.runs.tune import CLIENT_LIMITED_ATTEMPTS, BenchTrials
+    from vprof.runs.tunebench import CLIENT_LIMITED_ATTEMPTS, BenchTrials
 
     request = TuneRequest(
         profile="chunked-512",

@@ -10,20 +10,20 @@ from dataclasses import dataclass, field
 import pytest
 
 from vprof.analysis.slo import parse_slo
-from vprof.runs.tunesearch import (
+from vprof.runs.tuneevidence import (
     MEASURED,
     NOT_STARTED,
     OUT_OF_MEMORY,
     REFUSED,
     Measurement,
     Objective,
-    RateSearch,
-    SearchSettings,
-    Tuner,
+    TuneResult,
     Verdict,
-    round_rate,
 )
+from vprof.runs.tuner import tune_on
+from vprof.runs.tunesearch import SearchSettings
 from vprof.runs.tunespace import BATCHED, CHUNKED, SEQS, Candidate, Dim, Space
+from vprof.runs.tunetrial import RateSearch, round_rate
 
 SLO = parse_slo("ttft_p95=100ms")
 
@@ -132,15 +132,15 @@ def space(**dims: tuple) -> Space:
     return Space(tuple(out))
 
 
-def tuner(space_: Space, runner: FakeRunner, start: Candidate | None = None, **kw) -> Tuner:
+def tune(space_: Space, runner: FakeRunner, start: Candidate | None = None, **kw) -> TuneResult:
     settings = kw.pop("settings", SearchSettings(start_rps=1.0, repeat=1, budget_trials=50))
     start = start or Candidate(tuple((d.key, d.values[0]) for d in space_.dims))
-    return Tuner(
+    return tune_on(
         space_,
         start,
+        runner,
         slo=SLO,
         objective=kw.pop("objective", Objective()),
-        runner=runner,
         settings=settings,
         clock=lambda: runner.clock[0],
         **kw,
@@ -228,7 +228,7 @@ def test_the_search_finds_the_grid_best_within_5_percent_starting_a_third_of_the
     grid_best = max(landscape(c) for c in grid)  # type: ignore[type-var]
     runner = FakeRunner(landscape)
     start = Candidate(((CHUNKED, True), (BATCHED, 512), (SEQS, 256)))
-    result = tuner(guide_space(), runner, start, refuse=refuse_short_non_chunked).run()
+    result = tune(guide_space(), runner, start, refuse=refuse_short_non_chunked)
     assert result.best is not None
     truth = landscape(result.best.candidate)
     assert truth >= 0.95 * grid_best  # type: ignore[operator]
@@ -249,7 +249,7 @@ def test_an_optimum_off_both_lines_is_found_by_walking_the_coupled_key_from_a_ne
 
     sp = space(bt=(512, 1024, 2048, 4096, 8192), seqs=(1, 2, 4, 8))
     runner = FakeRunner(ridge)
-    result = tuner(sp, runner, Candidate(((BATCHED, 512), (SEQS, 8)))).run()
+    result = tune(sp, runner, Candidate(((BATCHED, 512), (SEQS, 8))))
     assert result.best is not None
     assert result.best.candidate == Candidate(((BATCHED, 4096), (SEQS, 4)))
     assert result.best.stage == "prefill × max-num-seqs"
@@ -259,7 +259,7 @@ def test_an_optimum_off_both_lines_is_found_by_walking_the_coupled_key_from_a_ne
 def test_refused_candidates_are_never_started_and_say_why():
     runner = FakeRunner(landscape)
     start = Candidate(((CHUNKED, True), (BATCHED, 512), (SEQS, 256)))
-    result = tuner(guide_space(), runner, start, refuse=refuse_short_non_chunked).run()
+    result = tune(guide_space(), runner, start, refuse=refuse_short_non_chunked)
     refused = [t for t in result.trials if t.state == REFUSED]
     assert refused and all("max-model-len" in t.note for t in refused)
     assert not {t.candidate for t in refused} & set(runner.opened)
@@ -269,7 +269,7 @@ def test_refused_candidates_are_never_started_and_say_why():
 def test_later_candidates_race_the_best_and_losers_cost_one_level():
     runner = FakeRunner(landscape)
     start = Candidate(((CHUNKED, True), (BATCHED, 2048), (SEQS, 128)))  # the peak
-    result = tuner(guide_space(), runner, start, refuse=refuse_short_non_chunked).run()
+    result = tune(guide_space(), runner, start, refuse=refuse_short_non_chunked)
     first, *others = result.measured
     assert first.candidate == start and len(first.measurements) > 3
     clear_losers = [t for t in others if t.note.startswith("clearly worse")]
@@ -283,7 +283,7 @@ def test_out_of_memory_at_start_up_is_a_result_and_hungrier_candidates_are_not_s
     runner = FakeRunner(capacity)
     sp = space(bt=(1024, 2048, 4096, 8192), seqs=(64, 128))
     start = Candidate(((BATCHED, 2048), (SEQS, 64)))
-    result = tuner(sp, runner, start).run()
+    result = tune(sp, runner, start)
     oom = [t for t in result.trials if t.state == OUT_OF_MEMORY]
     assert [t.candidate.get(BATCHED) for t in oom] == [4096]
     assert "out of memory" in oom[0].note.lower()
@@ -297,15 +297,16 @@ def test_out_of_memory_at_start_up_is_a_result_and_hungrier_candidates_are_not_s
 
 def test_a_server_that_fails_to_start_is_a_result_not_a_crash():
     runner = FakeRunner(lambda c: "fail" if c.get(SEQS) == 256 else 4.0)
-    result = tuner(space(seqs=(64, 256)), runner).run()
-    states = {t.candidate.get(SEQS): t.state for t in result.measured}
+    result = tune(space(seqs=(64, 256)), runner)
+    states = {t.candidate.get(SEQS): t.state for t in result.tried}
     assert states == {64: MEASURED, 256: NOT_STARTED}
+    assert [t.candidate.get(SEQS) for t in result.measured] == [64]  # only what ran counts
     assert result.best is not None and result.best.candidate.get(SEQS) == 64
 
 
 def test_preemptions_stop_the_climb_of_a_memory_hungry_key():
     runner = FakeRunner(lambda c: 2.0 * c.get(SEQS), preempts=lambda c: c.get(SEQS) >= 64)
-    result = tuner(space(seqs=(16, 32, 64, 128, 256)), runner).run()
+    result = tune(space(seqs=(16, 32, 64, 128, 256)), runner)
     assert max(c.get(SEQS) for c in runner.opened) == 64  # better, but it preempted
     assert result.best is not None and result.best.candidate.get(SEQS) == 64
 
@@ -313,7 +314,7 @@ def test_preemptions_stop_the_climb_of_a_memory_hungry_key():
 def test_the_trial_budget_caps_the_trials():
     runner = FakeRunner(landscape)
     settings = SearchSettings(budget_trials=3, repeat=1)
-    result = tuner(guide_space(), runner, refuse=refuse_short_non_chunked, settings=settings).run()
+    result = tune(guide_space(), runner, refuse=refuse_short_non_chunked, settings=settings)
     assert len(result.measured) == 3 and len(runner.opened) == 3
     assert "trial budget (3)" in result.stopped_by
 
@@ -321,7 +322,7 @@ def test_the_trial_budget_caps_the_trials():
 def test_the_time_budget_stops_before_a_trial_that_would_not_fit():
     runner = FakeRunner(landscape, level_s=10.0, start_s=30.0)
     settings = SearchSettings(budget_trials=None, budget_time_s=300.0, repeat=1)
-    result = tuner(guide_space(), runner, refuse=refuse_short_non_chunked, settings=settings).run()
+    result = tune(guide_space(), runner, refuse=refuse_short_non_chunked, settings=settings)
     assert "time budget" in result.stopped_by
     assert runner.clock[0] <= 300.0 + max(t.wall_s for t in result.measured)
     assert result.wall_s == runner.clock[0]
@@ -331,7 +332,7 @@ def test_near_ties_are_measured_again_with_repeats_and_the_answer_rests_on_them(
     # two settings of max-num-seqs serve the same load: a near tie
     runner = FakeRunner(lambda c: 10.0 if c.get(SEQS) in (64, 128) else 4.0)
     settings = SearchSettings(repeat=3, budget_trials=10)
-    result = tuner(space(seqs=(32, 64, 128)), runner, settings=settings).run()
+    result = tune(space(seqs=(32, 64, 128)), runner, settings=settings)
     # undecided after 3 and 4 repeats each (the interval wider than ±noise): a round more
     # each time, until the fifth decides it
     assert [r for _, _, r in runner.confirmed] == [3, 4, 5]
@@ -347,14 +348,14 @@ def test_near_ties_are_measured_again_with_repeats_and_the_answer_rests_on_them(
 def test_a_near_tie_decided_at_once_takes_no_more_repeats():
     runner = FakeRunner(lambda c: 10.0 if c.get(SEQS) in (64, 128) else 4.0, decided_from=3)
     settings = SearchSettings(repeat=3, budget_trials=10)
-    result = tuner(space(seqs=(32, 64, 128)), runner, settings=settings).run()
+    result = tune(space(seqs=(32, 64, 128)), runner, settings=settings)
     assert [r for _, _, r in runner.confirmed] == [3]
     assert result.confirmation["repeats"] == 3
 
 
 def test_a_clear_winner_is_still_repeated_at_its_rate_for_the_answer():
     runner = FakeRunner(lambda c: 10.0 if c.get(SEQS) == 64 else 2.0)
-    result = tuner(space(seqs=(32, 64)), runner, settings=SearchSettings(repeat=2)).run()
+    result = tune(space(seqs=(32, 64)), runner, settings=SearchSettings(repeat=2))
     ((group, _, _),) = runner.confirmed
     assert [c.get(SEQS) for c in group] == [64]
     assert result.best is not None and result.best.candidate.get(SEQS) == 64
@@ -363,7 +364,7 @@ def test_a_clear_winner_is_still_repeated_at_its_rate_for_the_answer():
 def test_min_latency_measures_each_candidate_once_at_the_target_rate():
     runner = FakeRunner(lambda c: float(c.get(SEQS)) / 4)
     objective = Objective("min-latency", target_rps=6.0)
-    result = tuner(space(seqs=(16, 32, 64)), runner, objective=objective).run()
+    result = tune(space(seqs=(16, 32, 64)), runner, objective=objective)
     assert {rate for _, rate in runner.levels} == {6.0}
     assert all(len(t.measurements) == 1 for t in result.measured)
     # capacity 16 req/s: the lowest p95 at 6 req/s
@@ -380,8 +381,8 @@ def test_min_cost_ranks_by_rate_per_gpu_where_max_rate_ranks_by_rate_per_replica
     def gpus(c: Candidate) -> int:
         return int(c.get("tensor-parallel-size"))
 
-    by_rate = tuner(sp, FakeRunner(capacity), gpus=gpus).run()
-    by_cost = tuner(sp, FakeRunner(capacity), gpus=gpus, objective=Objective("min-cost")).run()
+    by_rate = tune(sp, FakeRunner(capacity), gpus=gpus)
+    by_cost = tune(sp, FakeRunner(capacity), gpus=gpus, objective=Objective("min-cost"))
     assert by_rate.best is not None and by_rate.best.candidate.get("tensor-parallel-size") == 2
     assert by_cost.best is not None and by_cost.best.candidate.get("tensor-parallel-size") == 1
 
@@ -389,6 +390,6 @@ def test_min_cost_ranks_by_rate_per_gpu_where_max_rate_ranks_by_rate_per_replica
 def test_a_candidate_that_never_meets_the_slo_has_no_answer():
     runner = FakeRunner(lambda c: 0.001)
     settings = SearchSettings(start_rps=1.0, min_rps=0.1, repeat=2)
-    result = tuner(space(seqs=(32, 64)), runner, settings=settings).run()
+    result = tune(space(seqs=(32, 64)), runner, settings=settings)
     assert result.best is None and runner.confirmed == []
     assert all(t.sustainable_rps is None for t in result.measured)
