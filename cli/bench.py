@@ -230,9 +230,9 @@ def run_options(func):
 def _claim_outputs(opts: dict[str, Any], *, sweep: bool = False) -> None:
     """Refuse, before anything runs, to write over a file in --out that vprof did not write."""
     from vprof.records.outputs import REPORT, SWEEP, claim_output
-    from vprof.records.rundir import sweep_manifest
+    from vprof.records.rundir import REPORT_FILE, sweep_manifest
 
-    claim_output(opts["out_dir"] / "report.html", REPORT, force=opts["force"])
+    claim_output(opts["out_dir"] / REPORT_FILE, REPORT, force=opts["force"])
     if sweep:
         claim_output(sweep_manifest(opts["out_dir"]), SWEEP, force=opts["force"])
 
@@ -401,9 +401,10 @@ def _measured_runs_in(folder: Path) -> list[Path]:
 def _html_report(paths: list[Path], opts: dict[str, Any], **options: Any) -> None:
     """``<out>/report.html`` of what was just measured; a report that fails loses no run."""
     from vprof.common.errors import VprofError, os_reason
+    from vprof.records.rundir import REPORT_FILE
     from vprof.report import write_report
 
-    target = opts["out_dir"] / "report.html"
+    target = opts["out_dir"] / REPORT_FILE
     try:
         write_report(paths, target, slo=opts["slo"], force=opts["force"], **options)
     except VprofError as exc:

@@ -6,6 +6,8 @@ from pathlib import Path
 
 import click
 
+from vprof.records.rundir import REPORT_FILE
+
 
 @click.command()
 @click.argument("runs", nargs=-1, required=True, type=click.Path())
@@ -14,7 +16,7 @@ import click
     "--out",
     "out",
     type=click.Path(dir_okay=False, path_type=Path),
-    default=Path("report.html"),
+    default=Path(REPORT_FILE),
     show_default=True,
     help="The HTML file to write (an earlier vprof report there is replaced, any other file "
     "only with --force).",

@@ -44,6 +44,7 @@ from vprof.common.numbers import check_number
 RETIRED_MARK = ".attempt-"
 SWEEP_FILE = "sweep.json"
 TUNE_FILE = "tune.json"
+REPORT_FILE = "report.html"  # the HTML report a bench, sweep or tune writes into its folder
 LOCK_FILE = ".vprof-lock"
 
 

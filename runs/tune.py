@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from vprof.common.errors import RunError
-from vprof.records.rundir import TUNE_FIELDS, read_json, tune_manifest
+from vprof.records.rundir import REPORT_FILE, TUNE_FIELDS, read_json, tune_manifest
 from vprof.runs.tunebench import BenchTrials
 from vprof.runs.tuneguide import ModelGuide
 from vprof.runs.tuneoutput import (
@@ -37,7 +37,7 @@ from vprof.runs.tuneoutput import (
     write_tuned_profile,
 )
 from vprof.runs.tuner import tune_on
-from vprof.runs.tunerequest import REPORT_FILE, Prepared, TuneRequest, other_request, prepare
+from vprof.runs.tunerequest import Prepared, TuneRequest, other_request, prepare
 from vprof.runs.tunespace import Candidate, refusal
 
 if TYPE_CHECKING:

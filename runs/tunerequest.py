@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from vprof.common.errors import LaunchError, ProfileError, RunError, WorkloadError
 from vprof.common.numbers import check_number, parse_number
-from vprof.records.rundir import TUNE_FIELDS, read_json, tune_manifest
+from vprof.records.rundir import REPORT_FILE, TUNE_FIELDS, read_json, tune_manifest
 from vprof.runs.tuneevidence import OBJECTIVES, Objective
 from vprof.runs.tunesearch import SearchSettings
 from vprof.runs.tunespace import Candidate, Space, build_space, parse_space
@@ -28,7 +28,6 @@ if TYPE_CHECKING:
     from vprof.workloads import Workload
 
 Say = Callable[[str], None]
-REPORT_FILE = "report.html"
 DEFAULT_BUDGET_TRIALS = 12
 MAX_BUDGET_TRIALS = 1000
 MAX_BUDGET_S = 30 * 86_400.0

