@@ -126,6 +126,7 @@ def no_launch(tmp_path, monkeypatch):
     import vprof.server
 
     monkeypatch.setattr(vprof.server, "start_server", forbidden)
+    monkeypatch.setattr(vprof.server, "spawn_server", forbidden)
     monkeypatch.setattr(vprof.runs.measure, "LoadProcess", forbidden)
     runner = CliRunner()
     return lambda *args: runner.invoke(cli, list(args))
@@ -408,7 +409,7 @@ def test_a_settings_sweep_whose_servers_never_start_writes_nothing(tmp_path, mon
 
     import vprof.server
 
-    monkeypatch.setattr(vprof.server, "start_server", refuses)
+    monkeypatch.setattr(vprof.server, "spawn_server", refuses)
     result = CliRunner().invoke(cli, ["sweep", "chunked", "base", "--sizes", "128", "--out", "o"])
     assert result.exit_code == 0, result.output  # the table says why each rung did not start
     assert "the server died at start-up" in result.output
