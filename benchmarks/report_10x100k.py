@@ -178,9 +178,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=int, default=100_000, help="per run")
     parser.add_argument("--gaps", type=int, default=32, help="inter-token gaps per request")
-    from vprof.analysis.compare import DEFAULT_N_BOOT
-
-    parser.add_argument("--n-boot", type=int, default=DEFAULT_N_BOOT, help="as `vprof report`")
+    parser.add_argument(
+        "--n-boot", type=int, default=None, help="as `vprof report` (default: sized by precision)"
+    )
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--dir", type=Path, default=Path(tempfile.gettempdir()) / "vprof-report")
     parser.add_argument("--rewrite", action="store_true")

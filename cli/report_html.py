@@ -47,7 +47,8 @@ import click
     "--n-boot",
     default=None,
     type=int,
-    help="Bootstrap resamples for comparisons (default: compare's).",
+    help="Bootstrap resamples for comparisons (default: as many as a ±0.2 percentage-point "
+    "precision needs).",
 )
 @click.option(
     "--seed", default=0, show_default=True, help="Seed for the bootstrap and curve sampling."
