@@ -19,7 +19,7 @@ vprof's additions: error rate and statuses, latency from the *schedule* for open
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from vprof.analysis.columns import Columns, from_records
@@ -67,6 +67,10 @@ def summarize(
     f = cols.floats
     status = cols.status
     keep, ok, failed = masks(cols, warmup_until)
+    itl_slo = [t.percentile for t in (slo.targets if slo else ()) if t.metric == "itl"]
+    itl_slo = [q for q in itl_slo if q is not None]
+    # the pass over the gaps (most of the work) starts first and may run beside what follows
+    itl_pass = _itl(cols, ok, _nanmin(f["sent_at"][ok]), [*percentiles, *itl_slo])
     out: dict[str, Any] = {"requests": int(keep.sum()), "excluded_warmup": int(cols.n - keep.sum())}
     out["completed"] = int(ok.sum())
     out["failed"] = int(failed.sum())
@@ -96,9 +100,7 @@ def summarize(
     e2el = f["e2e_ms"][ok & ~np.isnan(f["e2e_ms"])]
     out.update(describe(ttft, "ttft", percentiles))
     out.update(describe(tpot, "tpot", percentiles))
-    itl_slo = [t.percentile for t in (slo.targets if slo else ()) if t.metric == "itl"]
-    itl_slo = [q for q in itl_slo if q is not None]
-    itl, token_bins = _itl(cols, ok, _nanmin(f["sent_at"][ok]), [*percentiles, *itl_slo])
+    itl, token_bins = itl_pass()
     out.update(itl.describe("itl", percentiles))
     out.update(describe(e2el, "e2el", percentiles))
     out["max_output_tokens_per_s"] = float(token_bins.max()) if token_bins.size else math.nan
@@ -450,40 +452,82 @@ def _prompt_token_excess(cols: Columns, judged: Any) -> dict[str, Any]:
 
 def _itl(
     cols: Columns, mask: Any, t0: float, percentiles: Sequence[float]
-) -> tuple[BlockQuantiles, Any]:
+) -> Callable[[], tuple[BlockQuantiles, Any]]:
     """Pooled-gap statistics of the ``mask``ed requests, and their chunks per 1-s bin.
 
     One streaming pass over the gap blocks (two when the sample's guess of where the
     percentiles lie missed; see :class:`BlockQuantiles`) in steps of about a cache's worth;
     no copy of all the gaps is ever made, and the pages of the records file each step has
-    read are handed back as it goes. Returns the planned quantile state and the bins from
-    ``t0``.
+    read are handed back as it goes. A large pass starts at once in two threads (its halves
+    of the blocks) while the caller goes on; the returned function waits for it and returns
+    the planned quantile state and the bins from ``t0``.
     """
     import numpy as np
 
     end = _nanmax(cols.floats["last_token_at"][mask])
+    first = cols.floats["first_token_at"]  # read here, before any thread uses it
     n_bins = int(math.ceil(end - t0)) + 2 if not math.isnan(end - t0) else 0
     bins = np.zeros(n_bins, dtype=np.int64)
     quantiles = BlockQuantiles()
     if not cols.itl_blocks:  # no gaps recorded: every request is its first chunk only
-        rel = cols.floats["first_token_at"][mask] - t0
+        rel = first[mask] - t0
         if n_bins:
             _bin_chunks(bins, np.empty(0), np.zeros(rel.size, dtype=np.int64), rel, np.empty(0))
         quantiles.plan(percentiles)
-        return quantiles, bins
-    cumsum_scratch = np.empty(0)
+        return lambda: (quantiles, bins)
     wanted = [50.0, *percentiles]
     quantiles.guess(_gap_sample(cols), wanted)
-    for gaps, lengths, first_s in _gap_groups(cols, mask, t0):
-        quantiles.add(gaps)
-        if n_bins:
-            if cumsum_scratch.size < gaps.size:
-                cumsum_scratch = np.empty(gaps.size)
-            _bin_chunks(bins, gaps, lengths, first_s, cumsum_scratch)
-    if quantiles.plan(wanted):  # the sample's guess missed a rank: one more pass
-        for gaps, _, _ in _gap_groups(cols, mask, t0):
-            quantiles.collect(gaps)
-    return quantiles, bins
+
+    def one_part(part: tuple[int, int]) -> tuple[BlockQuantiles, Any]:
+        mine, counts = quantiles.spawn(), np.zeros(n_bins, dtype=np.int64)
+        cumsum_scratch = np.empty(0)
+        for gaps, lengths, first_s in _gap_groups(cols, mask, t0, part=part):
+            mine.add(gaps)
+            if n_bins:
+                if cumsum_scratch.size < gaps.size:
+                    cumsum_scratch = np.empty(gaps.size)
+                _bin_chunks(counts, gaps, lengths, first_s, cumsum_scratch)
+        return mine, counts
+
+    def finish(done: list[tuple[BlockQuantiles, Any]]) -> tuple[BlockQuantiles, Any]:
+        for part_quantiles, part_bins in done:
+            quantiles.merge(part_quantiles)
+            bins[:] += part_bins
+        if quantiles.plan(wanted):  # the sample's guess missed a rank: one more pass
+            for gaps, _, _ in _gap_groups(cols, mask, t0):
+                quantiles.collect(gaps)
+        return quantiles, bins
+
+    parts = _parts(cols)
+    if len(parts) == 1:
+        return lambda: finish([one_part(parts[0])])
+    # numpy lets go of the GIL in its loops: the halves run on two cores beside the caller
+    from concurrent.futures import ThreadPoolExecutor
+
+    pool = ThreadPoolExecutor(len(parts), thread_name_prefix="vprof-gaps")
+    running = [pool.submit(one_part, part) for part in parts]
+    pool.shutdown(wait=False)  # its threads end once their part is done
+    return lambda: finish([future.result() for future in running])
+
+
+# Above this many gaps their pass is split in two halves of the blocks, one per thread when
+# the process may use two CPUs. Counts add up exactly; the sums behind the mean and std are
+# added in another order (float rounding).
+_THREADED_GAPS = 8_000_000
+
+
+def _parts(cols: Columns) -> list[tuple[int, int]]:
+    """Ranges of gap blocks to pass over at once: all of them, or two halves."""
+    import os
+
+    n = len(cols.itl_blocks)
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        cpus = os.cpu_count() or 1
+    if cpus < 2 or n < 2 or sum(v.size for v, _ in cols.itl_blocks) < _THREADED_GAPS:
+        return [(0, n)]
+    return [(0, n // 2), (n // 2, n)]
 
 
 _SAMPLE_VALUES = 200_000  # gaps in the sample that guesses where the percentiles lie
@@ -513,9 +557,16 @@ def _gap_sample(cols: Columns) -> Any:
 _GROUP_VALUES = 1 << 18
 
 
-def _gap_groups(cols: Columns, mask: Any, t0: float, size: int = _GROUP_VALUES):
+def _gap_groups(
+    cols: Columns,
+    mask: Any,
+    t0: float,
+    size: int = _GROUP_VALUES,
+    part: tuple[int, int] | None = None,
+):
     """Yield (gaps, per-request lengths, first-chunk s from ``t0``) of the ``mask``ed
-    requests, in steps of whole requests of about ``size`` gaps.
+    requests, in steps of whole requests of about ``size`` gaps (of the gap blocks in the
+    range ``part``, else all).
 
     A block of whole requests is yielded as it is (a view of the records file), a larger one
     in pieces, smaller ones gathered into a reused buffer: each yielded array is valid until
@@ -526,8 +577,9 @@ def _gap_groups(cols: Columns, mask: Any, t0: float, size: int = _GROUP_VALUES):
     from vprof.records.store import release
 
     first = cols.floats["first_token_at"]
+    lo, hi = part if part is not None else (0, len(cols.itl_blocks))
     buffer = np.empty(0)
-    pos = row = 0
+    pos, row = 0, sum(lengths.size for _, lengths in cols.itl_blocks[:lo])
     pending: list[tuple[Any, Any]] = []  # (lengths, first) of what the buffer holds
 
     def flush() -> Any:
@@ -539,7 +591,7 @@ def _gap_groups(cols: Columns, mask: Any, t0: float, size: int = _GROUP_VALUES):
         pending.clear()
         return out
 
-    for values, block_lengths in cols.itl_blocks:
+    for values, block_lengths in cols.itl_blocks[lo:hi]:
         k = block_lengths.size
         m = mask[row : row + k]
         ft = first[row : row + k]
@@ -832,10 +884,33 @@ def timeline(records: Any, interval_s: float = 5.0) -> Any:
     )
     frame["request_throughput"] = frame["finished"] / interval_s
     frame["output_throughput"] = count(end_bin, ok, output) / interval_s
-    lat = pd.DataFrame({"bin": start_bin, "ttft": f["ttft_ms"], "tpot": f["tpot_ms"]})[ok]
-    grouped = lat.groupby("bin")
     for name in ("ttft", "tpot"):
-        for q in (50, 95):
-            series = grouped[name].quantile(q / 100.0)
-            frame[f"p{q}_{name}_ms"] = series.reindex(np.arange(n_bins, dtype=float)).to_numpy()
+        for q, values in _binned_quantiles(start_bin[ok], f[f"{name}_ms"][ok], n_bins).items():
+            frame[f"p{q}_{name}_ms"] = values
     return frame[columns]
+
+
+def _binned_quantiles(bins: Any, values: Any, n_bins: int, qs: Sequence[int] = (50, 95)) -> dict:
+    """Per bin, the ``qs`` percentiles of the non-NaN ``values`` there (NaN: none), exactly as
+    pandas' ``groupby(bins).quantile`` interpolates, with one sort for all bins."""
+    import numpy as np
+
+    good = ~np.isnan(bins) & ~np.isnan(values)
+    b, v = bins[good].astype(np.int64), values[good]
+    order = np.lexsort((v, b))
+    b, v = b[order], v[order]
+    edges = np.arange(n_bins)
+    starts = np.searchsorted(b, edges, side="left")
+    counts = np.searchsorted(b, edges, side="right") - starts
+    has = counts > 0
+    out = {}
+    for q in qs:
+        position = (q / 100.0) * (counts[has] - 1).astype(np.float64)
+        at = starts[has] + position.astype(np.int64)
+        frac = position % 1
+        low = v[at]
+        high = v[np.minimum(at + 1, v.size - 1)]
+        column = np.full(n_bins, np.nan)
+        column[has] = np.where(frac == 0.0, low, low + (high - low) * frac)
+        out[q] = column
+    return out
