@@ -28,7 +28,7 @@ from vprof.analysis.samples import host_stats, loadgen_stats, server_stats
 from vprof.analysis.slo import Slo, SloTarget, parse_slo
 from vprof.analysis.stats import DEFAULT_PERCENTILES, BlockQuantiles, describe, percentile
 from vprof.common.errors import RunError
-from vprof.records.schema import Status
+from vprof.records.schema import CUT_AT_END, Status
 
 _FAILED = (Status.ERROR.value, Status.TIMEOUT.value)  # statuses that count as failed requests
 
@@ -107,13 +107,14 @@ def summarize(
     out["max_concurrent_requests"] = _peak_concurrency(f["sent_at"][ok], f["last_token_at"][ok])
 
     out["open_loop"] = bool(cols.open_loop[keep].any())
+    cut = _cut_at_end(cols, keep)
     if out["open_loop"]:
-        out.update(_served_rate(cols, keep, ok, measured_s))
+        out.update(_served_rate(cols, keep & ~cut, ok, measured_s))
         out.update(_from_schedule(cols, keep, ok, percentiles))
         out.update(_held_back(cols, keep, in_flight_cap))
     if slo is not None:
-        unanswered = keep & ~ok & ~failed  # cancelled at the end, or never sent
-        out.update(_slo(slo, cols, ok, failed | unanswered, itl, out))
+        unanswered = keep & ~ok & ~failed & ~cut  # cancelled (not by the end), never sent
+        out.update(_slo(slo, cols, ok, failed | unanswered, itl, out, cut))
     else:
         out["request_goodput"] = None  # as vllm bench serve writes it without --goodput
     out.update(_cached_share(cols, ok))
@@ -748,13 +749,53 @@ def _request_values(target: SloTarget, cols: Columns, from_schedule: bool) -> An
     return np.where(np.isnan(f["tpot_ms"]), 0.0, f["tpot_ms"])
 
 
-def _slo(slo: Slo, cols: Columns, ok: Any, failed: Any, itl: BlockQuantiles, summary: dict) -> dict:
+def _cut_at_end(cols: Columns, keep: Any) -> Any:
+    """Requests cut off in flight because the test ended (a ladder's level that did not wait
+    for its last answers): their outcome is unknown, only that they took longer than their
+    age at the cut."""
+    import numpy as np
+
+    cancelled = keep & cols.status.isin(Status.CANCELLED.value)
+    if not cancelled.any() or cols.errors is None:
+        return np.zeros(cols.n, dtype=bool)
+    return cancelled & cols.errors.isin(CUT_AT_END) & np.isfinite(cols.floats["sent_at"])
+
+
+def _censored(target: SloTarget, cols: Columns, cut: Any, from_schedule: bool) -> Any:
+    """What requests cut off at the end say about a percentile check: a TTFT that had come is
+    known; a TTFT or E2E latency not in yet when the request was older than the threshold
+    certainly missed it (infinitely slow); the rest are unknown and left out (TPOT too)."""
+    import numpy as np
+
+    if target.metric not in ("ttft", "e2el") or not cut.any():
+        return np.empty(0)
+    f = cols.floats
+    start = f["scheduled_at"] if from_schedule else f["sent_at"]
+    age_ms = (f["finished_at"] - start)[cut] * 1000.0
+    known = np.empty(0)
+    if target.metric == "ttft":
+        ttft = (f["first_token_at"] - start)[cut] * 1000.0
+        known, age_ms = ttft[np.isfinite(ttft)], age_ms[~np.isfinite(ttft)]
+    missed = int((age_ms > target.threshold_ms).sum())
+    return np.concatenate([known, np.full(missed, np.inf)])
+
+
+def _slo(
+    slo: Slo,
+    cols: Columns,
+    ok: Any,
+    failed: Any,
+    itl: BlockQuantiles,
+    summary: dict,
+    cut: Any = None,
+) -> dict:
     """Goodput (requests/s meeting every per-request threshold) and percentile checks.
 
     When the SLO has no ``errors=`` entry, percentile checks count every request that got no
     full answer (failed, cancelled, never sent) as infinitely slow, so an SLO cannot be met by
-    dropping requests. With ``errors=`` the failures are judged by that entry and percentiles
-    are over completed requests. Open-loop runs are judged from the intended send time.
+    dropping requests; requests ``cut`` off at the test's end count as :func:`_censored`
+    says. With ``errors=`` the failures are judged by that entry and percentiles are over
+    completed requests. Open-loop runs are judged from the intended send time.
     """
     import numpy as np
 
@@ -774,7 +815,14 @@ def _slo(slo: Slo, cols: Columns, ok: Any, failed: Any, itl: BlockQuantiles, sum
             base = _request_values(target, cols, from_schedule)
             if target.metric == "tpot":  # vllm's TPOT distribution: requests with >1 token
                 base = cols.floats["tpot_ms"]
-            sample = np.concatenate([base[ok & ~np.isnan(base)], np.full(unbounded, np.inf)])
+            censored = (
+                _censored(target, cols, cut, from_schedule)
+                if cut is not None and slo.max_error_rate is None
+                else np.empty(0)
+            )
+            sample = np.concatenate(
+                [base[ok & ~np.isnan(base)], censored, np.full(unbounded, np.inf)]
+            )
             value = percentile(sample, target.percentile)
         check = {
             "key": target.key,

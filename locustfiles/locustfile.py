@@ -44,7 +44,12 @@ class TrafficShape(TrafficShapeBase):
 
 @events.init.add_listener
 def _on_init(environment: Any, **_: Any) -> None:
-    if environment.stop_timeout == 0:
+    cut_s = float(opt(environment, "cut_in_flight_s", -1.0))
+    if cut_s >= 0:
+        # A level of a ladder: answers still in flight shortly after its end are cut off
+        # (cancelled) so the next level starts on a server with nothing running.
+        environment.stop_timeout = cut_s
+    elif environment.stop_timeout == 0:
         # Let streams in flight finish at the end of a test instead of killing them mid-answer.
         environment.stop_timeout = STOP_TIMEOUT_S
     if environment.runner is None:

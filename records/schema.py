@@ -28,6 +28,10 @@ class Status(StrEnum):
     CANCELLED = "cancelled"  # cut off at the end of a test or by Ctrl-C
 
 
+# The error of a request cut off in flight because its test (a ladder's level) ended: its
+# outcome is unknown, only that it took longer than its age then (see analysis.summary).
+CUT_AT_END = "cut off: the test ended"
+
 NAN = math.nan
 
 # The load generator's health samples (``loadgen.jsonl``) carry a histogram of event-loop lag:

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 from vprof.analysis.keys import K
 from vprof.common.errors import LaunchError, ProfileError, RunError, WorkloadError
 from vprof.common.numbers import check_number, parse_number
+from vprof.locustfiles.optiontable import CUT_IN_FLIGHT_S
 from vprof.records.rundir import (
     TUNE_FIELDS,
     TUNE_FILE,
@@ -221,6 +222,7 @@ def prepare(request: TuneRequest, say: Say = lambda _: None) -> Prepared:
         tokenizer=request.tokenizer,
         fetch_tokenizer=request.fetch_tokenizer,
         extra_meta={"tune": {"profile": base.name, "slo": str(slo)}},
+        cut_in_flight_s=CUT_IN_FLIGHT_S,  # a level ends at its end (runs.measure)
     )
     prepared = Prepared(
         request,
