@@ -286,12 +286,30 @@ def worker_pauses(run_dir: Path, start: float, end: float) -> list[str]:
         ships = [s for s in ships if start <= s["t"] <= end]
         spent = sum(s["ms"] for s in ships)
         longest = max((s["ms"] for s in ships), default=0.0)
+        cpu = sum(s.get("cpu_ms", math.nan) for s in ships)
+        cpu_longest = max((s.get("cpu_ms", math.nan) for s in ships), default=0.0)
         lines.append(
             f"    worker {pid}: longest loop pause {pause:6.2f} ms; shipping records "
             f"{spent:7.1f} ms in all ({100 * spent / 1000 / (end - start):.2f} % of the window), "
-            f"longest shipment {longest:5.2f} ms, {len(ships)} shipments"
+            f"{cpu:6.1f} ms of CPU; longest shipment {longest:5.2f} ms ({cpu_longest:4.2f} ms "
+            f"of CPU), {len(ships)} shipments of {sum(s['records'] for s in ships)} records"
         )
+        lines += _blockers(run_dir / "ship" / f"{pid}.blocked.jsonl", start, end)
     return lines
+
+
+def _blockers(path: Path, start: float, end: float, top: int = 4) -> list[str]:
+    """What blocked a worker's loop (VPROF_BLOCKED_MS): the innermost frames, most time first."""
+    if not path.exists():
+        return []
+    by_where: dict[str, list[float]] = {}
+    for line in path.read_text().splitlines():
+        event = json.loads(line)
+        if start <= event["t"] <= end and event["where"]:
+            frame = event["where"][-1].replace(str(HERE.parent), "")[:110]
+            by_where.setdefault(frame, []).append(event["ms"])
+    ranked = sorted(by_where.items(), key=lambda kv: -sum(kv[1]))[:top]
+    return [f"      blocked {len(ms)}x, up to {max(ms):.1f} ms: {where}" for where, ms in ranked]
 
 
 def run_step(args, client: str, users: int, url: str, work: Path, emulator_pid: int, repeat: int):

@@ -1,6 +1,7 @@
 """A Locust plugin for the benchmarks: on each worker, times every message that ships records
 to the master (packing and sending it, all inside the worker's event loop) and writes the
-timings, one JSON line per message, to ``$VPROF_SHIP_TIMING_DIR/<pid>.jsonl`` when the
+timings (wall and the loop thread's own CPU time, which a busy machine does not inflate), one
+JSON line per message, to ``$VPROF_SHIP_TIMING_DIR/<pid>.jsonl`` when the
 process quits. With ``$VPROF_BLOCKED_MS`` it also runs gevent's monitor thread, which reports
 every stretch the event loop was blocked longer than that, with the code that blocked it
 (``<pid>.blocked.jsonl``). Added beside the locustfile (``-f locustfile.py,ship_timing.py``);
@@ -29,12 +30,13 @@ def _time_shipments(environment: Any, **_: Any) -> None:
     shipments: list[dict[str, Any]] = []
 
     def timed(msg_type: str, data: Any = None, client_id: Any = None) -> Any:
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), time.thread_time()
         result = send(msg_type, data, client_id)
         if msg_type == "vprof_records":
             records = len((data or {}).get("records") or ())
             ms = (time.perf_counter() - started) * 1000.0
-            shipments.append({"t": wall_now(), "ms": ms, "records": records})
+            cpu_ms = (time.thread_time() - cpu) * 1000.0  # without the time other processes ran
+            shipments.append({"t": wall_now(), "ms": ms, "cpu_ms": cpu_ms, "records": records})
         return result
 
     runner.send_message = timed

@@ -23,7 +23,7 @@ import gevent
 
 from vprof.common.clock import wall_now
 from vprof.common.errors import VprofError
-from vprof.locustfiles import collect, lifeline, testplan, workerloss
+from vprof.locustfiles import collect, health, lifeline, testplan, workerloss
 from vprof.locustfiles.balance import parse_hosts
 from vprof.locustfiles.options import effective_shape, opt
 from vprof.locustfiles.optiontable import STOP_TIMEOUT_S
@@ -55,6 +55,7 @@ def _on_init(environment: Any, **_: Any) -> None:
     if environment.runner is None:
         return
     collect.install(environment)
+    health.install(environment)
     testplan.install(environment)
     workerloss.install(environment)
     lifeline.install(environment)
