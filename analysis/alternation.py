@@ -111,14 +111,13 @@ def slice_values(run: Run, metrics: Sequence[str] = SLICE_METRICS) -> list[dict[
     (its name), ``requests``, ``completed`` and each metric over the slice's measured part."""
     import numpy as np
 
-    from vprof.analysis.columns import from_records
     from vprof.records.schema import Status
 
     alt = alternation(run)
     if alt is None:
         return []
     schedule = alt.schedule
-    cols = from_records(run.records)
+    cols = run.columns
     f = cols.floats
     started = np.where(np.isnan(f["sent_at"]), f["scheduled_at"], f["sent_at"])
     slice_of = cols.ints["slice"]
@@ -214,13 +213,11 @@ def side_views(run: Run) -> list[Run]:
     import numpy as np
     import pyarrow as pa
 
-    from vprof.analysis.columns import from_records
-
     alt = alternation(run)
     if alt is None:
         return [run]
     rows = slice_values(run, ())
-    cols = from_records(run.records)
+    cols = run.columns
     f = cols.floats
     started = np.where(np.isnan(f["sent_at"]), f["scheduled_at"], f["sent_at"])
     ends = np.where(np.isnan(f["finished_at"]), f["last_token_at"], f["finished_at"])

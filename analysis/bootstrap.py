@@ -109,6 +109,71 @@ def all_bootstraps(
     return out
 
 
+# Sized by precision: resamples drawn first, and the most ever drawn.
+PILOT_N_BOOT = 200
+MAX_SIZED_N_BOOT = 20_000
+# The Monte-Carlo standard error of a bootstrap's 2.5 % (or 97.5 %) quantile from n resamples
+# is sqrt(p (1 − p) / n) / density there; for a normal spread s that is Z_SE · s / √n.
+Z_SE = math.sqrt(0.025 * 0.975) / (math.exp(-(1.959964**2) / 2) / math.sqrt(2 * math.pi))
+
+
+def sized_bootstraps(
+    columns: list[tuple[Any, Any]],
+    metrics: Sequence[str],
+    precision_pct: float,
+    seed: int,
+) -> tuple[list[dict[str, Any]], int]:
+    """As :func:`all_bootstraps`, with as many resamples as the precision asked for needs.
+
+    ``precision_pct``: the Monte-Carlo standard error allowed on each end of the 95 %
+    interval of every run's difference from the first (in percentage points). A pilot of
+    :data:`PILOT_N_BOOT` resamples measures the spread s of each difference; the count is
+    then (Z_SE · s / precision)², at least the pilot and at most :data:`MAX_SIZED_N_BOOT`,
+    and the further resamples are drawn from the same requests. Returns the distributions
+    and the count drawn.
+    """
+    import numpy as np
+
+    families: dict[str, list[str]] = {}
+    for metric in metrics:
+        match = STAT.match(metric)
+        if match:
+            families.setdefault(match["metric"], []).append(match["stat"])
+    rng = np.random.default_rng(seed)
+    samples = [{f: _sample(cols, ok, f, rng) for f in families} for cols, ok in columns]
+
+    def draw(n: int) -> list[dict[str, Any]]:
+        out = []
+        for per_family in samples:
+            boots: dict[str, Any] = {}
+            for family, stats in families.items():
+                values = _bootstrap(per_family[family], stats, n, rng)
+                boots |= {f"{stat}_{family}_ms": values[stat] for stat in stats}
+            out.append(boots)
+        return out
+
+    pilot = draw(PILOT_N_BOOT)
+    need = PILOT_N_BOOT
+    for metric in pilot[0] if pilot else ():
+        base = pilot[0][metric]
+        for other in pilot[1:]:
+            with np.errstate(divide="ignore", invalid="ignore"):
+                diffs = (other[metric] - base) / base * 100.0
+            diffs = diffs[np.isfinite(diffs)]
+            if diffs.size < 2:
+                continue
+            low, high = np.percentile(diffs, [15.865, 84.135])  # ± one s of a normal
+            spread = (high - low) / 2.0
+            need = max(need, math.ceil((Z_SE * spread / precision_pct) ** 2))
+    need = min(need, MAX_SIZED_N_BOOT)
+    if need > PILOT_N_BOOT:
+        more = draw(need - PILOT_N_BOOT)
+        pilot = [
+            {k: np.concatenate([a[k], b[k]]) for k in a} for a, b in zip(pilot, more, strict=True)
+        ]
+    return pilot, need
+
+
 def _bootstrap(sample: _Sample, stats: Sequence[str], n_boot: int, rng: Any) -> dict[str, Any]:
     """``n_boot`` values of each of ``stats`` over request-level resamples of ``sample``.
 

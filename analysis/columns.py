@@ -2,11 +2,13 @@
 
 Summaries read a handful of columns as numpy arrays and the inter-token gaps as flat
 blocks of values with per-request lengths. Reading Arrow directly keeps the list column
-out of Python objects: a million requests × 64 gaps is one buffer per record batch.
+out of Python objects: a million requests × 64 gaps is one buffer per record batch. A column
+is read the first time it is asked for, so a summary reads only the columns it uses.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -81,19 +83,59 @@ class Coded:
         return len(self.codes)
 
 
+class Lazy(Mapping[str, Any]):
+    """Named columns, each read by ``read(name)`` the first time it is asked for."""
+
+    def __init__(self, names: tuple[str, ...], read: Callable[[str], Any]) -> None:
+        self._names = names
+        self._read = read
+        self._got: dict[str, Any] = {}
+
+    def __getitem__(self, name: str) -> Any:
+        if name not in self._got:
+            if name not in self._names:
+                raise KeyError(name)
+            self._got[name] = self._read(name)
+        return self._got[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._names)
+
+    def __len__(self) -> int:
+        return len(self._names)
+
+
+STRING_COLUMNS = ("error", "replica", "endpoint")
+
+
 @dataclass(frozen=True)
 class Columns:
-    """Numpy views of the records a summary needs; ``itl_blocks`` are (values, lengths)."""
+    """Numpy views of the records a summary needs; ``itl_blocks`` are (values, lengths).
+
+    ``floats``, ``ints`` and ``strings`` (``error``: each record's error, "" when none;
+    ``replica``: the server each record went to, "" when one; ``endpoint``: completions,
+    chat or generate, "" unknown) are read when first used.
+    """
 
     n: int
-    floats: dict[str, Any]
-    ints: dict[str, Any]
+    floats: Mapping[str, Any]
+    ints: Mapping[str, Any]
     status: Coded
     open_loop: Any  # numpy bool array
     itl_blocks: tuple[tuple[Any, Any], ...]
-    errors: Coded | None = None  # each record's error ("" when none)
-    replicas: Coded | None = None  # the server each record went to ("" when one)
-    endpoints: Coded | None = None  # completions | chat | generate ("" unknown)
+    strings: Mapping[str, Coded] | None = None
+
+    @property
+    def errors(self) -> Coded | None:
+        return self.strings["error"] if self.strings is not None else None
+
+    @property
+    def replicas(self) -> Coded | None:
+        return self.strings["replica"] if self.strings is not None else None
+
+    @property
+    def endpoints(self) -> Coded | None:
+        return self.strings["endpoint"] if self.strings is not None else None
 
     def gaps(self, mask: Any) -> tuple[Any, Any]:
         """(pooled gaps, per-request gap counts) of the requests selected by ``mask``."""
@@ -164,9 +206,7 @@ def _from_frame(df: Any) -> Columns:
         status,
         open_loop,
         blocks,
-        strings("error", ""),
-        strings("replica", ""),
-        strings("endpoint", ""),
+        {name: strings(name, "") for name in STRING_COLUMNS},
     )
 
 
@@ -208,12 +248,10 @@ def _from_table(table: Any) -> Columns:
     chunks = table.column("itl_ms").chunks if "itl_ms" in names else []
     return Columns(
         n,
-        {name: floats(name) for name in FLOAT_COLUMNS},
-        {name: ints(name) for name in INT_COLUMNS},
+        Lazy(FLOAT_COLUMNS, floats),
+        Lazy(INT_COLUMNS, ints),
         status,
         open_loop,
         tuple(arrays.list_block(chunk) for chunk in chunks if len(chunk)),
-        strings("error", ""),
-        strings("replica", ""),
-        strings("endpoint", ""),
+        Lazy(STRING_COLUMNS, lambda name: strings(name, "")),
     )

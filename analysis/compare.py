@@ -33,7 +33,7 @@ from vprof.analysis.alternation import (
     paired_blocks,
     side_views,
 )
-from vprof.analysis.bootstrap import STAT, all_bootstraps
+from vprof.analysis.bootstrap import STAT, all_bootstraps, sized_bootstraps
 from vprof.analysis.keys import CLIENT_FIX
 from vprof.analysis.keys import SummaryKey as K
 from vprof.analysis.run import Run, damage, display_names, load_run, summarize_loaded
@@ -65,9 +65,12 @@ _LABELS = {
 }
 _HIGHER_IS_BETTER = ("throughput", "goodput", "cache_hit")
 CONFIDENCE = 0.95
-# Resamples for the one-run-a-side (request noise) interval; its Monte-Carlo error at 95 % is
-# small next to what it measures, and it is never a verdict.
+# Resamples for the one-run-a-side (request noise) interval when a count is asked for; its
+# Monte-Carlo error at 95 % is small next to what it measures, and it is never a verdict.
 DEFAULT_N_BOOT = 1000
+# Without a count, as many resamples as put each end of every such interval within this
+# Monte-Carlo standard error (percentage points; intervals print with one decimal).
+DEFAULT_PRECISION_PCT = 0.2
 # Repeats of one configuration whose values differ by more than this factor do not measure one
 # thing: the statistic is unstable (bimodal), and a % change of it would be noise.
 UNSTABLE_RATIO = 3.0
@@ -209,11 +212,12 @@ def compare(
     runs: Sequence[str | Path | Run] | Sequence[Sequence[str | Path | Run]],
     *,
     metrics: Sequence[str] = DEFAULT_METRICS,
-    n_boot: int = DEFAULT_N_BOOT,
+    n_boot: int | None = None,
     seed: int = 0,
     slo: str | None = None,
     summaries: Mapping[Path, dict[str, Any]] | None = None,
     detect: float | None = None,
+    precision_pct: float = DEFAULT_PRECISION_PCT,
 ) -> Any:
     """Compare groups of runs with the first group as baseline; one row per (metric, group).
 
@@ -229,12 +233,19 @@ def compare(
     ``attrs["notes"]`` says what the reader must know (different workloads, say), and
     ``attrs["warnings"]`` every damaged run compared.
     ``summaries`` (by run path) are reused instead of summarising those runs again.
+    One-run-a-side intervals draw ``n_boot`` request resamples, or without it as many as put
+    each end within ``precision_pct`` percentage points (Monte-Carlo error);
+    ``attrs["n_boot"]`` says how many were drawn.
 
     Example:
         >>> compare(["runs/baseline", "runs/chunked-256"])  # doctest: +SKIP
     """
     import pandas as pd
 
+    if not (isinstance(precision_pct, (int, float)) and 0 < precision_pct < math.inf):
+        raise RunError(
+            f"the bootstrap's precision must be a positive number, got {precision_pct!r}"
+        )
     explicit = bool(runs) and all(isinstance(r, (list, tuple)) for r in runs)
     flat = [_load(r) for group in runs for r in group] if explicit else [_load(r) for r in runs]  # type: ignore[union-attr]
     if any(is_alternating(r) for r in flat):
@@ -249,7 +260,7 @@ def compare(
     if open_loop:
         metrics = [from_schedule(m) for m in metrics]
     _check_metrics(metrics, groups)
-    boots = _bootstraps(groups, metrics, n_boot, seed)
+    boots, drawn = _bootstraps(groups, metrics, n_boot, seed, precision_pct)
     base = groups[0]
     rows = []
     for metric in metrics:
@@ -263,6 +274,7 @@ def compare(
     frame = pd.DataFrame(rows)
     frame.attrs["notes"] = _notes(groups)
     frame.attrs["warnings"] = [line for g in groups for line in g.damage]
+    frame.attrs["n_boot"] = drawn
     if open_loop:
         frame.attrs["notes"].append(
             "open loop: TTFT and E2E latency are measured from each request's intended send "
@@ -386,20 +398,24 @@ def _load(run: str | Path | Run) -> Run:
     return run if isinstance(run, Run) else load_run(run)
 
 
-def _bootstraps(groups: list[Group], metrics: Sequence[str], n_boot: int, seed: int) -> list[dict]:
-    """Request-bootstrap distributions of each group's first run, when some side has one run."""
+def _bootstraps(
+    groups: list[Group], metrics: Sequence[str], n_boot: int | None, seed: int, precision: float
+) -> tuple[list[dict], int]:
+    """Request-bootstrap distributions of each group's first run, when some side has one run,
+    and how many resamples each holds (``n_boot``, else sized by ``precision``)."""
     if all(len(g.runs) >= 2 for g in groups):
-        return [{} for _ in groups]
-    from vprof.analysis.columns import from_records
+        return [{} for _ in groups], 0
     from vprof.analysis.summary import masks
 
     columns = []
     for group in groups:
         run = group.runs[0]
-        cols = from_records(run.records)
+        cols = run.columns
         _, ok, _ = masks(cols, run.warmup_until)
         columns.append((cols, ok))
-    return all_bootstraps(columns, metrics, n_boot, seed)
+    if n_boot is None:
+        return sized_bootstraps(columns, metrics, precision, seed)
+    return all_bootstraps(columns, metrics, n_boot, seed), n_boot
 
 
 def _number(value: Any) -> float:

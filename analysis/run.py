@@ -10,6 +10,7 @@ import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -69,6 +70,14 @@ class Run:
     def frame(self) -> Any:
         """The records as a pandas DataFrame (``itl_ms`` a list column)."""
         return self.records.to_pandas()
+
+    @cached_property
+    def columns(self) -> Any:  # vprof.analysis.columns.Columns
+        """The records as numpy columns, read once and shared by the summary, comparisons and
+        pictures of this run (each column read when first used)."""
+        from vprof.analysis.columns import from_records
+
+        return from_records(self.records)
 
 
 def display_names(summaries: Sequence[dict[str, Any]]) -> list[str]:
@@ -202,7 +211,7 @@ def summarize_loaded(
         head["predicted"] = True
         head["forecast"] = forecast
     body = summarize(
-        run.records,
+        run.columns,
         warmup_until=run.warmup_until,
         slo=slo,
         percentiles=percentiles,

@@ -280,6 +280,8 @@ def loadgen_stats(
         )
     else:
         verdict = f"load generator healthy (peak {peak:.0f} % CPU per process; no lag measured)"
+    if has_lag and (pause := longest_pause(per_worker)):
+        verdict += f"; {pause}"
     return {
         "loadgen_cpu": per_worker,
         "loadgen_mean_cpu_percent": _mean([h["mean_cpu_percent"] for h in per_worker.values()]),
@@ -296,6 +298,23 @@ def loadgen_stats(
         "loadgen_starved": starved,
         "loadgen_verdict": verdict,
     }
+
+
+# Known pauses of a Locust process's loop that the health samples time (locustfiles.health).
+PAUSE_CAUSES = {"gc": "garbage collection", "ship": "handing records on"}
+
+
+def longest_pause(per_worker: Mapping[str, Mapping[str, Any]]) -> str:
+    """The longest event-loop pause of any process, where, and the known pause that may
+    explain it (``""`` for samples that do not time pauses: files written before they did)."""
+    timed = {w: h for w, h in per_worker.items() if h.get("pauses") and h["max_lag_ms"]}
+    if not timed:
+        return ""
+    worker = max(timed, key=lambda w: timed[w]["max_lag_ms"])
+    health = timed[worker]
+    kind, ms = max(health["pauses"].items(), key=lambda kv: kv[1])
+    cause = f" ({PAUSE_CAUSES[kind]} took up to {ms:.1f} ms)" if ms >= 1.0 else ""
+    return f"longest loop pause {health['max_lag_ms']:.1f} ms in {worker}{cause}"
 
 
 def held_back(cpu_percent: float, wait_percent: float | None) -> bool:
@@ -320,6 +339,12 @@ def worker_health(rows: list[Mapping[str, Any]]) -> dict[str, Any]:
     waits = [float(r["wait_percent"]) for r in rows if r.get("wait_percent") is not None]
     mean_cpu = _mean(cpu) if cpu else 0.0
     mean_wait = _mean(waits) if waits else None
+    # the longest stretch of each known pause (newer files time them: locustfiles.health)
+    pauses = {
+        kind: max(float(r[f"{kind}_max_ms"]) for r in rows if r.get(f"{kind}_max_ms") is not None)
+        for kind in PAUSE_CAUSES
+        if any(r.get(f"{kind}_max_ms") is not None for r in rows)
+    }
     # Late in more than a quarter of the samples, and in more than one: a single late sample
     # (a short run's first seconds, a collector flush) is not a client that keeps falling behind.
     return {
@@ -331,6 +356,7 @@ def worker_health(rows: list[Mapping[str, Any]]) -> dict[str, Any]:
         "loop_lag_p99_ms": max(p99s) if p99s else None,
         "typical_lag_p99_ms": sorted(p99s)[len(p99s) // 2] if p99s else None,
         "max_lag_ms": max(maxes) if maxes else None,
+        **({"pauses": pauses} if pauses else {}),
         "lagging_share": over / len(p99s) if p99s else 0.0,
         "lagging": over > max(1.0, len(p99s) / 4),
     }

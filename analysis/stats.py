@@ -110,6 +110,21 @@ class BlockQuantiles:
         self._keys = np.empty(0, dtype=np.int64)  # reused: fresh big arrays cost page faults
         self._guessed = False
 
+    def spawn(self) -> BlockQuantiles:
+        """A fresh state with this one's guess, for a share of the blocks (see :meth:`merge`)."""
+        other = BlockQuantiles()
+        other._wanted, other._guessed = self._wanted, self._guessed
+        return other
+
+    def merge(self, other: BlockQuantiles) -> None:
+        """Take in what ``other`` (from :meth:`spawn`) saw; before ``plan``."""
+        self.n += other.n
+        self.total += other.total
+        self.total_sq += other.total_sq
+        self.counts += other.counts
+        self.fallback = self.fallback or other.fallback
+        self._parts += other._parts
+
     def add(self, x) -> None:
         np = self._np
         if not x.size:

@@ -19,7 +19,7 @@ vprof's additions: error rate and statuses, latency from the *schedule* for open
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from vprof.analysis.columns import Columns, from_records
@@ -28,7 +28,7 @@ from vprof.analysis.samples import host_stats, loadgen_stats, server_stats
 from vprof.analysis.slo import Slo, SloTarget, parse_slo
 from vprof.analysis.stats import DEFAULT_PERCENTILES, BlockQuantiles, describe, percentile
 from vprof.common.errors import RunError
-from vprof.records.schema import Status
+from vprof.records.schema import CUT_AT_END, Status
 
 _FAILED = (Status.ERROR.value, Status.TIMEOUT.value)  # statuses that count as failed requests
 
@@ -69,6 +69,10 @@ def summarize(
     f = cols.floats
     status = cols.status
     keep, ok, failed = masks(cols, warmup_until)
+    itl_slo = [t.percentile for t in (slo.targets if slo else ()) if t.metric == "itl"]
+    itl_slo = [q for q in itl_slo if q is not None]
+    # the pass over the gaps (most of the work) starts first and may run beside what follows
+    itl_pass = _itl(cols, ok, _nanmin(f["sent_at"][ok]), [*percentiles, *itl_slo])
     out: dict[str, Any] = {"requests": int(keep.sum()), "excluded_warmup": int(cols.n - keep.sum())}
     out["completed"] = int(ok.sum())
     out["failed"] = int(failed.sum())
@@ -98,22 +102,21 @@ def summarize(
     e2el = f["e2e_ms"][ok & ~np.isnan(f["e2e_ms"])]
     out.update(describe(ttft, "ttft", percentiles))
     out.update(describe(tpot, "tpot", percentiles))
-    itl_slo = [t.percentile for t in (slo.targets if slo else ()) if t.metric == "itl"]
-    itl_slo = [q for q in itl_slo if q is not None]
-    itl, token_bins = _itl(cols, ok, _nanmin(f["sent_at"][ok]), [*percentiles, *itl_slo])
+    itl, token_bins = itl_pass()
     out.update(itl.describe("itl", percentiles))
     out.update(describe(e2el, "e2el", percentiles))
     out["max_output_tokens_per_s"] = float(token_bins.max()) if token_bins.size else math.nan
     out["max_concurrent_requests"] = _peak_concurrency(f["sent_at"][ok], f["last_token_at"][ok])
 
     out["open_loop"] = bool(cols.open_loop[keep].any())
+    cut = _cut_at_end(cols, keep)
     if out["open_loop"]:
-        out.update(_served_rate(cols, keep, ok, measured_s))
+        out.update(_served_rate(cols, keep & ~cut, ok, measured_s))
         out.update(_from_schedule(cols, keep, ok, percentiles))
         out.update(_held_back(cols, keep, in_flight_cap))
     if slo is not None:
-        unanswered = keep & ~ok & ~failed  # cancelled at the end, or never sent
-        out.update(_slo(slo, cols, ok, failed | unanswered, itl, out))
+        unanswered = keep & ~ok & ~failed & ~cut  # cancelled (not by the end), never sent
+        out.update(_slo(slo, cols, ok, failed | unanswered, itl, out, cut))
     else:
         out["request_goodput"] = None  # as vllm bench serve writes it without --goodput
     out.update(_cached_share(cols, ok))
@@ -456,40 +459,82 @@ def _prompt_token_excess(cols: Columns, judged: Any) -> dict[str, Any]:
 
 def _itl(
     cols: Columns, mask: Any, t0: float, percentiles: Sequence[float]
-) -> tuple[BlockQuantiles, Any]:
+) -> Callable[[], tuple[BlockQuantiles, Any]]:
     """Pooled-gap statistics of the ``mask``ed requests, and their chunks per 1-s bin.
 
     One streaming pass over the gap blocks (two when the sample's guess of where the
     percentiles lie missed; see :class:`BlockQuantiles`) in steps of about a cache's worth;
     no copy of all the gaps is ever made, and the pages of the records file each step has
-    read are handed back as it goes. Returns the planned quantile state and the bins from
-    ``t0``.
+    read are handed back as it goes. A large pass starts at once in two threads (its halves
+    of the blocks) while the caller goes on; the returned function waits for it and returns
+    the planned quantile state and the bins from ``t0``.
     """
     import numpy as np
 
     end = _nanmax(cols.floats["last_token_at"][mask])
+    first = cols.floats["first_token_at"]  # read here, before any thread uses it
     n_bins = int(math.ceil(end - t0)) + 2 if not math.isnan(end - t0) else 0
     bins = np.zeros(n_bins, dtype=np.int64)
     quantiles = BlockQuantiles()
     if not cols.itl_blocks:  # no gaps recorded: every request is its first chunk only
-        rel = cols.floats["first_token_at"][mask] - t0
+        rel = first[mask] - t0
         if n_bins:
             _bin_chunks(bins, np.empty(0), np.zeros(rel.size, dtype=np.int64), rel, np.empty(0))
         quantiles.plan(percentiles)
-        return quantiles, bins
-    cumsum_scratch = np.empty(0)
+        return lambda: (quantiles, bins)
     wanted = [50.0, *percentiles]
     quantiles.guess(_gap_sample(cols), wanted)
-    for gaps, lengths, first_s in _gap_groups(cols, mask, t0):
-        quantiles.add(gaps)
-        if n_bins:
-            if cumsum_scratch.size < gaps.size:
-                cumsum_scratch = np.empty(gaps.size)
-            _bin_chunks(bins, gaps, lengths, first_s, cumsum_scratch)
-    if quantiles.plan(wanted):  # the sample's guess missed a rank: one more pass
-        for gaps, _, _ in _gap_groups(cols, mask, t0):
-            quantiles.collect(gaps)
-    return quantiles, bins
+
+    def one_part(part: tuple[int, int]) -> tuple[BlockQuantiles, Any]:
+        mine, counts = quantiles.spawn(), np.zeros(n_bins, dtype=np.int64)
+        cumsum_scratch = np.empty(0)
+        for gaps, lengths, first_s in _gap_groups(cols, mask, t0, part=part):
+            mine.add(gaps)
+            if n_bins:
+                if cumsum_scratch.size < gaps.size:
+                    cumsum_scratch = np.empty(gaps.size)
+                _bin_chunks(counts, gaps, lengths, first_s, cumsum_scratch)
+        return mine, counts
+
+    def finish(done: list[tuple[BlockQuantiles, Any]]) -> tuple[BlockQuantiles, Any]:
+        for part_quantiles, part_bins in done:
+            quantiles.merge(part_quantiles)
+            bins[:] += part_bins
+        if quantiles.plan(wanted):  # the sample's guess missed a rank: one more pass
+            for gaps, _, _ in _gap_groups(cols, mask, t0):
+                quantiles.collect(gaps)
+        return quantiles, bins
+
+    parts = _parts(cols)
+    if len(parts) == 1:
+        return lambda: finish([one_part(parts[0])])
+    # numpy lets go of the GIL in its loops: the halves run on two cores beside the caller
+    from concurrent.futures import ThreadPoolExecutor
+
+    pool = ThreadPoolExecutor(len(parts), thread_name_prefix="vprof-gaps")
+    running = [pool.submit(one_part, part) for part in parts]
+    pool.shutdown(wait=False)  # its threads end once their part is done
+    return lambda: finish([future.result() for future in running])
+
+
+# Above this many gaps their pass is split in two halves of the blocks, one per thread when
+# the process may use two CPUs. Counts add up exactly; the sums behind the mean and std are
+# added in another order (float rounding).
+_THREADED_GAPS = 8_000_000
+
+
+def _parts(cols: Columns) -> list[tuple[int, int]]:
+    """Ranges of gap blocks to pass over at once: all of them, or two halves."""
+    import os
+
+    n = len(cols.itl_blocks)
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        cpus = os.cpu_count() or 1
+    if cpus < 2 or n < 2 or sum(v.size for v, _ in cols.itl_blocks) < _THREADED_GAPS:
+        return [(0, n)]
+    return [(0, n // 2), (n // 2, n)]
 
 
 _SAMPLE_VALUES = 200_000  # gaps in the sample that guesses where the percentiles lie
@@ -519,9 +564,16 @@ def _gap_sample(cols: Columns) -> Any:
 _GROUP_VALUES = 1 << 18
 
 
-def _gap_groups(cols: Columns, mask: Any, t0: float, size: int = _GROUP_VALUES):
+def _gap_groups(
+    cols: Columns,
+    mask: Any,
+    t0: float,
+    size: int = _GROUP_VALUES,
+    part: tuple[int, int] | None = None,
+):
     """Yield (gaps, per-request lengths, first-chunk s from ``t0``) of the ``mask``ed
-    requests, in steps of whole requests of about ``size`` gaps.
+    requests, in steps of whole requests of about ``size`` gaps (of the gap blocks in the
+    range ``part``, else all).
 
     A block of whole requests is yielded as it is (a view of the records file), a larger one
     in pieces, smaller ones gathered into a reused buffer: each yielded array is valid until
@@ -532,8 +584,9 @@ def _gap_groups(cols: Columns, mask: Any, t0: float, size: int = _GROUP_VALUES):
     from vprof.records.store import release
 
     first = cols.floats["first_token_at"]
+    lo, hi = part if part is not None else (0, len(cols.itl_blocks))
     buffer = np.empty(0)
-    pos = row = 0
+    pos, row = 0, sum(lengths.size for _, lengths in cols.itl_blocks[:lo])
     pending: list[tuple[Any, Any]] = []  # (lengths, first) of what the buffer holds
 
     def flush() -> Any:
@@ -545,7 +598,7 @@ def _gap_groups(cols: Columns, mask: Any, t0: float, size: int = _GROUP_VALUES):
         pending.clear()
         return out
 
-    for values, block_lengths in cols.itl_blocks:
+    for values, block_lengths in cols.itl_blocks[lo:hi]:
         k = block_lengths.size
         m = mask[row : row + k]
         ft = first[row : row + k]
@@ -617,16 +670,20 @@ def _bin_chunks(bins: Any, gaps: Any, lengths: Any, first_s: Any, scratch: Any) 
     req = np.repeat(np.arange(lengths.size), reps)
     offset = np.arange(req.size) - np.repeat(np.cumsum(reps) - reps, reps)
     bin_idx = lo[req] + offset
-    # chunks strictly before the end of each bin: the first chunk plus gaps that end earlier
-    target = (bin_idx + 1 - first_s[req]) * 1000.0 + base[req]
-    before = np.searchsorted(csum, target, side="left") - starts[req]
-    upto = 1 + np.clip(before, 0, lengths[req])
-    last = offset == spans[req]
-    upto[last] = lengths[req][last] + 1
+    # chunks strictly before the end of each bin: the first chunk plus gaps that end earlier;
+    # a request's last bin holds the rest of its chunks, so only the bins before it are
+    # searched (their targets lie inside the request's own gaps, ascending: a fast search)
+    upto = lengths[req] + 1
+    inner = offset != spans[req]
+    r = req[inner]
+    target = (bin_idx[inner] + 1 - first_s[r]) * 1000.0 + base[r]
+    before = np.searchsorted(csum, target, side="left") - starts[r]
+    upto[inner] = 1 + np.clip(before, 0, lengths[r])
     counts = upto.copy()
     counts[1:] -= upto[:-1]
     counts[offset == 0] = upto[offset == 0]
-    np.add.at(bins, np.clip(bin_idx, 0, bins.size - 1), counts)
+    added = np.bincount(np.clip(bin_idx, 0, bins.size - 1), weights=counts, minlength=bins.size)
+    bins += added.astype(np.int64)
 
 
 def _served_rate(
@@ -660,8 +717,11 @@ def _peak_concurrency(starts: Any, ends: Any) -> int:
     good = np.isfinite(starts) & np.isfinite(ends)
     if not good.any():
         return 0
-    s, e = np.sort(starts[good]), np.sort(ends[good])
-    active = np.searchsorted(s, s, side="right") - np.searchsorted(e, s, side="right")
+    # Timsort ("stable") runs in near-linear time on times that arrive almost in order.
+    s, e = np.sort(starts[good], kind="stable"), np.sort(ends[good], kind="stable")
+    # At the i-th start at most i + 1 have started; exactly so at the last of equal starts,
+    # where the peak over them is taken: the maximum is the exact peak.
+    active = np.arange(1, s.size + 1) - np.searchsorted(e, s, side="right")
     return int(active.max())
 
 
@@ -695,13 +755,53 @@ def _request_values(target: SloTarget, cols: Columns, from_schedule: bool) -> An
     return np.where(np.isnan(f["tpot_ms"]), 0.0, f["tpot_ms"])
 
 
-def _slo(slo: Slo, cols: Columns, ok: Any, failed: Any, itl: BlockQuantiles, summary: dict) -> dict:
+def _cut_at_end(cols: Columns, keep: Any) -> Any:
+    """Requests cut off in flight because the test ended (a ladder's level that did not wait
+    for its last answers): their outcome is unknown, only that they took longer than their
+    age at the cut."""
+    import numpy as np
+
+    cancelled = keep & cols.status.isin(Status.CANCELLED.value)
+    if not cancelled.any() or cols.errors is None:
+        return np.zeros(cols.n, dtype=bool)
+    return cancelled & cols.errors.isin(CUT_AT_END) & np.isfinite(cols.floats["sent_at"])
+
+
+def _censored(target: SloTarget, cols: Columns, cut: Any, from_schedule: bool) -> Any:
+    """What requests cut off at the end say about a percentile check: a TTFT that had come is
+    known; a TTFT or E2E latency not in yet when the request was older than the threshold
+    certainly missed it (infinitely slow); the rest are unknown and left out (TPOT too)."""
+    import numpy as np
+
+    if target.metric not in ("ttft", "e2el") or not cut.any():
+        return np.empty(0)
+    f = cols.floats
+    start = f["scheduled_at"] if from_schedule else f["sent_at"]
+    age_ms = (f["finished_at"] - start)[cut] * 1000.0
+    known = np.empty(0)
+    if target.metric == "ttft":
+        ttft = (f["first_token_at"] - start)[cut] * 1000.0
+        known, age_ms = ttft[np.isfinite(ttft)], age_ms[~np.isfinite(ttft)]
+    missed = int((age_ms > target.threshold_ms).sum())
+    return np.concatenate([known, np.full(missed, np.inf)])
+
+
+def _slo(
+    slo: Slo,
+    cols: Columns,
+    ok: Any,
+    failed: Any,
+    itl: BlockQuantiles,
+    summary: dict,
+    cut: Any = None,
+) -> dict:
     """Goodput (requests/s meeting every per-request threshold) and percentile checks.
 
     When the SLO has no ``errors=`` entry, percentile checks count every request that got no
     full answer (failed, cancelled, never sent) as infinitely slow, so an SLO cannot be met by
-    dropping requests. With ``errors=`` the failures are judged by that entry and percentiles
-    are over completed requests. Open-loop runs are judged from the intended send time.
+    dropping requests; requests ``cut`` off at the test's end count as :func:`_censored`
+    says. With ``errors=`` the failures are judged by that entry and percentiles are over
+    completed requests. Open-loop runs are judged from the intended send time.
     """
     import numpy as np
 
@@ -721,7 +821,14 @@ def _slo(slo: Slo, cols: Columns, ok: Any, failed: Any, itl: BlockQuantiles, sum
             base = _request_values(target, cols, from_schedule)
             if target.metric == "tpot":  # vllm's TPOT distribution: requests with >1 token
                 base = cols.floats["tpot_ms"]
-            sample = np.concatenate([base[ok & ~np.isnan(base)], np.full(unbounded, np.inf)])
+            censored = (
+                _censored(target, cols, cut, from_schedule)
+                if cut is not None and slo.max_error_rate is None
+                else np.empty(0)
+            )
+            sample = np.concatenate(
+                [base[ok & ~np.isnan(base)], censored, np.full(unbounded, np.inf)]
+            )
             value = percentile(sample, target.percentile)
         check = {
             "key": target.key,
@@ -831,10 +938,33 @@ def timeline(records: Any, interval_s: float = 5.0) -> Any:
     )
     frame["request_throughput"] = frame["finished"] / interval_s
     frame["output_throughput"] = count(end_bin, ok, output) / interval_s
-    lat = pd.DataFrame({"bin": start_bin, "ttft": f["ttft_ms"], "tpot": f["tpot_ms"]})[ok]
-    grouped = lat.groupby("bin")
     for name in ("ttft", "tpot"):
-        for q in (50, 95):
-            series = grouped[name].quantile(q / 100.0)
-            frame[f"p{q}_{name}_ms"] = series.reindex(np.arange(n_bins, dtype=float)).to_numpy()
+        for q, values in _binned_quantiles(start_bin[ok], f[f"{name}_ms"][ok], n_bins).items():
+            frame[f"p{q}_{name}_ms"] = values
     return frame[columns]
+
+
+def _binned_quantiles(bins: Any, values: Any, n_bins: int, qs: Sequence[int] = (50, 95)) -> dict:
+    """Per bin, the ``qs`` percentiles of the non-NaN ``values`` there (NaN: none), exactly as
+    pandas' ``groupby(bins).quantile`` interpolates, with one sort for all bins."""
+    import numpy as np
+
+    good = ~np.isnan(bins) & ~np.isnan(values)
+    b, v = bins[good].astype(np.int64), values[good]
+    order = np.lexsort((v, b))
+    b, v = b[order], v[order]
+    edges = np.arange(n_bins)
+    starts = np.searchsorted(b, edges, side="left")
+    counts = np.searchsorted(b, edges, side="right") - starts
+    has = counts > 0
+    out = {}
+    for q in qs:
+        position = (q / 100.0) * (counts[has] - 1).astype(np.float64)
+        at = starts[has] + position.astype(np.int64)
+        frac = position % 1
+        low = v[at]
+        high = v[np.minimum(at + 1, v.size - 1)]
+        column = np.full(n_bins, np.nan)
+        column[has] = np.where(frac == 0.0, low, low + (high - low) * frac)
+        out[q] = column
+    return out

@@ -11,6 +11,10 @@ another:
   (``ceiling_fasthttp.py``), the yardstick;
 - ``aiohttp``: an asyncio client on aiohttp that only timestamps lines.
 
+With 2 processes, each worker's longest event-loop pause in the window (its health samples'
+largest late wake-up) and the time it spent shipping records to the master (every shipment
+timed by ``ship_timing.py``, a Locust plugin added beside the locustfile) follow its row.
+
 For each client and step, over a window after the warm-up: chunk events/s received; TTFT and
 ITL errors, p50 and p99 of (measured − truth) per request and per gap, the truth being each
 request's own TTFT (``emulator.timing.true_ttft_ms`` of its prompt length, which the emulator
@@ -37,7 +41,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -67,6 +71,7 @@ class StepResult:
     emulator_cpu_pct: float
     emulator_late_p99_ms: float  # upper bound of the histogram bucket holding the p99
     load_avg_1m: float
+    pauses: list[str] = field(default_factory=list)  # per worker (--processes 2): see below
 
     @property
     def within_bounds(self) -> bool:
@@ -176,8 +181,13 @@ def run_vprof(args, url: str, users: int, processes: int, work: Path, emulator_p
     spec = LoadSpec(url=url, run_dir=RunDir(run_dir), workload=str(work.parent / "ceiling.yaml"),
                     traffic=shape_to_json(shape), seed=0, salt="ceiling",
                     processes=processes)  # fmt: skip
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    cpu = _run_sampled(spec.argv(), emulator_pid, _run_s(args) + 120, url, env)
+    # ship_timing.py beside the locustfile times each shipment of records on each worker
+    (run_dir / "ship").mkdir()
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "VPROF_SHIP_TIMING_DIR": str(run_dir / "ship")}
+    argv = spec.argv()
+    at = argv.index("-f") + 1
+    argv[at] = f"{argv[at]},{HERE / 'ship_timing.py'}"
+    cpu = _run_sampled(argv, emulator_pid, _run_s(args) + 120, url, env)
     config = EmulatorConfig(ttft_ms=args.ttft_ms, ttft_spread_ms=args.spread_ms, seed=args.seed)
     frame = read_records(run_dir)
     frame = frame[frame.status == "ok"]
@@ -258,6 +268,53 @@ def summarise(client, users, processes, requests, args, sampled) -> StepResult:
     )
 
 
+def worker_pauses(run_dir: Path, start: float, end: float) -> list[str]:
+    """Per Locust worker over [start, end]: its longest event-loop pause (the health samples'
+    largest late wake-up) and the time spent shipping records to the master (ship_timing.py:
+    in all, the longest shipment, and their count)."""
+    health: dict[int, list[dict]] = {}
+    path = run_dir / "loadgen.jsonl"
+    for line in path.read_text().splitlines() if path.exists() else ():
+        sample = json.loads(line)
+        name = str(sample.get("worker", ""))
+        if "worker" in name and start <= sample["t"] <= end + 2.0:  # a sample covers 2 s
+            health.setdefault(int(name.split(":")[1]), []).append(sample)
+    lines = []
+    for pid in sorted(health):
+        pause = max(float(s.get("loop_lag_max_ms") or 0.0) for s in health[pid])
+        shipped = run_dir / "ship" / f"{pid}.jsonl"
+        ships = (
+            [json.loads(x) for x in shipped.read_text().splitlines()] if shipped.exists() else []
+        )
+        ships = [s for s in ships if start <= s["t"] <= end]
+        spent = sum(s["ms"] for s in ships)
+        longest = max((s["ms"] for s in ships), default=0.0)
+        cpu = sum(s.get("cpu_ms", math.nan) for s in ships)
+        cpu_longest = max((s.get("cpu_ms", math.nan) for s in ships), default=0.0)
+        lines.append(
+            f"    worker {pid}: longest loop pause {pause:6.2f} ms; shipping records "
+            f"{spent:7.1f} ms in all ({100 * spent / 1000 / (end - start):.2f} % of the window), "
+            f"{cpu:6.1f} ms of CPU; longest shipment {longest:5.2f} ms ({cpu_longest:4.2f} ms "
+            f"of CPU), {len(ships)} shipments of {sum(s['records'] for s in ships)} records"
+        )
+        lines += _blockers(run_dir / "ship" / f"{pid}.blocked.jsonl", start, end)
+    return lines
+
+
+def _blockers(path: Path, start: float, end: float, top: int = 4) -> list[str]:
+    """What blocked a worker's loop (VPROF_BLOCKED_MS): the innermost frames, most time first."""
+    if not path.exists():
+        return []
+    by_where: dict[str, list[float]] = {}
+    for line in path.read_text().splitlines():
+        event = json.loads(line)
+        if start <= event["t"] <= end and event["where"]:
+            frame = event["where"][-1].replace(str(HERE.parent), "")[:110]
+            by_where.setdefault(frame, []).append(event["ms"])
+    ranked = sorted(by_where.items(), key=lambda kv: -sum(kv[1]))[:top]
+    return [f"      blocked {len(ms)}x, up to {max(ms):.1f} ms: {where}" for where, ms in ranked]
+
+
 def run_step(args, client: str, users: int, url: str, work: Path, emulator_pid: int, repeat: int):
     processes = 2 if client == "vprof-2p" else 1
     work = work / f"r{repeat}"
@@ -268,7 +325,12 @@ def run_step(args, client: str, users: int, url: str, work: Path, emulator_pid: 
         requests, sampled = run_fasthttp(args, url, users, work, emulator_pid)
     else:
         requests, sampled = run_aiohttp(args, url, users, work, emulator_pid)
-    return summarise(client, users, processes, requests, args, sampled)
+    result = summarise(client, users, processes, requests, args, sampled)
+    if processes > 1:
+        start = min(r["sent_at"] for r in requests) + args.warmup_s
+        lines = worker_pauses(work / f"vprof-{users}u-{processes}p", start, start + args.step_s)
+        result.pauses.extend(lines)
+    return result
 
 
 def medians(results: list[StepResult], clients: list[str], steps: list[int]) -> list[StepResult]:
@@ -419,6 +481,8 @@ def main(argv: list[str] | None = None) -> int:
                     result = run_step(args, client, users, url, work, emulator.pid, repeat)
                     results.append(result)
                     print(row(result), flush=True)
+                    for line in result.pauses:
+                        print(line, flush=True)
     if args.repeat > 1:
         results = medians(results, clients, steps)
         print(f"\nMedians over {args.repeat} repeats:\n{HEADER}")

@@ -147,3 +147,52 @@ def stop_group(proc: subprocess.Popen, grace_s: float = 10.0) -> None:
     except ProcessLookupError:
         pass
     proc.wait()
+
+
+def child_run(command: list[str]) -> tuple[float, float]:
+    """Wall seconds and peak resident MB (``getrusage`` of the child) of one run of
+    ``command`` in a fresh process, its output discarded; start-up included."""
+    started = time.perf_counter()
+    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - started
+    code = os.waitstatus_to_exitcode(status)
+    if code:
+        assert proc.stderr is not None
+        raise RuntimeError(f"{command} exited with {code}: {proc.stderr.read()!r}")
+    return wall, usage.ru_maxrss / 1024.0  # Linux reports KiB
+
+
+# A fixed amount of numpy work (sorts, a cumulative sum, a percentile: what summaries do)
+# in a fresh interpreter: the machine's pace at this moment, measured beside each figure.
+_REFERENCE = (
+    "import numpy as np\n"
+    "x = np.random.default_rng(0).lognormal(3.0, 0.4, 4_000_000)\n"
+    "for _ in range(3):\n"
+    "    np.sort(x); np.cumsum(x); np.percentile(x, [50, 99])\n"
+)
+
+
+def reference_s() -> tuple[float, float]:
+    """Wall seconds of ``python -c pass`` and of the numpy reference workload (each in a
+    fresh interpreter, the second's start-up included)."""
+    bare, _ = child_run([sys.executable, "-c", "pass"])
+    work, _ = child_run([sys.executable, "-c", _REFERENCE])
+    return bare, work
+
+
+def timed_runs(command: list[str], repeat: int, label: str, target_s: float) -> list[tuple]:
+    """Run ``command`` ``repeat`` times, each beside the reference workload; print and return
+    (wall s, peak MB, reference s, wall / reference) per run."""
+    rows = []
+    for i in range(repeat):
+        bare, work = reference_s()
+        wall, peak_mb = child_run(command)
+        rows.append((wall, peak_mb, work, wall / work))
+        print(
+            f"run {i + 1}: {label} {wall:.2f} s wall, start-up included (target < {target_s:g} s),"
+            f" peak memory {peak_mb:,.0f} MB; reference {work:.2f} s "
+            f"(python -c pass {bare * 1000:.0f} ms): ratio {wall / work:.2f}",
+            flush=True,
+        )
+    return rows

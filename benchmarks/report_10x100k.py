@@ -5,9 +5,10 @@ Writes (once) a bench folder through ``RecordWriter``: two profiles × five open
 (20 … 100 req/s), 100,000 records per run with 32 inter-token gaps each (3.2 M gaps per run),
 TTFT rising with the rate, 0.5 % failures, ``/metrics`` samples every 2 s and load-generator
 CPU samples, as ``vprof bench`` leaves them. Then runs ``vprof report`` on it as a user would
-(a fresh interpreter, with ``--slo``, ``--rps`` and ``--gpu-hour-price``), and times the
-parts in-process: summaries, the plan, the pictures (curves, timelines), the comparisons and
-the HTML.
+(a fresh interpreter, with ``--slo``, ``--rps`` and ``--gpu-hour-price``: wall time with
+start-up, the child's peak memory, and the ratio to a reference workload measured beside it,
+see ``measure.reference_s``), and times the parts in-process: summaries, the plan, the
+pictures (curves, timelines), the comparisons and the HTML.
 
     .venv/bin/python benchmarks/report_10x100k.py
     .venv/bin/python benchmarks/report_10x100k.py --n-boot 200 --repeat 3
@@ -16,11 +17,12 @@ the HTML.
 from __future__ import annotations
 
 import argparse
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from measure import timed_runs
 
 T0 = 1_800_000_000.0
 PROFILES = {"baseline": 100.0, "chunked-256": 80.0}  # TTFT at the lowest rate, ms
@@ -143,7 +145,7 @@ def write_bench(root: Path, n: int, gaps: int) -> None:
             print(f"  wrote {run.name}", flush=True)
 
 
-def phases(bench: Path, n_boot: int) -> dict[str, float]:
+def phases(bench: Path, n_boot: int | None) -> dict[str, float]:
     """Seconds per part of a report, in-process (numpy, pandas, pyarrow already imported)."""
     from vprof.analysis import compare, expand_runs, load_run, plan
     from vprof.analysis.run import display_names, summarize_loaded
@@ -178,10 +180,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=int, default=100_000, help="per run")
     parser.add_argument("--gaps", type=int, default=32, help="inter-token gaps per request")
-    from vprof.analysis.compare import DEFAULT_N_BOOT
-
-    parser.add_argument("--n-boot", type=int, default=DEFAULT_N_BOOT, help="as `vprof report`")
-    parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument(
+        "--n-boot", type=int, default=None, help="as `vprof report` (default: sized by precision)"
+    )
+    parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--dir", type=Path, default=Path(tempfile.gettempdir()) / "vprof-report")
     parser.add_argument("--rewrite", action="store_true")
     args = parser.parse_args()
@@ -213,15 +215,11 @@ def main() -> None:
         "--n-boot",
         str(args.n_boot),
     ]
-    for i in range(args.repeat):
-        started = time.perf_counter()
-        subprocess.run(command, check=True, capture_output=True)
-        wall = time.perf_counter() - started
-        size_mb = out.stat().st_size / 1e6
-        print(
-            f"run {i + 1}: vprof report {wall:.2f} s wall (target < 2 s), "
-            f"HTML {size_mb:.2f} MB (target < 5 MB), --n-boot {args.n_boot}"
-        )
+    if args.n_boot is None:
+        command = command[:-2]  # as a user runs it: resamples sized by precision
+    timed_runs(command, args.repeat, "vprof report", 2.0)
+    size_mb = out.stat().st_size / 1e6
+    print(f"  HTML {size_mb:.2f} MB (target < 5 MB), --n-boot {args.n_boot or 'sized'}")
     import pandas  # noqa: F401  (every path imports it; left out of the parts below)
 
     for name, seconds in phases(bench, args.n_boot).items():

@@ -8,8 +8,11 @@ loop at 200 req/s with schedule lag, lognormal TTFT, 64 inter-token gaps per com
 request — 65 output tokens — 1 % failures with no gaps, Arrow batches of 1000 as the
 Locust side writes them). Then runs ``vprof summarize RUN`` as a user would (a fresh
 interpreter; wall time and the child's peak resident set, which counts the pages of the
-memory-mapped records file it touched), and times ``summarize_run`` in-process with its
-two halves: reading the folder (``load_run``) and computing (``summarize``).
+memory-mapped records file it touched), beside a fixed reference workload measured in the same
+moment (numpy work in a fresh interpreter, see ``measure.reference_s``) whose ratio compares
+figures taken while the shared machine was busy or quiet; and times ``summarize_run``
+in-process with its two halves: reading the folder (``load_run``) and computing
+(``summarize``).
 
     .venv/bin/python benchmarks/summarize_1m.py                 # write (once) and time
     .venv/bin/python benchmarks/summarize_1m.py --records 200000 --repeat 5
@@ -22,11 +25,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from measure import timed_runs
 
 T0 = 1_800_000_000.0
 
@@ -98,18 +102,6 @@ def write_run(path: Path, n: int, gaps: int, seed: int = 0) -> float:
     return time.perf_counter() - started
 
 
-def cli_run(command: list[str]) -> tuple[float, float]:
-    """Wall seconds and peak resident MB of one run of ``command`` (its output discarded)."""
-    started = time.perf_counter()
-    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    _, status, usage = os.wait4(proc.pid, 0)
-    wall = time.perf_counter() - started
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    if proc.returncode:
-        raise RuntimeError(f"{command} exited with {proc.returncode}: {proc.stderr.read()!r}")
-    return wall, usage.ru_maxrss / 1024.0  # Linux reports KiB
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=int, default=1_000_000)
@@ -139,12 +131,8 @@ def main() -> None:
         "--slo",
         "ttft_p95=500ms",
     ]
-    for i in range(args.repeat):
-        wall, peak_mb = cli_run(command)
-        print(
-            f"run {i + 1}: vprof summarize {wall:.2f} s wall (target < 1.5 s), "
-            f"peak memory {peak_mb:,.0f} MB (target < 600 MB)"
-        )
+    timed_runs(command, args.repeat, "vprof summarize", 1.5)
+    print("  (peak memory target < 600 MB; the ratio is against the reference workload)")
     summary = None
     for i in range(args.repeat):
         wall, cpu = time.perf_counter(), time.process_time()

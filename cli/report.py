@@ -123,7 +123,7 @@ def comparison_parts(
     A literal ``vs`` among ``runs`` separates explicit groups; otherwise repeats of one
     configuration are grouped. Notes for the reader go to stderr.
     """
-    from vprof.analysis.compare import DEFAULT_METRICS, DEFAULT_N_BOOT, cell_key
+    from vprof.analysis.compare import DEFAULT_METRICS, cell_key
     from vprof.analysis.compare import TABLE_COLUMNS as COMPARE_TABLE_COLUMNS
     from vprof.analysis.compare import compare as compare_runs
     from vprof.analysis.run import json_safe
@@ -136,7 +136,7 @@ def comparison_parts(
     frame = compare_runs(
         groups,
         metrics=metrics or DEFAULT_METRICS,
-        n_boot=n_boot or DEFAULT_N_BOOT,
+        n_boot=n_boot,
         seed=seed,
         detect=detect,
     )
@@ -214,7 +214,8 @@ def summarize(
     "--n-boot",
     type=click.IntRange(1, 100_000),
     default=None,
-    help="Bootstrap resamples for one-run-a-side intervals (default: compare's).",
+    help="Bootstrap resamples for one-run-a-side intervals (default: as many as a ±0.2 "
+    "percentage-point precision needs).",
 )
 @click.option("--seed", default=0, show_default=True, help="Bootstrap seed.")
 @click.option(

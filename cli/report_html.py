@@ -49,7 +49,8 @@ from vprof.records.rundir import REPORT_FILE
     "--n-boot",
     default=None,
     type=int,
-    help="Bootstrap resamples for comparisons (default: compare's).",
+    help="Bootstrap resamples for comparisons (default: as many as a ±0.2 percentage-point "
+    "precision needs).",
 )
 @click.option(
     "--seed", default=0, show_default=True, help="Seed for the bootstrap and curve sampling."

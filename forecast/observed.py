@@ -54,7 +54,6 @@ def load_observed(path: str | Path) -> Observed:
     cannot be used: no records, no KV cache size, or not a run at all."""
     import numpy as np
 
-    from vprof.analysis.columns import from_records
     from vprof.analysis.run import load_run, summarize_loaded
     from vprof.records.rundir import RunDir
 
@@ -69,7 +68,7 @@ def load_observed(path: str | Path) -> Observed:
             hint="runs that vprof launched keep it; for a server given with --url, fit needs "
             "its cache config from /metrics",
         )
-    cols = from_records(run.records)
+    cols = run.columns
     f = cols.floats
     sent = f["sent_at"]
     has_sent = np.isfinite(sent)

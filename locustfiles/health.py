@@ -14,11 +14,16 @@ Lag alone does not say *whose* fault it is: a loop that wakes late because it ha
 to do is a client at its limit; a loop that wakes late because another process held the cores
 (a vLLM server on the same two cores) is a client whose clock is disturbed but which asks for
 little. CPU plus wait — the thread's *demand* for a core — tells them apart.
+
+What holds the loop in one piece is named too (:class:`Pauses`): each sample says the time
+spent, and the longest single stretch, in the work known to pause it — garbage collection
+and shipping records to the master — beside the longest late wake-up (``loop_lag_max_ms``).
 """
 
 import locust  # noqa: F401  (first: gevent patching)
 
 import bisect
+import gc
 import os
 import time
 from collections.abc import Callable
@@ -129,10 +134,57 @@ def _main_thread_wait_s() -> float | None:
         return None
 
 
+class Pauses:
+    """Time the event loop spent, in all and at most at once, in known pauses since the last
+    sample: ``gc`` (the garbage collector, timed by ``gc.callbacks``) and what others
+    :meth:`add` (``ship``: records handed on, packed and sent to the master by a worker or
+    written to the records file by a local runner)."""
+
+    KINDS = ("gc", "ship")
+
+    def __init__(self) -> None:
+        self._total = dict.fromkeys(self.KINDS, 0.0)
+        self._max = dict.fromkeys(self.KINDS, 0.0)
+        self._gc_started = 0.0
+        gc.callbacks.append(self._on_gc)
+
+    def _on_gc(self, phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            self._gc_started = time.perf_counter()
+        elif self._gc_started:
+            self.add("gc", (time.perf_counter() - self._gc_started) * 1000.0)
+
+    def add(self, kind: str, ms: float) -> None:
+        self._total[kind] += ms
+        self._max[kind] = max(self._max[kind], ms)
+
+    def take(self) -> dict[str, float]:
+        out = {}
+        for kind in self.KINDS:
+            out[f"{kind}_ms"], out[f"{kind}_max_ms"] = self._total[kind], self._max[kind]
+            self._total[kind] = self._max[kind] = 0.0
+        return out
+
+
+PAUSES = Pauses()  # this process's
+
+
+def install(environment: Any) -> None:
+    """At each test's start, before its users spawn: collect, then freeze what the process
+    holds (modules, the workload's tables, the tokenizer), so the garbage collector's full
+    passes during the test walk only what the test made, and pause the loop less."""
+
+    @environment.events.test_start.add_listener
+    def _freeze(**_: Any) -> None:
+        gc.collect()
+        gc.freeze()
+
+
 def run_sampler(name: Callable[[], str], emit: Callable[[dict[str, Any]], None]) -> None:
     """Forever: every ``SAMPLE_INTERVAL_S`` emit one health sample (run it in a greenlet)."""
     probe, cpu = LagProbe().start(), CpuMeter()
     while True:
         gevent.sleep(SAMPLE_INTERVAL_S)
         # The name is read each time: a worker learns its index only after it connects.
-        emit({"t": wall_now(), "worker": name(), **cpu.take(), **probe.take()})
+        sample = {"t": wall_now(), "worker": name(), **cpu.take(), **probe.take()}
+        emit(sample | PAUSES.take())

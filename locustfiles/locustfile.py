@@ -23,7 +23,7 @@ import gevent
 
 from vprof.common.clock import wall_now
 from vprof.common.errors import VprofError
-from vprof.locustfiles import collect, lifeline, testplan, workerloss
+from vprof.locustfiles import collect, health, lifeline, testplan, workerloss
 from vprof.locustfiles.balance import parse_hosts
 from vprof.locustfiles.options import effective_shape, opt
 from vprof.locustfiles.optiontable import STOP_TIMEOUT_S
@@ -44,12 +44,18 @@ class TrafficShape(TrafficShapeBase):
 
 @events.init.add_listener
 def _on_init(environment: Any, **_: Any) -> None:
-    if environment.stop_timeout == 0:
+    cut_s = float(opt(environment, "cut_in_flight_s", -1.0))
+    if cut_s >= 0:
+        # A level of a ladder: answers still in flight shortly after its end are cut off
+        # (cancelled) so the next level starts on a server with nothing running.
+        environment.stop_timeout = cut_s
+    elif environment.stop_timeout == 0:
         # Let streams in flight finish at the end of a test instead of killing them mid-answer.
         environment.stop_timeout = STOP_TIMEOUT_S
     if environment.runner is None:
         return
     collect.install(environment)
+    health.install(environment)
     testplan.install(environment)
     workerloss.install(environment)
     lifeline.install(environment)

@@ -19,6 +19,13 @@ DEFAULT_REQUEST_TIMEOUT_S = 300.0
 STOP_TIMEOUT_S = 60
 ENDPOINT_CHOICES = ("", "completions", "chat", "generate")
 ARRIVAL_CHOICES = ("", "constant", "poisson", "gamma")
+# A level of a ladder (sweep load, tune) or an alternating run ends without waiting for every
+# answer: what is still in flight this long after the shape's end is cut off (recorded as
+# cancelled), so the next level starts on a server with nothing running.
+CUT_IN_FLIGHT_S = 0.25
+# Open loop: the schedule's epoch is this far after the test's start, so every worker has the
+# schedule in time (a level that cuts its end takes it out of its warm-up: runs.measure).
+OPEN_LOOP_LEAD_S = 2.0
 # How much longer than its traffic shape (and the stop timeout) a load generator may take
 # before its parent stops it as hung.
 FINISH_GRACE_S = 30.0
@@ -159,6 +166,13 @@ OPTIONS: tuple[LoadOption, ...] = (
         float,
         DEFAULT_SLICE_WARMUP_S,
         "With --sides: the first seconds of each slice are not measured (the last side drains).",
+    ),
+    LoadOption(
+        "--cut-in-flight-s",
+        float,
+        -1.0,
+        "At the test's end, cut off answers still in flight after this many seconds (recorded "
+        "as cancelled) instead of waiting up to the stop timeout for them; -1: wait.",
     ),
     LoadOption(
         "--on-worker-loss",

@@ -14,7 +14,8 @@ from typing import Any
 
 from vprof.locustfiles.collect import fault
 from vprof.locustfiles.options import effective_shape, opt
-from vprof.locustfiles.testplan import OPEN_LOOP_LEAD_S, drain_workers
+from vprof.locustfiles.optiontable import OPEN_LOOP_LEAD_S
+from vprof.locustfiles.testplan import drain_workers
 from vprof.traffic.shape import TrafficShape
 
 

@@ -38,13 +38,13 @@ from vprof.common.clock import wall_now
 from vprof.common.errors import VprofError
 from vprof.locustfiles.collect import fault, finished_workers, ship_to_master
 from vprof.locustfiles.options import effective_shape, opt
+from vprof.locustfiles.optiontable import OPEN_LOOP_LEAD_S
 from vprof.locustfiles.sessionqueue import SessionQueue
 from vprof.traffic.shape import TrafficShape, arrival_offsets, partition
 from vprof.traffic.slices import STRIDE, SliceSchedule, alternating_arrivals, parse_sides
 
 RUN_MESSAGE = "vprof_run"
 DRAIN_MESSAGE = "vprof_drain"
-OPEN_LOOP_LEAD_S = 2.0  # the epoch is this far ahead so every worker has the schedule in time
 CONFIG_WAIT_S = 30.0
 
 log = logging.getLogger("vprof")

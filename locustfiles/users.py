@@ -41,7 +41,7 @@ from vprof.locustfiles.optiontable import DEFAULT_BALANCE, DEFAULT_REQUEST_TIMEO
 from vprof.locustfiles.stream import NdjsonScanner, SseScanner, StreamError, StreamResult
 from vprof.locustfiles.testplan import state
 from vprof.locustfiles.transport import ConnectError, Connection, ConnectTimeout, ResponseError
-from vprof.records.schema import FIELDS, RequestRecord, Status
+from vprof.records.schema import CUT_AT_END, FIELDS, RequestRecord, Status
 from vprof.traffic.slices import parse_sides
 from vprof.workloads.sessions import start_session
 
@@ -450,7 +450,8 @@ class LLMUser(User):
             raise
         except BaseException as exc:  # GreenletExit at the end of a test, Ctrl-C
             record.status = Status.CANCELLED.value
-            record.error = f"cut off: {type(exc).__name__}"
+            ended = isinstance(exc, gevent.GreenletExit)
+            record.error = CUT_AT_END if ended else f"cut off: {type(exc).__name__}"
             raise
         finally:
             if replica >= 0:

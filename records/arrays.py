@@ -17,7 +17,18 @@ def _chunks(column: Any) -> list[Any]:
         return [column]
     if column.num_chunks == 1:
         return [column.chunk(0)]
-    return [column.combine_chunks()] if column.num_chunks else []
+    return [combined(column)] if column.num_chunks else []
+
+
+def combined(column: Any) -> Any:
+    """A chunked column joined into one array (a copy); the pages of the memory-mapped records
+    file it came from are handed back (:func:`vprof.records.store.release_file_of`), so a
+    column read is resident once, as its copy."""
+    from vprof.records.store import release_file_of
+
+    whole = column.combine_chunks()
+    release_file_of(column)
+    return whole
 
 
 def _valid(chunk: Any) -> Any:
@@ -98,7 +109,7 @@ def encoded(column: Any, default: str) -> tuple[Any, Any]:
 
     if not len(column):
         return np.array([default], dtype=object), np.zeros(0, dtype=np.int32)
-    whole = column.combine_chunks() if hasattr(column, "chunks") else column
+    whole = combined(column) if hasattr(column, "chunks") else column
     dictionary = pc.dictionary_encode(whole)
     labels = [default if v is None else v for v in dictionary.dictionary.to_pylist()]
     indices = dictionary.indices

@@ -28,6 +28,10 @@ class Status(StrEnum):
     CANCELLED = "cancelled"  # cut off at the end of a test or by Ctrl-C
 
 
+# The error of a request cut off in flight because its test (a ladder's level) ended: its
+# outcome is unknown, only that it took longer than its age then (see analysis.summary).
+CUT_AT_END = "cut off: the test ended"
+
 NAN = math.nan
 
 # The load generator's health samples (``loadgen.jsonl``) carry a histogram of event-loop lag:
@@ -259,28 +263,37 @@ def check_values(table: Any, path: str) -> None:
     for name in ("request_id", "status"):
         if table.column(name).null_count:
             refuse(name, ~arrays.bools(table.column(name).is_valid()), "no value")
+
+    def whole(name: str) -> Any:
+        """A column joined into one array (the file's pages stay until the reader is done)."""
+        return table.column(name).combine_chunks()
+
+    def low_high(name: str) -> tuple[float, float]:
+        # fmin/fmax skip NaN (not reached): one pass each, no mask unless something is out
+        # of range.
+        values = arrays.floats(whole(name))
+        if not values.size:
+            return math.nan, math.nan
+        return np.fmin.reduce(values), np.fmax.reduce(values)
+
     first, last = math.inf, -math.inf
     for f in fields(RequestRecord):
         if f.type == "float":
-            values = arrays.floats(table.column(f.name))
-            # fmin/fmax skip NaN (not reached) and copy nothing: one pass each, no mask
-            # unless something is out of range.
-            lo, hi = (np.fmin.reduce(values), np.fmax.reduce(values)) if values.size else (0, 0)
+            lo, hi = low_high(f.name)
             if math.isnan(lo):
                 continue
-            if f.name.endswith("_at"):
+            is_time = f.name.endswith("_at")
+            top = MAX_EPOCH_S if is_time else MAX_DURATION_MS
+            if is_time:
                 first, last = min(first, float(lo)), max(last, float(hi))
-                if lo < 0 or hi > MAX_EPOCH_S:
-                    bad = (values < 0) | (values > MAX_EPOCH_S)
-                    refuse(
-                        f.name, bad, f"{float(values[bad][0]):g}, not a time (seconds since 1970)"
-                    )
-            elif lo < 0 or hi > MAX_DURATION_MS:
-                bad = (values < 0) | (values > MAX_DURATION_MS)
-                refuse(f.name, bad, f"{float(values[bad][0]):g}, not a duration in ms")
+            if lo < 0 or hi > top:
+                values = arrays.floats(table.column(f.name))
+                bad = (values < 0) | (values > top)
+                what = "not a time (seconds since 1970)" if is_time else "not a duration in ms"
+                refuse(f.name, bad, f"{float(values[bad][0]):g}, {what}")
         elif f.name in _INT_RANGES:
             low, high = _INT_RANGES[f.name]
-            values = arrays.ints(table.column(f.name), fill=low)
+            values = arrays.ints(whole(f.name), fill=low)
             if values.size and (values.min() < low or values.max() > high):
                 bad = (values < low) | (values > high)
                 refuse(f.name, bad, f"{int(values[bad][0]):,}, outside {low}…{high:,}")

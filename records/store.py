@@ -178,7 +178,8 @@ def read_records_file(path: Path) -> RecordsFile:
     if path.is_dir():
         raise RunError("a folder, not a records file", path=where)
     try:
-        source = pa.BufferReader(_map(path))
+        mapped = _map(path)
+        source = pa.BufferReader(mapped)
     except FileNotFoundError:
         raise RunError("no records file", path=where) from None
     except (OSError, ValueError, pa.ArrowException) as exc:
@@ -219,6 +220,7 @@ def read_records_file(path: Path) -> RecordsFile:
             break
         batches.append(batch)
         ends.append(source.tell())
+        release_buffer(mapped.slice(ends[-2], ends[-1] - ends[-2]))  # read: hand its pages back
     if malformed and not batches:
         raise RunError(
             f"not vprof's records: {malformed}",
@@ -231,11 +233,14 @@ def read_records_file(path: Path) -> RecordsFile:
     try:
         check_values(table, where)
     except RunError as exc:
+        release_buffer(mapped)
         good = _valid_batches(batches, reader.schema, where)
         if good == 0:
             raise
         table = conform(pa.Table.from_batches(batches[:good], schema=reader.schema), where)
         return RecordsFile(table, good, size - ends[good], damage=exc.message)
+    # Checking read every batch: hand the pages back, so only what is used later is resident.
+    release_buffer(mapped)
     if malformed:
         return RecordsFile(table, len(batches), size - end, damage=malformed)
     return RecordsFile(table, len(batches), torn)
@@ -286,6 +291,34 @@ def release(values: Any) -> None:
                 first = (address - start) // page * page
                 try:
                     mapping.madvise(mmap.MADV_DONTNEED, first, address + nbytes - start - first)
+                except (ValueError, OSError):
+                    pass  # closed meanwhile, or not permitted: the pages stay, nothing is lost
+                return
+
+
+def release_buffer(buffer: Any) -> None:
+    """:func:`release` every page of an Arrow buffer (a whole mapped file, a column's values)."""
+    import numpy as np
+
+    if buffer is not None and buffer.size:
+        release(np.frombuffer(buffer, dtype=np.uint8))
+
+
+def release_file_of(column: Any) -> None:
+    """Hand back every page of the memory-mapped records file a column (or chunk) was read
+    from. Reading a column of a batch maps the pages around it too (the OS reads ahead), so
+    after a column has been read or copied the whole file is handed back, not its bytes."""
+    chunks = column.chunks if hasattr(column, "chunks") else [column]
+    buffers = [b for chunk in chunks[:1] for b in chunk.buffers() if b is not None and b.size]
+    if not buffers:
+        return
+    address = buffers[-1].address
+    with _MAPPINGS_LOCK:
+        for start, end, ref in _MAPPINGS:
+            mapping = ref()
+            if mapping is not None and start <= address < end:
+                try:
+                    mapping.madvise(mmap.MADV_DONTNEED)
                 except (ValueError, OSError):
                     pass  # closed meanwhile, or not permitted: the pages stay, nothing is lost
                 return

@@ -100,7 +100,12 @@ def build_data(
     if groups and progress is not None:
         progress(
             f"comparing {len(groups)} group(s) of runs under the same traffic with "
-            f"{opts.n_boot:,} bootstrap resamples (--n-boot sets how many)"
+            + (
+                f"{opts.n_boot:,} bootstrap resamples"
+                if opts.n_boot is not None
+                else "as many bootstrap resamples as their precision needs"
+            )
+            + " (--n-boot sets how many)"
         )
     comparisons = [_compare(runs, summaries, ids, group, opts) for group in groups]
     alternated = _alternating_cells(loaded, runs, sides)
@@ -209,7 +214,7 @@ def _compare(
         "traffic": first.get(K.TRAFFIC),
         "run_ids": [ids[i] for i in group],
         "baseline_id": ids[group[0]],
-        "n_boot": opts.n_boot,
+        "n_boot": frame.attrs.get("n_boot", opts.n_boot),
         "seed": opts.seed,
         "rows": rows,
     }

@@ -7,7 +7,6 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from vprof.analysis.compare import DEFAULT_N_BOOT  # the report's intervals are compare's
 from vprof.common.errors import ReportError
 
 DEFAULT_HEADROOM = 0.2  # as `vprof plan`
@@ -22,7 +21,7 @@ class ReportOptions:
     headroom: float = DEFAULT_HEADROOM
     gpu_hour_price: float | None = None
     baseline: str | None = None
-    n_boot: int = DEFAULT_N_BOOT
+    n_boot: int | None = None  # None: as many as compare's precision needs
     seed: int = 0
     title: str | None = None
     model: Any = None  # a vprof.forecast ForecastModel: predicted curves beside the runs
@@ -58,7 +57,7 @@ def check_options(
     headroom: float = DEFAULT_HEADROOM,
     gpu_hour_price: float | None = None,
     baseline: str | None = None,
-    n_boot: int | None = DEFAULT_N_BOOT,
+    n_boot: int | None = None,
     seed: int = 0,
     title: str | None = None,
     model: str | None = None,
@@ -89,9 +88,9 @@ def check_options(
                 f"the price of a GPU-hour must be positive, got {gpu_hour_price:g}",
                 key="--gpu-hour-price",
             )
-    if n_boot is None:
-        n_boot = DEFAULT_N_BOOT
-    if isinstance(n_boot, bool) or not isinstance(n_boot, int) or not 0 <= n_boot <= 100_000:
+    if n_boot is not None and (
+        isinstance(n_boot, bool) or not isinstance(n_boot, int) or not 0 <= n_boot <= 100_000
+    ):
         raise ReportError(f"--n-boot must be a whole number from 0 to 100000, got {n_boot!r}")
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise ReportError(f"--seed must be a whole number of 0 or more, got {seed!r}")

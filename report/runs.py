@@ -37,12 +37,11 @@ _FLOATS = ("scheduled_at", "sent_at", "first_token_at", "last_token_at", "finish
 
 
 def columns(run: Run) -> dict[str, Any]:
-    """The record columns the pictures need, as numpy arrays (read once per run)."""
-    import numpy as np
-
-    table = run.records
-    cols = {name: table.column(name).to_numpy().astype(np.float64) for name in _FLOATS}
-    cols["status"] = np.asarray(table.column("status").to_numpy(zero_copy_only=False), dtype=str)
+    """The record columns the pictures need, as numpy arrays (the run's own, read once and
+    shared with its summary); ``ok`` is True where a record's status is ok."""
+    shared = run.columns
+    cols = {name: shared.floats[name] for name in _FLOATS}
+    cols["ok"] = shared.status.isin("ok")
     return cols
 
 
@@ -54,17 +53,13 @@ def _completed(cols: dict[str, Any], warmup_until: float | None) -> Any:
     keep = np.ones(started.size, dtype=bool)
     if warmup_until is not None:
         keep &= ~(started < warmup_until)
-    return keep & (cols["status"] == "ok")
+    return keep & cols["ok"]
 
 
 def distributions(
     run: Run, summary: dict[str, Any], cols: dict[str, Any], *, seed: int = 0
 ) -> dict[str, Any]:
     """Per metric: the curve (downsampled) and the summary's percentiles (from every value)."""
-    import numpy as np
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
     ok = _completed(cols, run.warmup_until)
     if int(ok.sum()) != summary.get(K.COMPLETED):
         raise RuntimeError(
@@ -74,8 +69,7 @@ def distributions(
     out: dict[str, Any] = {}
     for metric in METRICS:
         if metric == "itl":
-            chosen = pc.filter(run.records.column("itl_ms"), pa.array(ok))
-            values = pc.list_flatten(chosen).to_numpy() if len(chosen) else np.empty(0)
+            values = run.columns.gaps(ok)[0]  # the gaps of those requests, in record order
         else:
             values = cols[_PER_REQUEST[metric]][ok]
         curve = cdf_curve(values, seed=seed)
@@ -112,7 +106,7 @@ def timelines(run: Run, summary: dict[str, Any], cols: dict[str, Any]) -> dict[s
     ends = np.where(np.isnan(cols["finished_at"]), cols["last_token_at"], cols["finished_at"])
     last = np.nanmax(np.concatenate([ends, started]))
     interval_s = nice_interval_s(float(last - t0))
-    frame = timeline(run.records, interval_s)
+    frame = timeline(run.columns, interval_s)
     out: dict[str, Any] = {
         "t0": t0,
         "interval_s": interval_s,

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from vprof.common.errors import LaunchError, RunError
 from vprof.common.interrupt import interruption
+from vprof.locustfiles.optiontable import CUT_IN_FLIGHT_S
 from vprof.records.rundir import RunDir, RunState
 from vprof.runs.bench import check_before_running, retire_attempt, slug, workload_digest
 from vprof.runs.clientwatch import ClientWatch
@@ -506,6 +507,7 @@ class AlternatingBench:
                 slice_s=alt.slice_s,
                 slice_warmup_s=alt.warmup_s,
                 on_worker_loss=spec.on_worker_loss,
+                cut_in_flight_s=CUT_IN_FLIGHT_S,
             )
         )
         watch = ClientWatch(run)

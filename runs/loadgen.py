@@ -74,6 +74,7 @@ class LoadSpec:
     workers_expected: int = 0
     master_bind: str = ""
     request_id_prefix: str = ""  # X-Request-Id on every request (vprof calibrate matches them)
+    cut_in_flight_s: float = -1.0  # see optiontable.CUT_IN_FLIGHT_S; -1: wait for answers
 
     def options(self) -> dict[str, Any]:
         """vprof's own Locust options (by ``dest`` in ``optiontable.OPTIONS``)."""
@@ -92,6 +93,7 @@ class LoadSpec:
             "slice_warmup_s": self.slice_warmup_s,
             "on_worker_loss": self.on_worker_loss,
             "request_id_prefix": self.request_id_prefix,
+            "cut_in_flight_s": self.cut_in_flight_s,
         }
 
     def argv(self) -> list[str]:
@@ -192,6 +194,15 @@ class LoadProcess:
 
     def running(self) -> bool:
         return self.proc.poll() is None
+
+    def running_after(self, seconds: float) -> bool:
+        """Wait up to ``seconds`` for Locust to end (returning as soon as it does); True when
+        it still runs."""
+        try:
+            self.proc.wait(timeout=seconds)
+        except subprocess.TimeoutExpired:
+            return True
+        return False
 
     def stop(self, grace_s: float | None = None) -> int:
         """Ask Locust to stop (streams in flight may finish within its stop timeout; it writes

@@ -6,13 +6,18 @@ from __future__ import annotations
 import secrets
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from vprof.common.errors import LaunchError, RunError
 from vprof.common.interrupt import interruption
-from vprof.locustfiles.optiontable import FAULT_EXIT_CODE, FINISH_GRACE_S, STOP_TIMEOUT_S
+from vprof.locustfiles.optiontable import (
+    FAULT_EXIT_CODE,
+    FINISH_GRACE_S,
+    OPEN_LOOP_LEAD_S,
+    STOP_TIMEOUT_S,
+)
 from vprof.records.rundir import RunDir, RunState
 from vprof.runs.clientwatch import ClientWatch
 from vprof.runs.environment import client_versions, hardware, vllm_version
@@ -22,6 +27,9 @@ from vprof.runs.sampler import MetricsSampler
 from vprof.runs.spec import BenchSpec, Progress, RunOutcome
 
 FAULT_STOP_S = 10.0  # how long a load generator that cannot write is given to stop
+# After a level whose answers in flight were cut off: how long the server is given to drop
+# them (vLLM aborts a request whose client went away) before the next level starts anyway.
+IDLE_WAIT_S = 10.0
 
 if TYPE_CHECKING:
     from vprof.registry import Profile
@@ -345,7 +353,7 @@ def run_one(
             url=server.url,
             run_dir=run,
             workload=workload_file(spec, workload),
-            traffic=shape_to_json(shape),
+            traffic=shape_to_json(level_shape(shape, spec)),
             seed=spec.seed,
             salt=salt,
             model=server.profile.engine_args.get("served-model-name"),
@@ -356,6 +364,7 @@ def run_one(
             on_worker_loss=spec.on_worker_loss,
             workers_expected=spec.workers_expected,
             master_bind=spec.master_bind,
+            cut_in_flight_s=-1.0 if spec.cut_in_flight_s is None else spec.cut_in_flight_s,
         )
     )
     watch = ClientWatch(run)
@@ -374,8 +383,7 @@ def run_one(
     done_before: float | None = None  # the server's finished-request count when the run began
     state, reason = RunState.COMPLETED, ""
     try:
-        while load.running():
-            time.sleep(1.0)
+        while load.running_after(1.0):  # a level's end is seen at once, not a poll later
             while not load.events.empty():
                 say(f"\n  ! {load.events.get()}")
             if problem := load.output_error or sampler.write_error:
@@ -422,6 +430,10 @@ def run_one(
         rc = load.stop(grace_s=FAULT_STOP_S if reason and _is_write_fault(load, sampler) else None)
         sampler.stop(final_sample=state is not RunState.FAILED)
         probe.stop()
+        if spec.cut_in_flight_s is not None and spec.metrics and state is RunState.COMPLETED:
+            waited = wait_idle(server.replicas or (server.url,))
+            if waited is None:
+                say(f"\n  (the server still had requests running {IDLE_WAIT_S:g} s after the end)")
         _copy_log_segment(server.log_path, log_start, run.server_log)
         while not load.events.empty():
             say(f"\n  ! {load.events.get()}")
@@ -432,6 +444,42 @@ def run_one(
         summarize_run_folder(run, spec, say)  # after the state, which the summary repeats
         say(f"\n  {state}: {run.path}" + (f" — {reason.splitlines()[0]}" if reason else ""))
     return RunOutcome(run, server.profile.name, shape.name, state.value, reason, repeat)
+
+
+def level_shape(shape: TrafficShape, spec: BenchSpec) -> TrafficShape:
+    """The shape Locust runs. A level that cuts its end (``cut_in_flight_s``) also takes the
+    open-loop lead (users come up, the schedule is handed out) out of its warm-up instead of
+    adding it: its wall time is then its warm-up and measured time and little more."""
+    from dataclasses import replace
+
+    if spec.cut_in_flight_s is None or not shape.open_loop:
+        return shape
+    return replace(shape, warmup_s=max(0.0, shape.warmup_s - OPEN_LOOP_LEAD_S))
+
+
+def wait_idle(urls: Sequence[str], timeout_s: float = IDLE_WAIT_S) -> float | None:
+    """Poll the servers' ``/metrics`` until none has a request running or waiting; the seconds
+    that took, or None when they were still busy at ``timeout_s`` (or have no ``/metrics``)."""
+    import requests
+
+    from vprof.server.metrics import scrape
+
+    started = time.monotonic()
+    while True:
+        try:
+            busy = 0.0
+            for url in urls:
+                values = scrape(url, timeout_s=1.0)
+                busy += values.get("vllm:num_requests_running", 0.0)
+                busy += values.get("vllm:num_requests_waiting", 0.0)
+        except (requests.RequestException, ValueError):
+            return None
+        waited = time.monotonic() - started
+        if busy <= 0:
+            return waited
+        if waited > timeout_s:
+            return None
+        time.sleep(0.05)
 
 
 def how_it_ended(

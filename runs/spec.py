@@ -67,6 +67,9 @@ class BenchSpec:
     repeat: int = 1  # runs per profile × shape
     order: str = "interleaved"  # of the (profile, repeat) blocks: see runs.order
     fresh_server: bool = False  # restart the server between repeats of one profile
+    # a ladder's levels: answers in flight this long after a run's end are cut off (cancelled)
+    # and the server is let go idle before the next run; None: every answer is waited for
+    cut_in_flight_s: float | None = None
     extra_meta: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from vprof.analysis.keys import CLIENT_FIX, SummaryKey
 from vprof.common.errors import ProfileError, RunError, WorkloadError
+from vprof.locustfiles.optiontable import CUT_IN_FLIGHT_S
 from vprof.records.rundir import RunState, read_json, sweep_manifest, write_json_atomic
 from vprof.runs.spec import NOT_STARTED, SKIPPED
 from vprof.server.logparse import mentions_oom
@@ -344,7 +345,8 @@ def run_load_ladder(
     from vprof.runs.bench import run_bench
 
     shapes = load_ladder(traffic, levels)
-    outcomes = run_bench([profile], replace(spec, traffic=tuple(shapes)), say)
+    ladder = replace(spec, traffic=tuple(shapes), cut_in_flight_s=CUT_IN_FLIGHT_S)
+    outcomes = run_bench([profile], ladder, say)
     rows = [
         rung_row(Rung(shape.name, {}), [o for o in outcomes if o.traffic == shape.name])
         for shape in shapes

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from vprof.common.errors import LaunchError, ProfileError, RunError, WorkloadError
 from vprof.common.numbers import check_number, parse_number
+from vprof.locustfiles.optiontable import CUT_IN_FLIGHT_S
 from vprof.records.rundir import REPORT_FILE, TUNE_FIELDS, read_json, tune_manifest
 from vprof.runs.tuneevidence import OBJECTIVES, Objective
 from vprof.runs.tunesearch import SearchSettings
@@ -208,6 +209,7 @@ def prepare(request: TuneRequest, say: Say = lambda _: None) -> Prepared:
         tokenizer=request.tokenizer,
         fetch_tokenizer=request.fetch_tokenizer,
         extra_meta={"tune": {"profile": base.name, "slo": str(slo)}},
+        cut_in_flight_s=CUT_IN_FLIGHT_S,  # a level ends at its end (runs.measure)
     )
     prepared = Prepared(
         request,

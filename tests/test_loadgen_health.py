@@ -167,3 +167,58 @@ def test_a_few_users_are_called_healthy_and_256_users_overloaded(emulator, tmp_p
     assert busy["loadgen_verdict"].startswith("load generator overloaded: event-loop lag p99")
     # Per core, never above 100 % for one process (the main loop's own thread).
     assert 0 < busy["loadgen_max_cpu_percent"] <= 100.0
+
+
+def test_the_verdict_names_the_longest_loop_pause_and_the_pause_behind_it():
+    samples = [_sample(i, "w0", 1.5) for i in range(10)] + [
+        _sample(i, "w1", 1.5) for i in range(10)
+    ]
+    samples[13] |= {"loop_lag_max_ms": 24.0}
+    for s in samples:
+        s |= {"gc_ms": 1.0, "gc_max_ms": 0.4, "ship_ms": 2.0, "ship_max_ms": 0.3}
+    samples[13] |= {"gc_max_ms": 22.5}
+    stats = loadgen_stats(samples)
+    assert stats["loadgen_verdict"].endswith(
+        "longest loop pause 24.0 ms in w1 (garbage collection took up to 22.5 ms)"
+    )
+    assert stats["loadgen_cpu"]["w1"]["pauses"] == {"gc": 22.5, "ship": 0.3}
+    # samples from before pauses were timed: the verdict as it was
+    assert (
+        "longest loop pause"
+        not in loadgen_stats([_sample(i, "w0", 1.5) for i in range(9)])["loadgen_verdict"]
+    )
+
+
+def test_a_worker_ships_its_records_in_pieces_the_last_one_final():
+    import gc
+
+    from vprof.locustfiles import collect
+    from vprof.locustfiles.health import PAUSES
+
+    sent: list[dict] = []
+
+    class Runner:
+        def send_message(self, kind: str, data: dict) -> None:
+            assert kind == collect.RECORDS_MESSAGE
+            sent.append(data)
+
+    class Environment:
+        runner = Runner()
+
+    environment = Environment()
+    records = [{"request_id": f"r{i}", "itl_ms": [1.0] * 64, "status": "ok"} for i in range(700)]
+    for record in records:
+        collect.emit(environment, record)
+    collect._buffer(environment).health.append({"t": 1.0})
+    PAUSES.take()
+    collect.ship_to_master(environment, final=True)
+    assert len(sent) > 1  # 700 records of 64 gaps: more than one piece
+    assert [r for message in sent for r in message["records"]] == records  # all, in order
+    per_piece = [sum(len(r) + len(r["itl_ms"]) for r in m["records"]) for m in sent]
+    assert max(per_piece) < collect.SHIP_PIECE_VALUES + 70
+    assert [m["final"] for m in sent] == [False] * (len(sent) - 1) + [True]
+    assert [bool(m["health"]) for m in sent] == [False] * (len(sent) - 1) + [True]
+    gc.collect()
+    pauses = PAUSES.take()
+    assert pauses["ship_ms"] > 0 and pauses["ship_max_ms"] <= pauses["ship_ms"]
+    assert pauses["gc_ms"] > 0 and pauses["gc_max_ms"] <= pauses["gc_ms"]

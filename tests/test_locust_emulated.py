@@ -121,3 +121,25 @@ def test_a_server_that_cannot_be_asked_for_its_model_gives_error_records(tmp_pat
     assert 1 <= len(df) <= 6 and (df.status == "error").all()
     assert df.error.str.startswith("not sent: could not ask").all()
     assert "Traceback" not in out
+
+
+@pytest.mark.parametrize("emulator", [{"port": 18158, "ttft_ms": 50, "itl_ms": 500}],
+                         indirect=True)  # fmt: skip
+def test_a_level_cuts_its_answers_in_flight_soon_after_its_end(emulator, tmp_path: Path):
+    # 16 tokens at 500 ms: ~8 s an answer, each outliving the 2 s test; --cut-in-flight-s
+    # cuts them 0.5 s after the end instead of waiting up to the stop timeout.
+    import time
+
+    from vprof.records.schema import CUT_AT_END
+    from vprof.runs.measure import wait_idle
+
+    run_dir = tmp_path / "run"
+    started = time.monotonic()
+    run_locust(emulator.url, run_dir, "--workload", "tiny-smoke", "-u", "2", "-r", "2",
+               "-t", "2s", "--cut-in-flight-s", "0.5")  # fmt: skip
+    took = time.monotonic() - started
+    df = read_records(run_dir)
+    assert len(df) == 2 and (df.status == "cancelled").all(), df[["status", "error"]]
+    assert (df.error == CUT_AT_END).all()
+    assert took < 8.0  # not the answers' 8 s (start-up and the 2 s test included)
+    assert wait_idle([emulator.url], timeout_s=5.0) is not None  # the server dropped them

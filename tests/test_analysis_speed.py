@@ -1,0 +1,76 @@
+"""The fast paths of summaries and comparisons give the slow paths' numbers: the gap pass in
+two threads, columns read on first use, bootstrap resamples sized by the precision asked for."""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+
+import golden
+import pytest
+
+from vprof.analysis import compare, load_run
+from vprof.analysis.run import summarize_loaded
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("speed")
+    out = {}
+    for name, seed, open_loop, _, ttft_ms in golden.SYNTHETIC[:2]:
+        out[name] = golden.synthetic_run(root / name, seed, open_loop, 1500, ttft_ms)
+    return out
+
+
+def test_the_gap_pass_in_two_threads_gives_the_one_thread_summary(runs, monkeypatch):
+    from vprof.analysis import summary
+
+    path = runs["synthetic-open-a"]
+    one = summarize_loaded(load_run(path), slo=golden.SLO)
+    monkeypatch.setattr(summary, "_THREADED_GAPS", 1)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    monkeypatch.setattr(summary, "_GROUP_VALUES", 512)  # many steps in each half
+    cols = load_run(path).columns
+    assert len(summary._parts(cols)) == 2
+    two = summarize_loaded(load_run(path), slo=golden.SLO)
+    assert one.keys() == two.keys()
+    for key, value in one.items():
+        if key in ("mean_itl_ms", "std_itl_ms"):  # sums added in another order
+            assert math.isclose(value, two[key], rel_tol=1e-12), key
+        else:
+            assert value == two[key] or (value != value and two[key] != two[key]), key
+
+
+def test_a_summary_reads_only_the_columns_it_uses(runs):
+    run = load_run(runs["synthetic-open-a"])
+    summarize_loaded(run)
+    read = set(run.columns.floats._got)  # type: ignore[attr-defined]
+    assert "sent_at" in read and "ttft_ms" in read
+    assert "think_ms" not in read  # closed-loop sessions' think time: not an open-loop run's
+
+
+def test_bootstrap_resamples_are_sized_by_the_precision_asked_for(runs):
+    paths = [runs["synthetic-open-a"], runs["synthetic-open-b"]]
+    metrics = ["p95_ttft_ms", "p99_itl_ms"]
+    coarse = compare(paths, metrics=metrics, precision_pct=5.0)
+    fine = compare(paths, metrics=metrics, precision_pct=0.5)
+    from vprof.analysis.bootstrap import MAX_SIZED_N_BOOT, PILOT_N_BOOT
+
+    assert coarse.attrs["n_boot"] == PILOT_N_BOOT
+    assert PILOT_N_BOOT < fine.attrs["n_boot"] <= MAX_SIZED_N_BOOT
+    # the point estimates are the summaries' whatever the count; the intervals agree
+    assert list(coarse["value"]) == list(fine["value"])
+    for a, b in zip(coarse["ci_low_pct"], fine["ci_low_pct"], strict=True):
+        assert abs(a - b) < 10.0
+    # a count given is drawn exactly
+    assert compare(paths, metrics=metrics, n_boot=300).attrs["n_boot"] == 300
+
+
+def test_a_precision_that_is_not_a_positive_number_is_refused(runs):
+    from vprof.common.errors import RunError
+
+    paths = [runs["synthetic-open-a"], runs["synthetic-open-b"]]
+    for bad in (0.0, -1.0, math.nan, math.inf):
+        with pytest.raises(RunError, match="precision"):
+            compare(paths, metrics=["p95_ttft_ms"], precision_pct=bad)
