@@ -24,32 +24,29 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from vprof.analysis.keys import HEADLINE_KEYS
+from vprof.analysis.keys import SummaryKey as K
 from vprof.traffic.slices import SliceSchedule
 
 if TYPE_CHECKING:
     from vprof.analysis.run import Run
 
 # What precision and --precision judge by default: the figures a user picks settings on.
-HEADLINE_METRICS: tuple[str, ...] = (
-    "request_throughput",
-    "median_ttft_ms",
-    "p95_ttft_ms",
-    "median_tpot_ms",
-)
+HEADLINE_METRICS = HEADLINE_KEYS
 SLICE_METRICS: tuple[str, ...] = (
-    "median_ttft_ms",
-    "p95_ttft_ms",
-    "p99_ttft_ms",
-    "median_tpot_ms",
-    "p95_tpot_ms",
-    "median_itl_ms",
-    "p95_itl_ms",
-    "p99_itl_ms",
-    "median_e2el_ms",
-    "p95_e2el_ms",
-    "request_throughput",
-    "output_throughput",
-    "error_rate",
+    K.MEDIAN_TTFT_MS,
+    K.P95_TTFT_MS,
+    K.P99_TTFT_MS,
+    K.MEDIAN_TPOT_MS,
+    K.P95_TPOT_MS,
+    K.MEDIAN_ITL_MS,
+    K.P95_ITL_MS,
+    K.P99_ITL_MS,
+    K.MEDIAN_E2EL_MS,
+    K.P95_E2EL_MS,
+    K.REQUEST_THROUGHPUT,
+    K.OUTPUT_THROUGHPUT,
+    K.ERROR_RATE,
 )
 _LATENCY_STATS = {"median": 50.0, "p90": 90.0, "p95": 95.0, "p99": 99.0}
 
@@ -144,8 +141,8 @@ def slice_values(run: Run, metrics: Sequence[str] = SLICE_METRICS) -> list[dict[
             "block": schedule.block_of(k),
             "side": alt.sides[schedule.side_of(k)].name,
             "phase": alt.phase,
-            "requests": int(keep.sum()),
-            "completed": int(ok.sum()),
+            K.REQUESTS: int(keep.sum()),
+            K.COMPLETED: int(ok.sum()),
         }
         window_s = high - low
         for metric in metrics:
@@ -165,11 +162,11 @@ def _slice_metric(
 ) -> float:
     import numpy as np
 
-    if metric == "request_throughput":
+    if metric == K.REQUEST_THROUGHPUT:
         return float(ok.sum()) / window_s
-    if metric == "output_throughput":
+    if metric == K.OUTPUT_THROUGHPUT:
         return float(np.maximum(cols.ints["completion_tokens"][ok], 0).sum()) / window_s
-    if metric == "error_rate":
+    if metric == K.ERROR_RATE:
         attempted = int(ok.sum() + (keep & failed).sum())
         return float((keep & failed).sum()) / attempted if attempted else math.nan
     stat, _, rest = metric.partition("_")

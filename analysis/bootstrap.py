@@ -15,6 +15,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from vprof.analysis.keys import stat_key
+
 STAT = re.compile(
     r"^(?P<stat>mean|median|std|p\d+(?:\.\d+)?)_(?P<metric>ttft|tpot|itl|e2el|"
     r"ttft_from_schedule|e2el_from_schedule)_ms$"
@@ -104,7 +106,7 @@ def all_bootstraps(
         for family, stats in families.items():
             values = _bootstrap(_sample(cols, ok, family, rng), stats, n_boot, rng)
             for stat in stats:
-                boots[f"{stat}_{family}_ms"] = values[stat]
+                boots[stat_key(stat, family)] = values[stat]
         out.append(boots)
     return out
 
@@ -148,7 +150,7 @@ def sized_bootstraps(
             boots: dict[str, Any] = {}
             for family, stats in families.items():
                 values = _bootstrap(per_family[family], stats, n, rng)
-                boots |= {f"{stat}_{family}_ms": values[stat] for stat in stats}
+                boots |= {stat_key(stat, family): values[stat] for stat in stats}
             out.append(boots)
         return out
 

@@ -27,6 +27,7 @@ from typing import Any
 
 from vprof.analysis import designs
 from vprof.analysis.alternation import (
+    SLICE_METRICS,
     alternation,
     blocks_interval,
     is_alternating,
@@ -34,27 +35,14 @@ from vprof.analysis.alternation import (
     side_views,
 )
 from vprof.analysis.bootstrap import STAT, all_bootstraps, sized_bootstraps
-from vprof.analysis.keys import CLIENT_FIX
+from vprof.analysis.keys import CLIENT_FIX, Metric, stat_key
 from vprof.analysis.keys import SummaryKey as K
 from vprof.analysis.run import Run, damage, display_names, load_run, summarize_loaded
 from vprof.analysis.summary import HELD_BACK
 from vprof.common.errors import RunError
 
-DEFAULT_METRICS: tuple[str, ...] = (
-    "median_ttft_ms",
-    "p95_ttft_ms",
-    "p99_ttft_ms",
-    "median_tpot_ms",
-    "p95_tpot_ms",
-    "median_itl_ms",
-    "p95_itl_ms",
-    "p99_itl_ms",
-    "median_e2el_ms",
-    "p95_e2el_ms",
-    "request_throughput",
-    "output_throughput",
-    "error_rate",
-)
+# What compare judges by default: what every slice of an alternating run measures too.
+DEFAULT_METRICS = SLICE_METRICS
 _LABELS = {
     "ttft": "TTFT",
     "tpot": "TPOT",
@@ -143,7 +131,7 @@ class Group:
 
 def _medians_ok(summary: dict[str, Any]) -> bool:
     """Only held back by the machine, with the loop's median lag (when known) under the limit."""
-    lag_p50 = summary.get("loadgen_loop_lag_p50_ms")
+    lag_p50 = summary.get(K.LOADGEN_LOOP_LAG_P50_MS)
     return (
         set(summary.get(K.CLIENT_LIMITED_BY) or ()) == {HELD_BACK}
         and lag_p50 is not None
@@ -155,7 +143,7 @@ def _short_of_load(summary: dict[str, Any]) -> bool:
     """The client fell short of the load itself (its loop fell behind, users or the in-flight
     cap not kept), not merely held back by other processes."""
     reasons = set(summary.get(K.CLIENT_LIMITED_BY) or ()) - {HELD_BACK}
-    behind = summary.get(K.LOADGEN_SATURATED) and not summary.get("loadgen_starved")
+    behind = summary.get(K.LOADGEN_SATURATED) and not summary.get(K.LOADGEN_STARVED)
     return bool(reasons or behind)
 
 
@@ -352,7 +340,7 @@ def from_schedule(metric: str) -> str:
     """``p95_ttft_ms`` → ``p95_ttft_from_schedule_ms`` (TTFT and E2E only)."""
     match = STAT.match(metric)
     if match and match["metric"] in ("ttft", "e2el"):
-        return f"{match['stat']}_{match['metric']}_from_schedule_ms"
+        return stat_key(match["stat"], Metric(f"{match['metric']}_from_schedule"))
     return metric
 
 

@@ -1,13 +1,16 @@
 """The names of a summary's keys that other stages read: one spelling, owned here.
 
 Latency statistics follow ``vllm bench serve``'s pattern ``<stat>_<metric>_ms`` (``stat_key``
-builds them); the fixed keys are members of :class:`SummaryKey`, a ``StrEnum``, so
-``summary[SummaryKey.REQUEST_THROUGHPUT]`` reads the same entry as ``summary["request_throughput"]``
-and JSON keeps plain strings.
+builds them, for the metrics of :class:`Metric`); the fixed keys are members of
+:class:`SummaryKey`, a ``StrEnum``, so ``summary[SummaryKey.REQUEST_THROUGHPUT]`` reads the same
+entry as ``summary["request_throughput"]`` and JSON keeps plain strings. A summary has no key
+declared nowhere here (``tests/test_summary_keys.py`` checks a real one, and that no other
+module spells a key as a literal).
 """
 
 from __future__ import annotations
 
+import re
 from enum import StrEnum
 
 
@@ -21,6 +24,8 @@ class SummaryKey(StrEnum):
     TRAFFIC = "traffic"
     STATE = "state"
     REASON = "reason"
+    ALTERNATING = "alternating"  # an alternating run's summary: one summary per side
+    SIDES = "sides"
     WORKERS_LOST = "workers_lost"  # Locust workers lost mid-run: who, when, how, records sent
     EARLIER_ATTEMPTS = "earlier_attempts"  # unfinished attempts kept beside the run
     VLLM_VERSION = "vllm_version"
@@ -33,6 +38,7 @@ class SummaryKey(StrEnum):
     # sessions (conversations, agent chains)
     TURNS_SENT = "turns_sent"
     PER_TURN = "per_turn"
+    SENT = "sent"  # in each turn of per_turn: requests of that turn sent
     SESSIONS = "sessions"
     SESSIONS_COMPLETED = "sessions_completed"
     REPLICAS = "replicas"  # servers a run spread its load over (absent: one)
@@ -51,7 +57,15 @@ class SummaryKey(StrEnum):
     NOT_SENT = "not_sent"
     HELD_BACK = "held_back"
     HELD_BACK_S = "held_back_s"
+    IN_FLIGHT_CAP = "in_flight_cap"
+    MAX_IN_FLIGHT = "max_in_flight"
     IN_FLIGHT_CAP_REACHED = "in_flight_cap_reached"
+    # closed loop: requests in flight and sessions thinking, against the users asked for
+    MEAN_IN_FLIGHT = "mean_in_flight"
+    MEAN_THINKING = "mean_thinking"
+    USERS_ASKED = "users_asked"
+    IN_FLIGHT_SHARE = "in_flight_share"
+    MEAN_IDLE_BEFORE_MS = "mean_idle_before_ms"
     ERRORS_BY_STATUS = "errors_by_status"
     FAILURES_BY_CAUSE = "failures_by_cause"
     ERROR_RATE = "error_rate"
@@ -60,6 +74,7 @@ class SummaryKey(StrEnum):
     # tokens and throughput
     TOTAL_INPUT_TOKENS = "total_input_tokens"
     TOTAL_OUTPUT_TOKENS = "total_output_tokens"
+    REQUESTS_WITHOUT_USAGE = "requests_without_usage"
     REQUEST_THROUGHPUT = "request_throughput"
     ARRIVAL_RATE = "arrival_rate"
     SERVED_RATE = "served_rate"
@@ -72,18 +87,30 @@ class SummaryKey(StrEnum):
     CHAT_TEMPLATE_PROMPT_TOKENS = "chat_template_prompt_tokens"  # per chat request, first turns
     PROMPT_TOKEN_WARNING = "prompt_token_warning"  # the server counted other prompt lengths
     CACHED_TOKEN_SHARE = "cached_token_share"
-    # latency statistics read by name elsewhere
+    # latency statistics read by name elsewhere (every one is a stat_key of a Metric)
+    P50_TTFT_MS = "p50_ttft_ms"
     MEDIAN_TTFT_MS = "median_ttft_ms"
     P95_TTFT_MS = "p95_ttft_ms"
+    P99_TTFT_MS = "p99_ttft_ms"
+    MEDIAN_TTFT_FROM_SCHEDULE_MS = "median_ttft_from_schedule_ms"
     P95_TTFT_FROM_SCHEDULE_MS = "p95_ttft_from_schedule_ms"
+    P50_TPOT_MS = "p50_tpot_ms"
+    MEDIAN_TPOT_MS = "median_tpot_ms"
     P95_TPOT_MS = "p95_tpot_ms"
+    MEDIAN_ITL_MS = "median_itl_ms"
     P95_ITL_MS = "p95_itl_ms"
-    MAX_SCHEDULE_LAG_MS = "max_schedule_lag_ms"
+    P99_ITL_MS = "p99_itl_ms"
+    MEDIAN_E2EL_MS = "median_e2el_ms"
+    P95_E2EL_MS = "p95_e2el_ms"
+    P99_SCHEDULE_LAG_MS = "p99_schedule_lag_ms"
+    MAX_SCHEDULE_LAG_MS = "max_schedule_lag_ms"  # not a stat_key: the one largest lag
     # SLO
     SLO = "slo"
     SLO_CHECKS = "slo_checks"
     SLO_MET = "slo_met"
     SLO_BASIS = "slo_basis"
+    GOOD_REQUESTS = "good_requests"
+    GOOD_REQUEST_FRACTION = "good_request_fraction"
     REQUEST_GOODPUT = "request_goodput"
     # the server, from /metrics
     PREFIX_CACHE_HIT_RATE = "prefix_cache_hit_rate"
@@ -91,12 +118,24 @@ class SummaryKey(StrEnum):
     NUM_PREEMPTIONS = "num_preemptions"
     MAX_KV_CACHE_USAGE_PERC = "max_kv_cache_usage_perc"
     MAX_NUM_REQUESTS_WAITING = "max_num_requests_waiting"
+    MEAN_NUM_REQUESTS_WAITING = "mean_num_requests_waiting"
+    MAX_NUM_REQUESTS_RUNNING = "max_num_requests_running"
+    METRICS_SAMPLES = "metrics_samples"
     METRICS_SCRAPE_MAX_MS = "metrics_scrape_max_ms"
+    METRICS_SCRAPE_MEDIAN_MS = "metrics_scrape_median_ms"
+    METRICS_SCRAPE_SHARE = "metrics_scrape_share"
     METRICS_WARNING = "metrics_warning"
     # the load generator
+    LOADGEN_CPU = "loadgen_cpu"  # per worker
+    LOADGEN_MEAN_CPU_PERCENT = "loadgen_mean_cpu_percent"
     LOADGEN_MAX_CPU_PERCENT = "loadgen_max_cpu_percent"
+    LOADGEN_LOOP_LAG_P50_MS = "loadgen_loop_lag_p50_ms"
     LOADGEN_LOOP_LAG_P99_MS = "loadgen_loop_lag_p99_ms"
+    LOADGEN_LOOP_LAG_MAX_MS = "loadgen_loop_lag_max_ms"
+    LOADGEN_MACHINE_CPU_PERCENT = "loadgen_machine_cpu_percent"
+    LOADGEN_STEAL_PERCENT = "loadgen_steal_percent"
     LOADGEN_SATURATED = "loadgen_saturated"
+    LOADGEN_STARVED = "loadgen_starved"  # saturated because other processes held its cores
     LOADGEN_VERDICT = "loadgen_verdict"
     CLIENT_LIMITED = "client_limited"  # the load generator, not the server, set the pace
     CLIENT_LIMITED_BY = "client_limited_by"
@@ -112,9 +151,48 @@ class SummaryKey(StrEnum):
     HOST_IO_STALL_PCT = "host_io_stall_pct"  # share of the run every task was stalled on I/O
 
 
+class Metric(StrEnum):
+    """What a latency statistic ``<stat>_<metric>_ms`` describes (milliseconds)."""
+
+    TTFT = "ttft"
+    TPOT = "tpot"
+    ITL = "itl"
+    E2EL = "e2el"
+    # open loop: from the intended send time, and how late sends were
+    TTFT_FROM_SCHEDULE = "ttft_from_schedule"
+    E2EL_FROM_SCHEDULE = "e2el_from_schedule"
+    SCHEDULE_LAG = "schedule_lag"
+    # sessions: turns after the first (due a think time after an answer), whole sessions
+    LATER_TTFT_FROM_SCHEDULE = "later_ttft_from_schedule"
+    LATER_SCHEDULE_LAG = "later_schedule_lag"
+    SESSION_E2EL = "session_e2el"
+
+
 def stat_key(stat: str, metric: str) -> str:
     """``stat_key("p95", "ttft")`` → ``"p95_ttft_ms"`` (``stat``: mean, median, std or pNN)."""
     return f"{stat}_{metric}_ms"
+
+
+_STAT_KEY = re.compile(
+    r"^(?P<stat>mean|median|std|p\d+(?:\.\d+)?)_(?P<metric>"
+    + "|".join(sorted((re.escape(m) for m in Metric), key=len, reverse=True))
+    + r")_ms$"
+)
+
+
+def split_stat_key(key: str) -> tuple[str, Metric] | None:
+    """``"p99.9_itl_ms"`` → ``("p99.9", Metric.ITL)``; ``None`` for a key of another kind."""
+    match = _STAT_KEY.match(key)
+    return (match["stat"], Metric(match["metric"])) if match else None
+
+
+def is_declared(key: str) -> bool:
+    """Whether ``key`` is a summary key declared here: a member of :class:`SummaryKey` or a
+    statistic of a :class:`Metric`."""
+    return key in _FIXED or split_stat_key(key) is not None
+
+
+_FIXED = frozenset(SummaryKey)
 
 
 def _stats(metric: str, *stats: str) -> tuple[str, ...]:
@@ -122,6 +200,14 @@ def _stats(metric: str, *stats: str) -> tuple[str, ...]:
 
 
 K = SummaryKey
+# The figures a user picks settings on: what precision, --precision and a forecast's error
+# judge by default.
+HEADLINE_KEYS: tuple[str, ...] = (
+    K.REQUEST_THROUGHPUT,
+    K.MEDIAN_TTFT_MS,
+    K.P95_TTFT_MS,
+    K.MEDIAN_TPOT_MS,
+)
 # The rows a summary table shows, in order (JSON output has every key).
 SUMMARY_TABLE_KEYS: tuple[str, ...] = (
     K.PROFILE, K.TRAFFIC, K.STATE, K.PREDICTED, K.OPEN_LOOP, K.REPLICAS, K.REQUESTS, K.COMPLETED,

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from vprof.analysis.keys import CLIENT_FIX
+from vprof.analysis.keys import CLIENT_FIX, stat_key
 from vprof.analysis.keys import SummaryKey as K
 from vprof.analysis.slo import Slo, SloError, parse_slo
 from vprof.analysis.stats import pct_key
@@ -224,7 +224,7 @@ def _level(summary: dict[str, Any], slo: Slo) -> Level:
             metric = target.metric
             if summary.get(K.OPEN_LOOP) and metric in ("ttft", "e2el"):
                 metric += "_from_schedule"
-            key = f"{pct_key(target.percentile)}_{metric}_ms"
+            key = stat_key(pct_key(target.percentile), metric)
             if key not in summary:
                 raise SloError(
                     f"summary of {summary.get(K.RUN, '?')!r} has no {key}",

@@ -87,15 +87,15 @@ def display_names(summaries: Sequence[dict[str, Any]]) -> list[str]:
     def label(s: dict[str, Any], *keys: str) -> str:
         return " × ".join(str(s.get(k)) for k in keys if s.get(k) not in (None, ""))
 
-    for keys in (("profile",), ("profile", "traffic"), ("profile", "traffic", "workload")):
+    for keys in ((K.PROFILE,), (K.PROFILE, K.TRAFFIC), (K.PROFILE, K.TRAFFIC, K.WORKLOAD)):
         names = [label(s, *keys) for s in summaries]
         if all(names) and len(set(names)) == len(names):
             return names
-    names = [str(s.get("run")) for s in summaries]
+    names = [str(s.get(K.RUN)) for s in summaries]
     if len(set(names)) == len(names):
         return names
     longer = [
-        f"{Path(str(s.get('path', ''))).parent.name}/{n}"
+        f"{Path(str(s.get(K.PATH, ''))).parent.name}/{n}"
         for s, n in zip(summaries, names, strict=True)
     ]
     if len(set(longer)) == len(longer):
@@ -174,26 +174,26 @@ def summarize_loaded(
     if not isinstance(profile, dict):
         profile = {}
     head: dict[str, Any] = {
-        "run": run.name,
-        "path": str(run.path),
-        "profile": run.profile,
-        "profile_identity": profile.get("identity"),
-        "workload": _label(run.meta.get("workload")),
-        "traffic": _label(run.meta.get("traffic")),
-        "state": run.status.get("state", "unknown"),
-        "reason": run.status.get("reason"),
-        "vllm_version": run.meta.get("vllm_version"),
-        "warmup_until": run.warmup_until,
+        K.RUN: run.name,
+        K.PATH: str(run.path),
+        K.PROFILE: run.profile,
+        K.PROFILE_IDENTITY: profile.get("identity"),
+        K.WORKLOAD: _label(run.meta.get("workload")),
+        K.TRAFFIC: _label(run.meta.get("traffic")),
+        K.STATE: run.status.get("state", "unknown"),
+        K.REASON: run.status.get("reason"),
+        K.VLLM_VERSION: run.meta.get("vllm_version"),
+        K.WARMUP_UNTIL: run.warmup_until,
         **_offered(run.meta.get("traffic")),
     }
-    head["gpus_per_replica"] = _gpus(profile)
+    head[K.GPUS_PER_REPLICA] = _gpus(profile)
     if run.meta.get("metrics_from") and len(run.meta.get("urls") or ()) > 1:
         # the sampler scrapes one server: its numbers are that replica's, not the deployment's
-        head["metrics_from"] = f"{run.meta['metrics_from']} only (of {len(run.meta['urls'])})"
+        head[K.METRICS_FROM] = f"{run.meta['metrics_from']} only (of {len(run.meta['urls'])})"
     trace = run.meta.get("trace")
     if isinstance(trace, dict) and trace.get("implied_token_hit_rate") is not None:
         # what the trace's shared blocks imply, beside the server's prefix_cache_hit_rate
-        head["trace_implied_hit_rate"] = trace["implied_token_hit_rate"]
+        head[K.TRACE_IMPLIED_HIT_RATE] = trace["implied_token_hit_rate"]
     head |= _tokenizer(run.meta)
     if run.records_note:
         head[K.RECORDS_NOTE] = run.records_note
@@ -208,8 +208,8 @@ def summarize_loaded(
         head[K.EARLIER_ATTEMPTS] = [str(p) for p in earlier]
     forecast = run.meta.get("forecast")
     if isinstance(forecast, dict):  # a predicted run (vprof forecast predict -o)
-        head["predicted"] = True
-        head["forecast"] = forecast
+        head[K.PREDICTED] = True
+        head[K.FORECAST] = forecast
     body = summarize(
         run.columns,
         warmup_until=run.warmup_until,
@@ -225,7 +225,7 @@ def summarize_loaded(
     )
     open_loop = run.meta.get("open_loop", run.locust.get("open_loop"))
     if open_loop is not None:
-        body["open_loop"] = bool(open_loop) or body["open_loop"]
+        body[K.OPEN_LOOP] = bool(open_loop) or body[K.OPEN_LOOP]
     if warning := prompt_token_warning(head, body):
         body[K.PROMPT_TOKEN_WARNING] = warning
     return head | body
@@ -303,9 +303,9 @@ def _offered(traffic: Any) -> dict[str, Any]:
     if not isinstance(traffic, dict):
         return {}
     if traffic.get("kind") == "open-loop" and traffic.get("rate_rps"):
-        return {"offered_load": float(traffic["rate_rps"]), "offered_load_unit": "req/s"}
+        return {K.OFFERED_LOAD: float(traffic["rate_rps"]), K.OFFERED_LOAD_UNIT: "req/s"}
     if traffic.get("kind") == "steady" and traffic.get("users"):
-        return {"offered_load": float(traffic["users"]), "offered_load_unit": "users"}
+        return {K.OFFERED_LOAD: float(traffic["users"]), K.OFFERED_LOAD_UNIT: "users"}
     return {}
 
 
@@ -359,11 +359,11 @@ def write_summary(
     if is_alternating(run):
         sides = [summarize_loaded(view, slo=slo) for view in side_views(run)]
         summary = {
-            "run": run.name,
-            "alternating": True,
-            "requests": sum(s["requests"] for s in sides),
-            "excluded_warmup": run.records.num_rows - sum(s["requests"] for s in sides),
-            "sides": sides,
+            K.RUN: run.name,
+            K.ALTERNATING: True,
+            K.REQUESTS: sum(s[K.REQUESTS] for s in sides),
+            K.EXCLUDED_WARMUP: run.records.num_rows - sum(s[K.REQUESTS] for s in sides),
+            K.SIDES: sides,
         }
     else:
         summary = summarize_loaded(run, slo=slo)
@@ -378,7 +378,7 @@ def write_summary(
 
 def _read_requests(summary: dict[str, Any]) -> int | None:
     """How many records a summary was made from (kept plus warm-up), if it says."""
-    counts = [summary.get("requests"), summary.get("excluded_warmup")]
+    counts = [summary.get(K.REQUESTS), summary.get(K.EXCLUDED_WARMUP)]
     if not all(isinstance(c, int) and not isinstance(c, bool) for c in counts):
         return None
     return sum(counts)  # type: ignore[arg-type]

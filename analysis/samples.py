@@ -59,7 +59,7 @@ def server_stats(
     for sample in timed:
         groups.setdefault(str(sample.get("replica") or ""), []).append(sample)
     if not groups:
-        return {"metrics_samples": 0}
+        return {K.METRICS_SAMPLES: 0}
     reduced = {name: _one_server(group, lo, hi) for name, group in groups.items()}
     if len(reduced) == 1:
         ((out, _),) = reduced.values()
@@ -75,15 +75,15 @@ def _deployment(
     """Several replicas' figures (and hits and queries) as the deployment's: counters and mean
     queues add up, peaks are the busiest replica's; each one's own under ``per_replica_server``."""
     per = {name: figures for name, (figures, _) in reduced.items()}
-    out: dict[str, Any] = {"metrics_samples": sum(p["metrics_samples"] for p in per.values())}
-    for key in ("num_preemptions", "mean_num_requests_waiting"):
+    out: dict[str, Any] = {K.METRICS_SAMPLES: sum(p[K.METRICS_SAMPLES] for p in per.values())}
+    for key in (K.NUM_PREEMPTIONS, K.MEAN_NUM_REQUESTS_WAITING):
         out[key] = _total(p[key] for p in per.values())
-    for key in ("max_kv_cache_usage_perc", "max_num_requests_waiting", "max_num_requests_running"):
+    for key in (K.MAX_KV_CACHE_USAGE_PERC, K.MAX_NUM_REQUESTS_WAITING, K.MAX_NUM_REQUESTS_RUNNING):
         seen = [p[key] for p in per.values() if p[key] is not None]
         out[key] = max(seen) if seen else None
     hits = _total(h for _, (h, _) in reduced.values())
-    out["prefix_cache_hit_rate"] = _hit_rate(hits, _total(q for _, (_, q) in reduced.values()))
-    out["per_replica_server"] = {
+    out[K.PREFIX_CACHE_HIT_RATE] = _hit_rate(hits, _total(q for _, (_, q) in reduced.values()))
+    out[PER_REPLICA_SERVER] = {
         name: {k: p[k] for k in REPLICA_SERVER_KEYS} for name, p in per.items()
     }
     return out
@@ -116,7 +116,10 @@ def deployment_samples(samples: Sequence[Mapping[str, Any]]) -> list[dict[str, A
 
 
 # What the summary shows of each replica's own /metrics beside its requests.
-REPLICA_SERVER_KEYS = ("num_preemptions", "max_kv_cache_usage_perc", "prefix_cache_hit_rate")
+# Each replica's own figures, handed to the summary under this key, which files them under its
+# per_replica rows (not a summary key: it is taken out again).
+PER_REPLICA_SERVER = "per_replica_server"
+REPLICA_SERVER_KEYS = (K.NUM_PREEMPTIONS, K.MAX_KV_CACHE_USAGE_PERC, K.PREFIX_CACHE_HIT_RATE)
 
 
 def _one_server(
@@ -129,7 +132,7 @@ def _one_server(
     window = [s for s in ordered if lo <= float(s["t"]) <= hi] or ordered
     first = before[-1] if before else window[0]
     last = window[-1]
-    out: dict[str, Any] = {"metrics_samples": len(window)}
+    out: dict[str, Any] = {K.METRICS_SAMPLES: len(window)}
 
     def delta(name: str) -> float | None:
         a, b = _value(first.get("values", {}), name), _value(last.get("values", {}), name)
@@ -137,14 +140,14 @@ def _one_server(
         return None if a is None or b is None else max(b - a, 0.0)
 
     hits, queries = delta(HITS), delta(QUERIES)
-    out["prefix_cache_hit_rate"] = _hit_rate(hits, queries)
+    out[K.PREFIX_CACHE_HIT_RATE] = _hit_rate(hits, queries)
     preemptions = delta(PREEMPTIONS)
-    out["num_preemptions"] = int(preemptions) if preemptions is not None else None
+    out[K.NUM_PREEMPTIONS] = int(preemptions) if preemptions is not None else None
     for key, name, reduce in (
-        ("max_kv_cache_usage_perc", KV_USAGE, max),
-        ("max_num_requests_waiting", WAITING, max),
-        ("mean_num_requests_waiting", WAITING, _mean),
-        ("max_num_requests_running", RUNNING, max),
+        (K.MAX_KV_CACHE_USAGE_PERC, KV_USAGE, max),
+        (K.MAX_NUM_REQUESTS_WAITING, WAITING, max),
+        (K.MEAN_NUM_REQUESTS_WAITING, WAITING, _mean),
+        (K.MAX_NUM_REQUESTS_RUNNING, RUNNING, max),
     ):
         seen = [v for s in window if (v := _value(s.get("values", {}), name)) is not None]
         out[key] = reduce(seen) if seen else None
@@ -172,12 +175,12 @@ def _scrape_stats(samples: Sequence[Mapping[str, Any]], lo: float, hi: float) ->
     share = sum(took) / 1000.0 / span_s if span_s == span_s and span_s > 0 else None
     worst = max(took)
     out: dict[str, Any] = {
-        "metrics_scrape_max_ms": worst,
-        "metrics_scrape_median_ms": sorted(took)[len(took) // 2],
-        "metrics_scrape_share": share,
+        K.METRICS_SCRAPE_MAX_MS: worst,
+        K.METRICS_SCRAPE_MEDIAN_MS: sorted(took)[len(took) // 2],
+        K.METRICS_SCRAPE_SHARE: share,
     }
     if worst > SLOW_SCRAPE_MS:
-        out["metrics_warning"] = (
+        out[K.METRICS_WARNING] = (
             f"a /metrics scrape took {worst:.0f} ms (limit {SLOW_SCRAPE_MS:g} ms): vLLM's API "
             "server stalls while it renders one, so latencies near then include it; raise "
             "--metrics-interval or use --no-metrics"
@@ -283,20 +286,20 @@ def loadgen_stats(
     if has_lag and (pause := longest_pause(per_worker)):
         verdict += f"; {pause}"
     return {
-        "loadgen_cpu": per_worker,
-        "loadgen_mean_cpu_percent": _mean([h["mean_cpu_percent"] for h in per_worker.values()]),
-        "loadgen_max_cpu_percent": peak,
-        "loadgen_loop_lag_p50_ms": _pooled_quantile(histograms, 0.5),
-        "loadgen_loop_lag_p99_ms": p99,
-        "loadgen_loop_lag_max_ms": max(
+        K.LOADGEN_CPU: per_worker,
+        K.LOADGEN_MEAN_CPU_PERCENT: _mean([h["mean_cpu_percent"] for h in per_worker.values()]),
+        K.LOADGEN_MAX_CPU_PERCENT: peak,
+        K.LOADGEN_LOOP_LAG_P50_MS: _pooled_quantile(histograms, 0.5),
+        K.LOADGEN_LOOP_LAG_P99_MS: p99,
+        K.LOADGEN_LOOP_LAG_MAX_MS: max(
             (h["max_lag_ms"] for h in per_worker.values() if h["max_lag_ms"] is not None),
             default=None,
         ),
-        "loadgen_machine_cpu_percent": _mean(machine) if machine else None,
-        "loadgen_steal_percent": _mean(steal) if steal else None,
-        "loadgen_saturated": bool(busy),
-        "loadgen_starved": starved,
-        "loadgen_verdict": verdict,
+        K.LOADGEN_MACHINE_CPU_PERCENT: _mean(machine) if machine else None,
+        K.LOADGEN_STEAL_PERCENT: _mean(steal) if steal else None,
+        K.LOADGEN_SATURATED: bool(busy),
+        K.LOADGEN_STARVED: starved,
+        K.LOADGEN_VERDICT: verdict,
     }
 
 
@@ -386,9 +389,9 @@ def host_stats(
     spread = (p90 / p10 - 1.0) * 100.0
     inside = [s for s in samples if lo <= float(s["t"]) <= hi]
     return {
-        "host_work_ms": float(p50),
-        "host_pace_spread_pct": float(spread),
-        "host_unsteady": bool(spread > HOST_SPREAD_LIMIT_PCT),
+        K.HOST_WORK_MS: float(p50),
+        K.HOST_PACE_SPREAD_PCT: float(spread),
+        K.HOST_UNSTEADY: bool(spread > HOST_SPREAD_LIMIT_PCT),
         K.HOST_CPU_WAIT_PCT: _stall_share(inside, "cpu_some_us"),
         K.HOST_IO_STALL_PCT: _stall_share(inside, "io_full_us"),
     }

@@ -11,6 +11,7 @@ import math
 import re
 from dataclasses import dataclass
 
+from vprof.analysis.keys import SummaryKey as K
 from vprof.common.errors import VprofError
 
 METRICS = ("ttft", "tpot", "itl", "e2el")
@@ -89,7 +90,7 @@ def parse_slo(text: str) -> Slo:
         if key in seen:
             raise SloError(f"{key!r} is given twice", key="--slo", hint="give each key once")
         seen.add(key)
-        if key in ("errors", "error_rate"):
+        if key in ("errors", K.ERROR_RATE):
             max_error_rate = _parse_rate(value, key)
             continue
         match = _KEY.match(key)

@@ -10,6 +10,8 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from vprof.analysis.keys import stat_key
+
 DEFAULT_PERCENTILES: tuple[float, ...] = (50, 90, 95, 99, 99.9)
 
 # Above this many values a variance from sums (one pass, no temporaries) replaces np.std.
@@ -39,9 +41,11 @@ def describe(
     out: dict[str, float] = {}
     n = x.size
     if n == 0:
-        out[f"mean_{name}_ms"] = out[f"median_{name}_ms"] = out[f"std_{name}_ms"] = math.nan
+        out[stat_key("mean", name)] = out[stat_key("median", name)] = out[stat_key("std", name)] = (
+            math.nan
+        )
         for q in percentiles:
-            out[f"{pct_key(q)}_{name}_ms"] = math.nan
+            out[stat_key(pct_key(q), name)] = math.nan
         return out
     if n > _LARGE:
         total = float(x.sum())
@@ -56,11 +60,11 @@ def describe(
         std = float(x.std())
     qs = [50.0, *(float(q) for q in percentiles)]
     values_q = np.percentile(x, qs, overwrite_input=overwrite)
-    out[f"mean_{name}_ms"] = mean
-    out[f"median_{name}_ms"] = float(values_q[0])
-    out[f"std_{name}_ms"] = std
+    out[stat_key("mean", name)] = mean
+    out[stat_key("median", name)] = float(values_q[0])
+    out[stat_key("std", name)] = std
     for q, v in zip(percentiles, values_q[1:], strict=True):
-        out[f"{pct_key(q)}_{name}_ms"] = float(v)
+        out[stat_key(pct_key(q), name)] = float(v)
     return out
 
 
@@ -238,12 +242,12 @@ class BlockQuantiles:
         at = self._values_at_ranks()
         mean = self.total / n
         out = {
-            f"mean_{name}_ms": mean,
-            f"median_{name}_ms": self._linear(50.0, at),
-            f"std_{name}_ms": math.sqrt(max(self.total_sq / n - mean * mean, 0.0)),
+            stat_key("mean", name): mean,
+            stat_key("median", name): self._linear(50.0, at),
+            stat_key("std", name): math.sqrt(max(self.total_sq / n - mean * mean, 0.0)),
         }
         for q in percentiles:
-            out[f"{pct_key(q)}_{name}_ms"] = self._linear(float(q), at)
+            out[stat_key(pct_key(q), name)] = self._linear(float(q), at)
         return out
 
     def percentile(self, q: float) -> float:

@@ -23,10 +23,11 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from vprof.analysis.columns import Columns, from_records
-from vprof.analysis.keys import SummaryKey
-from vprof.analysis.samples import host_stats, loadgen_stats, server_stats
+from vprof.analysis.keys import Metric, stat_key
+from vprof.analysis.keys import SummaryKey as K
+from vprof.analysis.samples import PER_REPLICA_SERVER, host_stats, loadgen_stats, server_stats
 from vprof.analysis.slo import Slo, SloTarget, parse_slo
-from vprof.analysis.stats import DEFAULT_PERCENTILES, BlockQuantiles, describe, percentile
+from vprof.analysis.stats import DEFAULT_PERCENTILES, BlockQuantiles, describe, pct_key, percentile
 from vprof.common.errors import RunError
 from vprof.records.schema import CUT_AT_END, Status
 
@@ -73,44 +74,44 @@ def summarize(
     itl_slo = [q for q in itl_slo if q is not None]
     # the pass over the gaps (most of the work) starts first and may run beside what follows
     itl_pass = _itl(cols, ok, _nanmin(f["sent_at"][ok]), [*percentiles, *itl_slo])
-    out: dict[str, Any] = {"requests": int(keep.sum()), "excluded_warmup": int(cols.n - keep.sum())}
-    out["completed"] = int(ok.sum())
-    out["failed"] = int(failed.sum())
-    out["cancelled"] = int((keep & status.isin(Status.CANCELLED.value)).sum())
-    out["not_sent"] = int((keep & np.isnan(f["sent_at"])).sum())
+    out: dict[str, Any] = {K.REQUESTS: int(keep.sum()), K.EXCLUDED_WARMUP: int(cols.n - keep.sum())}
+    out[K.COMPLETED] = int(ok.sum())
+    out[K.FAILED] = int(failed.sum())
+    out[K.CANCELLED] = int((keep & status.isin(Status.CANCELLED.value)).sum())
+    out[K.NOT_SENT] = int((keep & np.isnan(f["sent_at"])).sum())
     counts = np.bincount(status.codes[keep & ~ok], minlength=len(status.labels))
-    out["errors_by_status"] = {
+    out[K.ERRORS_BY_STATUS] = {
         str(v): int(c) for v, c in sorted(zip(status.labels, counts, strict=True)) if c
     }
-    out["failures_by_cause"] = _causes(cols, failed)
-    attempted = out["completed"] + out["failed"]
+    out[K.FAILURES_BY_CAUSE] = _causes(cols, failed)
+    attempted = out[K.COMPLETED] + out[K.FAILED]
     # error_rate: failed / (completed + failed), as vllm counts it; cancelled and never-sent
     # requests are left out of it and counted by unanswered_rate instead.
-    out["error_rate"] = out["failed"] / attempted if attempted else math.nan
-    out["unanswered_rate"] = (
-        1.0 - out["completed"] / out["requests"] if out["requests"] else math.nan
+    out[K.ERROR_RATE] = out[K.FAILED] / attempted if attempted else math.nan
+    out[K.UNANSWERED_RATE] = (
+        1.0 - out[K.COMPLETED] / out[K.REQUESTS] if out[K.REQUESTS] else math.nan
     )
 
     first_send = _nanmin(f["sent_at"][keep])
     ends = np.where(np.isnan(f["finished_at"]), f["last_token_at"], f["finished_at"])
     duration = measured_s if measured_s else _nanmax(ends[keep]) - first_send
-    out["duration"] = duration if duration > 0 else math.nan
-    out.update(_tokens(cols, ok, out["duration"]))
+    out[K.DURATION] = duration if duration > 0 else math.nan
+    out.update(_tokens(cols, ok, out[K.DURATION]))
 
     ttft = f["ttft_ms"][ok & ~np.isnan(f["ttft_ms"])]
     tpot = f["tpot_ms"][ok & ~np.isnan(f["tpot_ms"])]
     e2el = f["e2e_ms"][ok & ~np.isnan(f["e2e_ms"])]
-    out.update(describe(ttft, "ttft", percentiles))
-    out.update(describe(tpot, "tpot", percentiles))
+    out.update(describe(ttft, Metric.TTFT, percentiles))
+    out.update(describe(tpot, Metric.TPOT, percentiles))
     itl, token_bins = itl_pass()
-    out.update(itl.describe("itl", percentiles))
-    out.update(describe(e2el, "e2el", percentiles))
-    out["max_output_tokens_per_s"] = float(token_bins.max()) if token_bins.size else math.nan
-    out["max_concurrent_requests"] = _peak_concurrency(f["sent_at"][ok], f["last_token_at"][ok])
+    out.update(itl.describe(Metric.ITL, percentiles))
+    out.update(describe(e2el, Metric.E2EL, percentiles))
+    out[K.MAX_OUTPUT_TOKENS_PER_S] = float(token_bins.max()) if token_bins.size else math.nan
+    out[K.MAX_CONCURRENT_REQUESTS] = _peak_concurrency(f["sent_at"][ok], f["last_token_at"][ok])
 
-    out["open_loop"] = bool(cols.open_loop[keep].any())
+    out[K.OPEN_LOOP] = bool(cols.open_loop[keep].any())
     cut = _cut_at_end(cols, keep)
-    if out["open_loop"]:
+    if out[K.OPEN_LOOP]:
         out.update(_served_rate(cols, keep & ~cut, ok, measured_s))
         out.update(_from_schedule(cols, keep, ok, percentiles))
         out.update(_held_back(cols, keep, in_flight_cap))
@@ -118,7 +119,7 @@ def summarize(
         unanswered = keep & ~ok & ~failed & ~cut  # cancelled (not by the end), never sent
         out.update(_slo(slo, cols, ok, failed | unanswered, itl, out, cut))
     else:
-        out["request_goodput"] = None  # as vllm bench serve writes it without --goodput
+        out[K.REQUEST_GOODPUT] = None  # as vllm bench serve writes it without --goodput
     out.update(_cached_share(cols, ok))
     if metrics:
         out.update(server_stats(metrics, first_send, _nanmax(ends[keep])))
@@ -126,16 +127,16 @@ def summarize(
         out.update(loadgen_stats(loadgen, first_send, _nanmax(ends[keep])))
     if host:
         out.update(host_stats(host, first_send, _nanmax(ends[keep])))
-    out["client_limited_by"] = _client_limits(out)
-    if not out["open_loop"]:
-        out.update(_in_flight(cols, keep, users, out["client_limited_by"], measured_s, in_flight_s))
-    out["client_limited"] = bool(out["client_limited_by"])
-    out.update(_per_replica(cols, keep, ok, out["duration"]))
+    out[K.CLIENT_LIMITED_BY] = _client_limits(out)
+    if not out[K.OPEN_LOOP]:
+        out.update(_in_flight(cols, keep, users, out[K.CLIENT_LIMITED_BY], measured_s, in_flight_s))
+    out[K.CLIENT_LIMITED] = bool(out[K.CLIENT_LIMITED_BY])
+    out.update(_per_replica(cols, keep, ok, out[K.DURATION]))
     # each replica's own /metrics beside its requests
-    for name, stats in (out.pop("per_replica_server", None) or {}).items():
-        if name in out.get("per_replica", {}):
-            out["per_replica"][name].update(stats)
-    out.update(_sessions(cols, keep, ok, percentiles, out["open_loop"]))
+    for name, stats in (out.pop(PER_REPLICA_SERVER, None) or {}).items():
+        if name in out.get(K.PER_REPLICA, {}):
+            out[K.PER_REPLICA][name].update(stats)
+    out.update(_sessions(cols, keep, ok, percentiles, out[K.OPEN_LOOP]))
     return out
 
 
@@ -157,14 +158,14 @@ def _sessions(
     per_turn: dict[str, dict[str, Any]] = {}
     for t in np.unique(turn[mine]):
         at = turn == t
-        row: dict[str, Any] = {"sent": int((sent & at).sum()), "completed": int((ok & at).sum())}
+        row: dict[str, Any] = {K.SENT: int((sent & at).sum()), K.COMPLETED: int((ok & at).sum())}
         if open_loop:
             done = ok & at
             ttft = (f["first_token_at"] - f["scheduled_at"])[done] * 1000.0
             lag = f["schedule_lag_ms"][sent & at]
-            row.update(describe(ttft[np.isfinite(ttft)], "ttft_from_schedule", (99,)))
-            row.update(describe(lag, "schedule_lag", (99,)))
-            row["held_back"] = int((lag > HELD_BACK_MS).sum())
+            row.update(describe(ttft[np.isfinite(ttft)], Metric.TTFT_FROM_SCHEDULE, (99,)))
+            row.update(describe(lag, Metric.SCHEDULE_LAG, (99,)))
+            row[K.HELD_BACK] = int((lag > HELD_BACK_MS).sum())
             row = {k: v for k, v in row.items() if not k.startswith(("std_", "mean_"))}
         per_turn[str(int(t))] = row
     # one row per session: its first send, last answer, whether every call ended well
@@ -183,17 +184,17 @@ def _sessions(
     np.logical_or.at(started, inverse, turn[mine] == 0)  # its first turn is after the warm-up
     complete = closed & ~bad & started
     out: dict[str, Any] = {
-        "turns_sent": {t: row["sent"] for t, row in per_turn.items()},
-        "per_turn": per_turn,
-        "sessions": int(started.sum()),
+        K.TURNS_SENT: {t: row[K.SENT] for t, row in per_turn.items()},
+        K.PER_TURN: per_turn,
+        K.SESSIONS: int(started.sum()),
     }
     if open_loop:  # only open-loop sessions know where they end
         later = turn > 0  # due a think time after an answer, not at an arrival
         ttft = (f["first_token_at"] - f["scheduled_at"])[ok & later] * 1000.0
-        out.update(describe(ttft[np.isfinite(ttft)], "later_ttft_from_schedule", percentiles))
-        out.update(describe(f["schedule_lag_ms"][sent & later], "later_schedule_lag", (99,)))
-        out["sessions_completed"] = int(complete.sum())
-        out.update(describe((last - first)[complete] * 1000.0, "session_e2el", percentiles))
+        out.update(describe(ttft[np.isfinite(ttft)], Metric.LATER_TTFT_FROM_SCHEDULE, percentiles))
+        out.update(describe(f["schedule_lag_ms"][sent & later], Metric.LATER_SCHEDULE_LAG, (99,)))
+        out[K.SESSIONS_COMPLETED] = int(complete.sum())
+        out.update(describe((last - first)[complete] * 1000.0, Metric.SESSION_E2EL, percentiles))
     return out
 
 
@@ -213,12 +214,12 @@ def _per_replica(cols: Columns, keep: Any, ok: Any, duration: float) -> dict[str
         done = ok & mine
         ttft = f["ttft_ms"][done & np.isfinite(f["ttft_ms"])]
         out[name] = {
-            "requests": int((keep & mine).sum()),
-            "completed": int(done.sum()),
-            "request_throughput": int(done.sum()) / duration if duration > 0 else math.nan,
-            **{k: v for k, v in describe(ttft, "ttft", (95, 99)).items() if "std" not in k},
+            K.REQUESTS: int((keep & mine).sum()),
+            K.COMPLETED: int(done.sum()),
+            K.REQUEST_THROUGHPUT: int(done.sum()) / duration if duration > 0 else math.nan,
+            **{k: v for k, v in describe(ttft, Metric.TTFT, (95, 99)).items() if "std" not in k},
         }
-    return {"replicas": len(names), "per_replica": out}
+    return {K.REPLICAS: len(names), K.PER_REPLICA: out}
 
 
 # Open loop: a send this much later than its schedule waited for a free user (the in-flight cap,
@@ -270,12 +271,12 @@ def _held_back(cols: Columns, keep: Any, cap: int | None) -> dict[str, Any]:
     ends = np.where(np.isnan(f["finished_at"]), f["last_token_at"], f["finished_at"])
     peak = _peak_concurrency(f["sent_at"][sent], ends[sent])
     return {
-        "held_back": int(held.size),
-        "held_back_s": float(held.sum()) / 1000.0,
-        "in_flight_cap": cap,
-        "max_in_flight": peak,
+        K.HELD_BACK: int(held.size),
+        K.HELD_BACK_S: float(held.sum()) / 1000.0,
+        K.IN_FLIGHT_CAP: cap,
+        K.MAX_IN_FLIGHT: peak,
         # the cap held arrivals back only when it was reached and sends came late
-        "in_flight_cap_reached": bool(cap and peak >= cap and held.size),
+        K.IN_FLIGHT_CAP_REACHED: bool(cap and peak >= cap and held.size),
     }
 
 
@@ -323,11 +324,11 @@ def _in_flight(
     thinking = _mean_overlap(previous, previous + np.minimum(think_s, idle_s)[thought], t0, t1)
     idle = f["idle_before_ms"][keep & np.isfinite(f["idle_before_ms"])]
     out: dict[str, Any] = {
-        "mean_in_flight": mean,
-        "mean_thinking": thinking,
-        "users_asked": users,
-        "in_flight_share": mean / users if users else None,
-        "mean_idle_before_ms": float(idle.mean()) if idle.size else math.nan,
+        K.MEAN_IN_FLIGHT: mean,
+        K.MEAN_THINKING: thinking,
+        K.USERS_ASKED: users,
+        K.IN_FLIGHT_SHARE: mean / users if users else None,
+        K.MEAN_IDLE_BEFORE_MS: float(idle.mean()) if idle.size else math.nan,
     }
     if users and mean + thinking < IN_FLIGHT_SHARE_LIMIT * users:  # NaN (no sends): no verdict
         also = f" and {thinking:.2f} sessions thinking" if thinking > 0 else ""
@@ -356,18 +357,18 @@ HELD_BACK = "other processes on this machine held its cores"
 def _client_limits(out: Mapping[str, Any]) -> list[str]:
     """Why the load generator, not the server, may have set the pace (empty: it did not)."""
     reasons = []
-    if out.get("loadgen_starved"):
+    if out.get(K.LOADGEN_STARVED):
         reasons.append(HELD_BACK)
-    elif out.get("loadgen_saturated"):
+    elif out.get(K.LOADGEN_SATURATED):
         reasons.append("its event loop fell behind")
-    if out.get("in_flight_cap_reached"):
+    if out.get(K.IN_FLIGHT_CAP_REACHED):
         reasons.append(
-            f"the in-flight cap ({out['in_flight_cap']}) was reached: {out.get('held_back', 0)} "
-            f"arrivals waited {out.get('held_back_s', 0.0):.1f} s in all for a free user"
+            f"the in-flight cap ({out[K.IN_FLIGHT_CAP]}) was reached: {out.get(K.HELD_BACK, 0)} "
+            f"arrivals waited {out.get(K.HELD_BACK_S, 0.0):.1f} s in all for a free user"
         )
-    lag = out.get("p99_schedule_lag_ms")
+    lag = out.get(K.P99_SCHEDULE_LAG_MS)
     # A handful of late sends (a short run's first second) is not a client that fell behind.
-    late = out.get("held_back", 0) >= max(5, 0.01 * out.get("requests", 0))
+    late = out.get(K.HELD_BACK, 0) >= max(5, 0.01 * out.get(K.REQUESTS, 0))
     if isinstance(lag, (int, float)) and lag > SCHEDULE_LAG_P99_LIMIT_MS and late:
         reasons.append(f"schedule lag p99 {lag:.0f} ms > {SCHEDULE_LAG_P99_LIMIT_MS:g} ms")
     return reasons
@@ -415,12 +416,12 @@ def _tokens(cols: Columns, ok: Any, duration: float) -> dict[str, Any]:
     counted = (cols.ints["prompt_tokens"] >= 0) & (cols.ints["expected_prompt_tokens"] >= 0)
     return {
         **_prompt_token_excess(cols, ok & counted),
-        "total_input_tokens": total_in,
-        "total_output_tokens": total_out,
-        "requests_without_usage": int(((prompt < 0) | (output < 0)).sum()),
-        "request_throughput": per_s(int(ok.sum())),
-        "output_throughput": per_s(total_out),
-        "total_token_throughput": per_s(total_in + total_out),
+        K.TOTAL_INPUT_TOKENS: total_in,
+        K.TOTAL_OUTPUT_TOKENS: total_out,
+        K.REQUESTS_WITHOUT_USAGE: int(((prompt < 0) | (output < 0)).sum()),
+        K.REQUEST_THROUGHPUT: per_s(int(ok.sum())),
+        K.OUTPUT_THROUGHPUT: per_s(total_out),
+        K.TOTAL_TOKEN_THROUGHPUT: per_s(total_in + total_out),
     }
 
 
@@ -449,9 +450,9 @@ def _prompt_token_excess(cols: Columns, judged: Any) -> dict[str, Any]:
     judged = judged & ~(chat & ~first_chat)
     beyond = (excess - template)[judged]
     return {
-        SummaryKey.PROMPT_TOKEN_MISMATCH_RATE: float((beyond != 0).mean()) if beyond.size else None,
-        SummaryKey.MEAN_PROMPT_TOKEN_EXCESS: float(beyond.mean()) if beyond.size else None,
-        SummaryKey.CHAT_TEMPLATE_PROMPT_TOKENS: (
+        K.PROMPT_TOKEN_MISMATCH_RATE: float((beyond != 0).mean()) if beyond.size else None,
+        K.MEAN_PROMPT_TOKEN_EXCESS: float(beyond.mean()) if beyond.size else None,
+        K.CHAT_TEMPLATE_PROMPT_TOKENS: (
             float(template[first_chat].mean()) if first_chat.any() else None
         ),
     }
@@ -701,13 +702,13 @@ def _served_rate(
     span = float(scheduled.max() - scheduled.min()) if scheduled.size >= 2 else 0.0
     if measured_s:  # measured in windows (alternating slices): arrivals over their length
         return {
-            "arrival_rate": scheduled.size / measured_s,
-            "served_rate": int(ok.sum()) / measured_s,
+            K.ARRIVAL_RATE: scheduled.size / measured_s,
+            K.SERVED_RATE: int(ok.sum()) / measured_s,
         }
     if not span > 0:
-        return {"arrival_rate": math.nan, "served_rate": math.nan}
+        return {K.ARRIVAL_RATE: math.nan, K.SERVED_RATE: math.nan}
     arrival = (scheduled.size - 1) / span
-    return {"arrival_rate": arrival, "served_rate": arrival * int(ok.sum()) / int(keep.sum())}
+    return {K.ARRIVAL_RATE: arrival, K.SERVED_RATE: arrival * int(ok.sum()) / int(keep.sum())}
 
 
 def _peak_concurrency(starts: Any, ends: Any) -> int:
@@ -733,11 +734,11 @@ def _from_schedule(cols: Columns, keep: Any, ok: Any, percentiles: Sequence[floa
     out: dict[str, Any] = {}
     ttft = (f["first_token_at"] - f["scheduled_at"])[ok] * 1000.0
     e2el = (f["last_token_at"] - f["scheduled_at"])[ok] * 1000.0
-    out.update(describe(ttft[np.isfinite(ttft)], "ttft_from_schedule", percentiles))
-    out.update(describe(e2el[np.isfinite(e2el)], "e2el_from_schedule", percentiles))
+    out.update(describe(ttft[np.isfinite(ttft)], Metric.TTFT_FROM_SCHEDULE, percentiles))
+    out.update(describe(e2el[np.isfinite(e2el)], Metric.E2EL_FROM_SCHEDULE, percentiles))
     lag = f["schedule_lag_ms"][keep & np.isfinite(f["sent_at"])]
-    out.update(describe(lag, "schedule_lag", percentiles))
-    out["max_schedule_lag_ms"] = float(lag.max()) if lag.size else math.nan
+    out.update(describe(lag, Metric.SCHEDULE_LAG, percentiles))
+    out[K.MAX_SCHEDULE_LAG_MS] = float(lag.max()) if lag.size else math.nan
     return out
 
 
@@ -805,7 +806,7 @@ def _slo(
     """
     import numpy as np
 
-    from_schedule = bool(summary.get("open_loop"))
+    from_schedule = bool(summary.get(K.OPEN_LOOP))
     good = ok.copy()
     for target in slo.targets:
         if target.metric != "itl":  # vllm's goodput has no per-request ITL either
@@ -840,7 +841,7 @@ def _slo(
             check["unanswered_counted_as_unbounded"] = unbounded
         checks.append(check)
     if slo.max_error_rate is not None:
-        rate = summary["error_rate"]
+        rate = summary[K.ERROR_RATE]
         checks.append(
             {
                 "key": "errors",
@@ -849,21 +850,21 @@ def _slo(
                 "met": bool(rate <= slo.max_error_rate) if not math.isnan(rate) else False,
             }
         )
-    duration = summary["duration"]
+    duration = summary[K.DURATION]
     n_good = int(good.sum())
-    scheduled = summary["requests"]  # every scheduled request: good ones are a share of them
+    scheduled = summary[K.REQUESTS]  # every scheduled request: good ones are a share of them
     return {
-        "slo": str(slo),
-        "slo_basis": (
+        K.SLO: str(slo),
+        K.SLO_BASIS: (
             "open loop: TTFT and E2E from the intended send time"
             if from_schedule
             else "from the send"
         ),
-        "good_requests": n_good,
-        "good_request_fraction": n_good / scheduled if scheduled else math.nan,
-        "request_goodput": n_good / duration if duration > 0 else math.nan,
-        "slo_checks": checks,
-        "slo_met": all(c["met"] for c in checks) if checks else None,
+        K.GOOD_REQUESTS: n_good,
+        K.GOOD_REQUEST_FRACTION: n_good / scheduled if scheduled else math.nan,
+        K.REQUEST_GOODPUT: n_good / duration if duration > 0 else math.nan,
+        K.SLO_CHECKS: checks,
+        K.SLO_MET: all(c["met"] for c in checks) if checks else None,
     }
 
 
@@ -873,7 +874,7 @@ def _cached_share(cols: Columns, ok: Any) -> dict[str, Any]:
     reported = (cached >= 0) & (prompt > 0)
     denominator = int(prompt[reported].sum())
     share = int(cached[reported].sum()) / denominator if denominator else None
-    return {"cached_token_share": share}
+    return {K.CACHED_TOKEN_SHARE: share}
 
 
 MAX_TIMELINE_ROWS = 100_000  # 6 days at 5 s; more rows than any reader of a timeline wants
@@ -897,13 +898,13 @@ def timeline(records: Any, interval_s: float = 5.0) -> Any:
         "t_s",
         "started",
         "finished",
-        "failed",
-        "request_throughput",
-        "output_throughput",
-        "p50_ttft_ms",
-        "p95_ttft_ms",
-        "p50_tpot_ms",
-        "p95_tpot_ms",
+        K.FAILED,
+        K.REQUEST_THROUGHPUT,
+        K.OUTPUT_THROUGHPUT,
+        K.P50_TTFT_MS,
+        K.P95_TTFT_MS,
+        K.P50_TPOT_MS,
+        K.P95_TPOT_MS,
     ]
     started_at = np.where(np.isnan(f["sent_at"]), f["scheduled_at"], f["sent_at"])
     t0 = _nanmin(started_at)
@@ -933,14 +934,14 @@ def timeline(records: Any, interval_s: float = 5.0) -> Any:
             "t_s": np.arange(n_bins) * interval_s,
             "started": count(start_bin, np.ones(cols.n, dtype=bool)),
             "finished": count(end_bin, ok),
-            "failed": count(end_bin, cols.status.isin(*_FAILED)),
+            K.FAILED: count(end_bin, cols.status.isin(*_FAILED)),
         }
     )
-    frame["request_throughput"] = frame["finished"] / interval_s
-    frame["output_throughput"] = count(end_bin, ok, output) / interval_s
-    for name in ("ttft", "tpot"):
-        for q, values in _binned_quantiles(start_bin[ok], f[f"{name}_ms"][ok], n_bins).items():
-            frame[f"p{q}_{name}_ms"] = values
+    frame[K.REQUEST_THROUGHPUT] = frame["finished"] / interval_s
+    frame[K.OUTPUT_THROUGHPUT] = count(end_bin, ok, output) / interval_s
+    for metric in (Metric.TTFT, Metric.TPOT):
+        for q, values in _binned_quantiles(start_bin[ok], f[f"{metric}_ms"][ok], n_bins).items():
+            frame[stat_key(pct_key(q), metric)] = values
     return frame[columns]
 
 

@@ -125,6 +125,7 @@ def predict(
       vprof forecast predict model.json -w fixed-800-64 -t poisson --rate 4,8,16
       vprof forecast predict model.json -w chat -t poisson --rate 12 -o predicted/
     """
+    from vprof.analysis.keys import SummaryKey as K
     from vprof.analysis.run import display_names
     from vprof.analysis.slo import parse_slo
     from vprof.cli.report import summary_rows
@@ -141,8 +142,8 @@ def predict(
     summaries = [p.summary for p in predictions]
     click.echo(f"predicted by {model} ({config.label}); {config.error_text()}", err=True)
     for p in predictions:
-        for note in p.summary.get("forecast", {}).get("notes") or []:
-            click.echo(f"warning: {p.summary['run']}: {note}", err=True)
+        for note in p.summary.get(K.FORECAST, {}).get("notes") or []:
+            click.echo(f"warning: {p.summary[K.RUN]}: {note}", err=True)
     if out is not None:
         for p in predictions:
             click.echo(f"wrote {write_prediction(p, out)}", err=True)
@@ -151,9 +152,11 @@ def predict(
 
 
 def _short(summary: dict) -> str:
-    load = summary.get("offered_load")
-    unit = summary.get("offered_load_unit") or ""
-    return f"{load:g} {unit} (predicted)" if isinstance(load, (int, float)) else str(summary["run"])
+    from vprof.analysis.keys import SummaryKey as K
+
+    load = summary.get(K.OFFERED_LOAD)
+    unit = summary.get(K.OFFERED_LOAD_UNIT) or ""
+    return f"{load:g} {unit} (predicted)" if isinstance(load, (int, float)) else str(summary[K.RUN])
 
 
 @forecast.command(short_help="Predicted against measured, per run and metric.")

@@ -60,7 +60,7 @@ def summary_parts(
     for path in paths:
         if save:
             written = write_summary(path, slo=parsed, interval_s=interval_s, force=force)
-            summaries += written.get("sides") or [written]  # an alternating run: its sides
+            summaries += written.get(K.SIDES) or [written]  # an alternating run: its sides
         else:
             summaries += summaries_of(path, slo=parsed)
     names = display_names(summaries)
@@ -68,16 +68,16 @@ def summary_parts(
     for name, summary in zip(names, summaries, strict=True):
         if summary.get(K.STATE) in (RunState.DEGRADED, RunState.ABANDONED):
             click.echo(f"warning: {name}: {summary[K.STATE]}: {summary.get(K.REASON)}", err=True)
-        if summary.get("client_limited"):
-            why = "; ".join(summary.get("client_limited_by") or [])
+        if summary.get(K.CLIENT_LIMITED):
+            why = "; ".join(summary.get(K.CLIENT_LIMITED_BY) or [])
             click.echo(f"warning: {name}: the load generator set the pace ({why})", err=True)
-        if summary.get("metrics_warning"):
-            click.echo(f"warning: {name}: {summary['metrics_warning']}", err=True)
-        if summary.get("prompt_token_warning"):
-            click.echo(f"warning: {name}: {summary['prompt_token_warning']}", err=True)
+        if summary.get(K.METRICS_WARNING):
+            click.echo(f"warning: {name}: {summary[K.METRICS_WARNING]}", err=True)
+        if summary.get(K.PROMPT_TOKEN_WARNING):
+            click.echo(f"warning: {name}: {summary[K.PROMPT_TOKEN_WARNING]}", err=True)
     parts: list[Part] = [("summaries", summary_rows(names, summaries, fmt), None)]
     if fmt in HUMAN and (by_replica := replica_rows(names, summaries)):
-        parts.append(("per_replica", by_replica, None))  # JSON has it in each summary
+        parts.append((K.PER_REPLICA, by_replica, None))  # JSON has it in each summary
     if timeline_interval_s:
         frames = []
         for path in paths:

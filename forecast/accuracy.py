@@ -6,19 +6,21 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from vprof.analysis.keys import SummaryKey as K
+
 # What a check compares (summary keys); open-loop runs add the latency from the schedule.
 CHECK_METRICS = (
-    "request_throughput",
-    "median_ttft_ms",
-    "p95_ttft_ms",
-    "p99_ttft_ms",
-    "median_tpot_ms",
-    "p95_tpot_ms",
-    "median_itl_ms",
-    "median_e2el_ms",
-    "p95_e2el_ms",
+    K.REQUEST_THROUGHPUT,
+    K.MEDIAN_TTFT_MS,
+    K.P95_TTFT_MS,
+    K.P99_TTFT_MS,
+    K.MEDIAN_TPOT_MS,
+    K.P95_TPOT_MS,
+    K.MEDIAN_ITL_MS,
+    K.MEDIAN_E2EL_MS,
+    K.P95_E2EL_MS,
 )
-OPEN_LOOP_METRICS = ("served_rate", "median_ttft_from_schedule_ms", "p95_ttft_from_schedule_ms")
+OPEN_LOOP_METRICS = (K.SERVED_RATE, K.MEDIAN_TTFT_FROM_SCHEDULE_MS, K.P95_TTFT_FROM_SCHEDULE_MS)
 
 
 def _value(summary: Mapping[str, Any], key: str) -> float | None:
@@ -33,7 +35,7 @@ def compare_summaries(
 ) -> list[dict[str, Any]]:
     """One row per metric both summaries have: measured, predicted, error in % of measured."""
     keys = list(CHECK_METRICS)
-    if measured.get("open_loop"):
+    if measured.get(K.OPEN_LOOP):
         keys += OPEN_LOOP_METRICS
     rows = []
     for key in keys:

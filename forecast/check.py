@@ -7,6 +7,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from vprof.analysis.keys import HEADLINE_KEYS
+from vprof.analysis.keys import SummaryKey as K
 from vprof.common.errors import ForecastError
 from vprof.forecast.accuracy import compare_summaries, error_report
 from vprof.forecast.model import ConfigModel, ForecastModel
@@ -23,16 +25,13 @@ def check_observed(
     rows: list[dict[str, Any]] = []
     for o in runs:
         s = scenario_of_run(o.meta, str(RunDir(o.path).run_json))
-        predicted = predict(config, s, slo=o.summary.get("slo")).summary
+        predicted = predict(config, s, slo=o.summary.get(K.SLO)).summary
         rows.extend(compare_summaries(o.name, o.summary, predicted))
     report = error_report(rows)
     medians = report["median_abs_pct"]
-    shown = ", ".join(f"{k} {v:.1f} %" for k, v in medians.items() if k in _SHOWN)
+    shown = ", ".join(f"{k} {v:.1f} %" for k, v in medians.items() if k in HEADLINE_KEYS)
     say(f"  median abs error over {report['runs']} runs: {shown}")
     return report
-
-
-_SHOWN = ("request_throughput", "median_ttft_ms", "p95_ttft_ms", "median_tpot_ms")
 
 
 def matching_config(model: ForecastModel, o: Observed) -> ConfigModel:
@@ -74,6 +73,6 @@ def check_runs(
     rows: list[dict[str, Any]] = []
     for o, config in zip(observed, configs, strict=True):
         s = scenario_of_run(o.meta, str(RunDir(o.path).run_json))
-        predicted = predict(config, s, slo=o.summary.get("slo"), model_path=model.path).summary
+        predicted = predict(config, s, slo=o.summary.get(K.SLO), model_path=model.path).summary
         rows.extend(compare_summaries(o.name, o.summary, predicted))
     return rows, error_report(rows)

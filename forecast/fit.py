@@ -7,6 +7,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from vprof.analysis.keys import SummaryKey as K
 from vprof.common.errors import ForecastError
 from vprof.forecast.check import check_observed
 from vprof.forecast.model import ConfigModel, ForecastModel
@@ -111,20 +112,20 @@ def _run_row(o: Observed) -> dict[str, Any]:
 
     s = o.summary
     return {
-        "run": o.name,
-        "path": str(o.path),
-        "workload": o.workload_name,
-        "traffic": s.get("traffic"),
-        "offered_load": s.get("offered_load"),
-        "offered_load_unit": s.get("offered_load_unit"),
-        "requests": int(o.requests.n),
+        K.RUN: o.name,
+        K.PATH: str(o.path),
+        K.WORKLOAD: o.workload_name,
+        K.TRAFFIC: s.get(K.TRAFFIC),
+        K.OFFERED_LOAD: s.get(K.OFFERED_LOAD),
+        K.OFFERED_LOAD_UNIT: s.get(K.OFFERED_LOAD_UNIT),
+        K.REQUESTS: int(o.requests.n),
         "mean_prompt_tokens": float(np.mean(o.requests.prompt_tokens)),
         "mean_output_tokens": float(np.mean(o.requests.output_tokens)),
     }
 
 
 def _rate(summary: Any) -> float | None:
-    for key in ("served_rate", "request_throughput"):
+    for key in (K.SERVED_RATE, K.REQUEST_THROUGHPUT):
         value = summary.get(key)
         if isinstance(value, (int, float)) and value > 0:
             return float(value)

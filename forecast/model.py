@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from vprof.analysis.keys import HEADLINE_KEYS
+from vprof.analysis.keys import SummaryKey as K
 from vprof.common.errors import ForecastError
 from vprof.forecast.rules import ConfigKey, SchedulerRules
 from vprof.forecast.stepcost import COEFFICIENTS, StepCost
@@ -51,7 +53,7 @@ class ConfigModel:
                 parts = [
                     f"{_metric_words(k)} {v:.0f} %"
                     for k, v in report["median_abs_pct"].items()
-                    if v is not None and k in HEADLINE_METRICS
+                    if v is not None and k in HEADLINE_KEYS
                 ]
                 runs = report.get("runs", 0)
                 return f"median error {words} ({runs} runs): " + ", ".join(parts)
@@ -71,16 +73,13 @@ class ConfigModel:
         }
 
 
-HEADLINE_METRICS = ("request_throughput", "median_ttft_ms", "p95_ttft_ms", "median_tpot_ms")
-
-
 def _metric_words(key: str) -> str:
     return {
-        "request_throughput": "throughput",
-        "served_rate": "served rate",
-        "median_ttft_ms": "p50 TTFT",
-        "p95_ttft_ms": "p95 TTFT",
-        "median_tpot_ms": "p50 TPOT",
+        K.REQUEST_THROUGHPUT: "throughput",
+        K.SERVED_RATE: "served rate",
+        K.MEDIAN_TTFT_MS: "p50 TTFT",
+        K.P95_TTFT_MS: "p95 TTFT",
+        K.MEDIAN_TPOT_MS: "p50 TPOT",
     }.get(key, key)
 
 

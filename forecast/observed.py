@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from vprof.analysis.keys import SummaryKey as K
 from vprof.common.errors import ForecastError
 from vprof.forecast.rules import ConfigKey, SchedulerRules, config_key, rules_from_run
 from vprof.forecast.simulate import Replay, Requests
@@ -126,7 +127,7 @@ def load_observed(path: str | Path) -> Observed:
         warmup_s=max(warmup_s, 0.0),
         measured=measured,
         server=_server_counters(run.metrics),
-        open_loop=bool(summary.get("open_loop")),
+        open_loop=bool(summary.get(K.OPEN_LOOP)),
         chat_extra_tokens=extra,
         idle_ms=float(np.median(idle)) if idle.size else None,
     )

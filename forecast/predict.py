@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from vprof.analysis.keys import SummaryKey as K
 from vprof.forecast.model import ConfigModel
 from vprof.forecast.replayrecords import RecordContext, replay_metrics, replay_table
 from vprof.forecast.rules import SchedulerRules
@@ -103,7 +104,7 @@ def predict(
         metrics=tuple(metrics),
     )
     summary = summarize_loaded(run, slo=slo)
-    summary["path"] = None
+    summary[K.PATH] = None
     return Prediction(summary, table, metrics, {**meta, "locust": locust}, replayed)
 
 
@@ -245,5 +246,5 @@ def write_prediction(prediction: Prediction, folder: Path) -> Path:
     run.write_locust_info(locust)
     run.set_status(RunState.COMPLETED)
     # last, as every writer of a run folder does: the summary comes after the final state
-    write_json_atomic(run.summary_json, json_safe({**prediction.summary, "path": str(run.path)}))
+    write_json_atomic(run.summary_json, json_safe({**prediction.summary, K.PATH: str(run.path)}))
     return run.path

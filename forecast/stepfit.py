@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from vprof.analysis.keys import SummaryKey as K
 from vprof.common.errors import ForecastError
 from vprof.forecast.observed import Observed
 from vprof.forecast.simulate import OK, simulate
@@ -286,7 +287,7 @@ def _scales(runs: Sequence[Observed], start: StepCost) -> Any:
             tpots.append(float(np.median(t)))
         prompts.append(float(np.mean(o.requests.prompt_tokens)))
         outputs.append(float(np.mean(o.requests.output_tokens)))
-        c = o.summary.get("max_concurrent_requests")
+        c = o.summary.get(K.MAX_CONCURRENT_REQUESTS)
         concurrency.append(float(c) if isinstance(c, (int, float)) and c > 0 else 1.0)
     step = float(np.median(tpots)) if tpots else 10.0
     prompt = float(np.mean(prompts)) if prompts else 100.0

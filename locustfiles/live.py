@@ -22,6 +22,8 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from vprof.analysis.keys import SummaryKey as K
+from vprof.analysis.keys import stat_key
 from vprof.records.schema import Status
 
 # Half-width of a bucket relative to its representative value. 0.5% keeps the interpolated
@@ -321,14 +323,14 @@ class LiveStats:
             duration_s = self._last_finished_at - self._first_sent_at
         row: dict[str, Any] = {
             "name": name,
-            "requests": total.requests,
-            "completed": total.completed,
-            "failed": total.failed,
-            "cancelled": total.cancelled,
-            "total_output_tokens": total.output_tokens,
+            K.REQUESTS: total.requests,
+            K.COMPLETED: total.completed,
+            K.FAILED: total.failed,
+            K.CANCELLED: total.cancelled,
+            K.TOTAL_OUTPUT_TOKENS: total.output_tokens,
             "duration_s": duration_s,
-            "request_throughput": total.completed / duration_s if duration_s else None,
-            "output_throughput": total.output_tokens / duration_s if duration_s else None,
+            K.REQUEST_THROUGHPUT: total.completed / duration_s if duration_s else None,
+            K.OUTPUT_THROUGHPUT: total.output_tokens / duration_s if duration_s else None,
             "current_requests": recent.requests,
             "current_failed": recent.failed,
             "current_request_throughput": (
@@ -341,14 +343,14 @@ class LiveStats:
         for _, metric in METRICS:
             hist = total.hists[metric]
             row[f"count_{metric}"] = hist.count
-            row[f"mean_{metric}_ms"] = hist.mean()
+            row[stat_key("mean", metric)] = hist.mean()
             for p, value in zip(PERCENTILES, hist.percentiles(PERCENTILES), strict=True):
-                row[f"{percentile_key(p)}_{metric}_ms"] = value
+                row[stat_key(percentile_key(p), metric)] = value
             row[f"max_{metric}_ms"] = hist.max if hist.count else None
             current = recent.hists[metric]
             row[f"current_count_{metric}"] = current.count
             for p, value in zip(PERCENTILES, current.percentiles(PERCENTILES), strict=True):
-                row[f"current_{percentile_key(p)}_{metric}_ms"] = value
+                row["current_" + stat_key(percentile_key(p), metric)] = value
         return row
 
 
@@ -369,7 +371,7 @@ class _Interval:
         for _, metric in METRICS:
             values = self.slot.hists[metric].percentiles(PERCENTILES)
             for p, value in zip(PERCENTILES, values, strict=True):
-                out[f"{percentile_key(p)}_{metric}_ms"] = value
+                out[stat_key(percentile_key(p), metric)] = value
         return out
 
     def seal(self) -> None:
@@ -504,12 +506,12 @@ class Timeline:
         point: dict[str, Any] = {
             "t": index * self.interval_s,
             "final": interval.frozen is not None,
-            "requests": slot.requests,
-            "completed": slot.completed,
-            "failed": slot.failed,
-            "request_throughput": slot.completed / width,
+            K.REQUESTS: slot.requests,
+            K.COMPLETED: slot.completed,
+            K.FAILED: slot.failed,
+            K.REQUEST_THROUGHPUT: slot.completed / width,
             "failures_per_s": slot.failed / width,
-            "output_throughput": slot.output_tokens / width,
+            K.OUTPUT_THROUGHPUT: slot.output_tokens / width,
             "in_flight": interval.in_flight_s / width,
         }
         point.update(interval.percentiles())

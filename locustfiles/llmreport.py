@@ -25,6 +25,8 @@ from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
 
+from vprof.analysis.keys import SummaryKey as K
+from vprof.analysis.keys import stat_key
 from vprof.locustfiles.live import METRICS, PERCENTILES, LiveStats, Timeline, percentile_key
 
 log = logging.getLogger("vprof")
@@ -41,21 +43,26 @@ _TITLES = {"ttft": "TTFT", "tpot": "TPOT", "itl": "ITL", "e2el": "E2E"}
 # report is read after the test, when the web UI tab's "current" columns mean nothing.
 COUNT_COLUMNS: list[tuple[str, str, int | None]] = [
     ("name", "Name", None),
-    ("requests", "Requests", None),
-    ("completed", "Completed", None),
-    ("failed", "Fails", None),
-    ("cancelled", "Cancelled", None),
-    ("request_throughput", "Req/s", 2),
-    ("output_throughput", "Output tok/s", 1),
-    ("total_output_tokens", "Output tokens", None),
+    (K.REQUESTS, "Requests", None),
+    (K.COMPLETED, "Completed", None),
+    (K.FAILED, "Fails", None),
+    (K.CANCELLED, "Cancelled", None),
+    (K.REQUEST_THROUGHPUT, "Req/s", 2),
+    (K.OUTPUT_THROUGHPUT, "Output tok/s", 1),
+    (K.TOTAL_OUTPUT_TOKENS, "Output tokens", None),
 ]
-# The latency table has a row per group and metric: (key template, column title).
+# The latency table has a row per group and metric: (statistic, column title); each cell is
+# the row's ``stat_key(statistic, metric)``, and "count" the row's number of values.
 LATENCY_COLUMNS: list[tuple[str, str]] = [
-    *[(f"{percentile_key(p)}_{{m}}_ms", f"p{p}") for p in PERCENTILES],
-    ("mean_{m}_ms", "mean"),
-    ("max_{m}_ms", "max"),
-    ("count_{m}", "values"),
+    *[(percentile_key(p), f"p{p}") for p in PERCENTILES],
+    ("mean", "mean"),
+    ("max", "max"),
+    ("count", "values"),
 ]
+
+
+def _latency_key(stat: str, metric: str) -> str:
+    return f"count_{metric}" if stat == "count" else stat_key(stat, metric)
 
 
 def static_path(name: str) -> Path:
@@ -137,7 +144,7 @@ def _tables(rows: list[dict[str, Any]]) -> str:
     for row in rows:
         for _, metric in METRICS:
             cells = [_cell(row.get("name"), None), _cell(_TITLES[metric], None)]
-            cells += [_cell(row.get(key.format(m=metric)), 2) for key, _ in LATENCY_COLUMNS]
+            cells += [_cell(row.get(_latency_key(stat, metric)), 2) for stat, _ in LATENCY_COLUMNS]
             latency_rows.append(cells)
     latency = _table(
         ["Name", "Metric", *[title for _, title in LATENCY_COLUMNS]],

@@ -28,6 +28,8 @@ import json
 import math
 from typing import Any
 
+from vprof.analysis.keys import Metric, stat_key
+from vprof.analysis.keys import SummaryKey as K
 from vprof.locustfiles import llmreport
 from vprof.locustfiles.live import PERCENTILES, LiveStats, Timeline, percentile_key
 
@@ -46,8 +48,8 @@ _CHART_TAGS = (
 # (row key, column title, decimals); None keeps a column's value as it is.
 _COUNT_COLUMNS: tuple[tuple[str, str, int | None], ...] = (
     ("name", "Name", None),
-    ("requests", "Requests", None),
-    ("failed", "Fails", None),
+    (K.REQUESTS, "Requests", None),
+    (K.FAILED, "Fails", None),
     ("current_request_throughput", "Req/s", 2),
     ("current_output_throughput", "Output tok/s", 1),
 )
@@ -69,10 +71,10 @@ def _percentile_columns(prefix: str) -> list[tuple[str, str, int]]:
     columns = []
     for metric, title, decimals in _LATENCY_COLUMNS:
         for p in PERCENTILES:
-            key = f"{prefix}{percentile_key(p)}_{metric}_ms"
+            key = prefix + stat_key(percentile_key(p), metric)
             columns.append((key, f"{title} p{p} ms", decimals))
     for p in (50, 99):
-        columns.append((f"{prefix}{percentile_key(p)}_e2el_ms", f"E2E p{p} ms", 0))
+        columns.append((prefix + stat_key(percentile_key(p), Metric.E2EL), f"E2E p{p} ms", 0))
     return columns
 
 

@@ -276,7 +276,7 @@ def _distribution_groups(
     shown: set[int] = set()
     for group in groups:
         first = summaries[group[0]]
-        out.append({"title": f"{first.get('workload')} × {first.get('traffic')}",
+        out.append({"title": f"{first.get(K.WORKLOAD)} × {first.get(K.TRAFFIC)}",
                     "run_ids": [ids[i] for i in group]})  # fmt: skip
         shown.update(group)
     by_profile: dict[str, list[int]] = {}
@@ -297,7 +297,7 @@ def _warnings(labels: Sequence[str], summaries: Sequence[dict[str, Any]]) -> lis
     for label, s in zip(labels, summaries, strict=True):
         if s.get(K.STATE) not in (RunState.COMPLETED, None):
             why = f": {s[K.REASON]}" if s.get(K.REASON) else ""
-            out.append(f"{label}: the run is {s.get('state')}{why}")
+            out.append(f"{label}: the run is {s.get(K.STATE)}{why}")
         if s.get(K.LOADGEN_SATURATED):
             out.append(f"{label}: {s.get(K.LOADGEN_VERDICT)}")
     return out

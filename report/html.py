@@ -43,16 +43,16 @@ COMPARE_COLUMNS = ("metric", "baseline_value", "run", "value", "diff_pct", "ci_l
                    "ci_high_pct", "verdict")  # fmt: skip
 PERCENTILES = ("50", "90", "95", "99", "99.9")
 _LABELS = {
-    "request_throughput": "req/s",
-    "output_throughput": "output tok/s",
+    K.REQUEST_THROUGHPUT: "req/s",
+    K.OUTPUT_THROUGHPUT: "output tok/s",
     "sustainable_rps": "sustainable req/s",
     "max_measured_rps": "max measured req/s",
     "rps": "req/s",
-    "loadgen_max_cpu_percent": "load gen. peak CPU %",
+    K.LOADGEN_MAX_CPU_PERCENT: "load gen. peak CPU %",
     "diff_pct": "diff %",
     "ci_low_pct": "CI low %",
     "ci_high_pct": "CI high %",
-    "gpus_per_replica": "GPUs per replica",
+    K.GPUS_PER_REPLICA: "GPUs per replica",
     "replica_cost_per_hour": "per replica-hour",
     "output_tokens_per_request": "output tokens per request",
     "cost_per_million_output_tokens": "per 1M output tokens",

@@ -64,7 +64,7 @@ def distributions(
     if int(ok.sum()) != summary.get(K.COMPLETED):
         raise RuntimeError(
             f"{run.path}: the report counts {int(ok.sum())} completed requests, the summary "
-            f"{summary.get('completed')}: the two selection rules have drifted apart"
+            f"{summary.get(K.COMPLETED)}: the two selection rules have drifted apart"
         )
     out: dict[str, Any] = {}
     for metric in METRICS:
@@ -113,8 +113,8 @@ def timelines(run: Run, summary: dict[str, Any], cols: dict[str, Any]) -> dict[s
         "warmup_s": (run.warmup_until - t0) if run.warmup_until is not None else None,
         "t_s": frame["t_s"].astype(float).tolist(),
     }
-    for key in ("request_throughput", "output_throughput", "p50_ttft_ms", "p95_ttft_ms",
-                "p50_tpot_ms", "p95_tpot_ms", "failed"):  # fmt: skip
+    for key in (K.REQUEST_THROUGHPUT, K.OUTPUT_THROUGHPUT, K.P50_TTFT_MS, K.P95_TTFT_MS,
+                K.P50_TPOT_MS, K.P95_TPOT_MS, K.FAILED):  # fmt: skip
         out[key] = significant(frame[key].to_numpy(dtype=float))
     n_bins = len(frame)
     sent = np.isfinite(cols["sent_at"])

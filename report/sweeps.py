@@ -78,7 +78,7 @@ def from_manifests(
                 "columns": _columns(rows),
                 "rows": rows,
                 "recommendation": recommendation,
-                "x": "offered_load" if sweep.kind == "load" else "rung",
+                "x": K.OFFERED_LOAD if sweep.kind == "load" else "rung",
                 "unit": units.pop() if len(units) == 1 else None,
             }
         )
@@ -117,7 +117,7 @@ def from_load_levels(capacity_data: dict[str, Any], covered: set[str]) -> list[d
                 "columns": _columns(rows),
                 "rows": rows,
                 "recommendation": plan_answer(capacity_data, entry["profile"]) or _NO_PLAN,
-                "x": "offered_load",
+                "x": K.OFFERED_LOAD,
                 "unit": entry.get("offered_unit"),
             }
         )

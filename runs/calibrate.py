@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from vprof.analysis.clienterror import certificate_line
+from vprof.analysis.keys import SummaryKey as K
 from vprof.common.errors import RunError, VprofError
 
 Progress = Callable[[str], None]
@@ -290,8 +291,8 @@ def _certificate(spec: CalibrateSpec, run: Any, sends: Path) -> dict[str, Any]:
         "itl_error_p99_ms": _ms(error.itl_p99_ms),
         "client_error_ms": _ms(error.bound_ms),
         "within_bounds": error.within_bounds,
-        "loop_lag_verdict": health.get("loadgen_verdict", "not measured"),
-        "loop_lag_p99_ms": health.get("loadgen_loop_lag_p99_ms"),
+        "loop_lag_verdict": health.get(K.LOADGEN_VERDICT, "not measured"),
+        "loop_lag_p99_ms": health.get(K.LOADGEN_LOOP_LAG_P99_MS),
         "unmatched": unmatched,
         "emulator": {
             "ttft_ms": TTFT_MS,
