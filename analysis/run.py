@@ -271,15 +271,13 @@ def prompt_token_warning(head: dict[str, Any], body: dict[str, Any]) -> str:
 def _gpus(profile: dict[str, Any]) -> int | None:
     """GPUs one server of the run's profile used (tensor × pipeline × data parallel)."""
     from vprof.common.errors import ProfileError
-    from vprof.registry.profile import gpus_per_server
+    from vprof.registry.profile import recorded_gpus_per_server
 
-    args = profile.get("engine_args")
-    if not isinstance(args, dict):
-        return None
     try:
-        return gpus_per_server(args)[0]
+        found = recorded_gpus_per_server(profile)
     except ProfileError:
         return None
+    return found[0] if found else None
 
 
 def _in_flight_cap(traffic: Any) -> int | None:

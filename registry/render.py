@@ -24,7 +24,6 @@ from vprof.registry.profile import (
     ENV_NAME_HINT,
     Profile,
     env_name_problem,
-    gpus_per_server,
     text_problem,
 )
 from vprof.registry.vllm_args import flag_table
@@ -209,7 +208,7 @@ def render_k8s(profile: Profile, *, replicas: int = 1, image: str = DOCKER_IMAGE
     argv = [k8s_escape(token) for token in _launcher(profile, "python3")]
     argv += [k8s_escape(token) for token in _flags(profile, skip=_NOT_IN_CONTAINERS)]
     split = 2 if profile.entrypoint == "serve" else 3  # "vllm serve" | "python3 -m module"
-    gpus, _ = gpus_per_server(profile.engine_args)
+    gpus, _ = profile.gpus_per_server()
     labels = {"app.kubernetes.io/name": "vllm", "app.kubernetes.io/instance": name}
     env: list[dict[str, Any]] = [{"name": k, "value": k8s_escape(v)} for k, v in _env(profile)]
     env.append(

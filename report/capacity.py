@@ -149,16 +149,14 @@ def gpus_per_replica(meta: dict[str, Any], where: str) -> tuple[int, str]:
     ``meta`` is a run's ``run.json``; ``where`` its path, for errors.
     """
     from vprof.common.errors import ProfileError
-    from vprof.registry.profile import gpus_per_server
+    from vprof.registry.profile import recorded_gpus_per_server
 
-    profile = meta.get("profile") if isinstance(meta.get("profile"), dict) else {}
-    args = profile.get("engine_args") if isinstance(profile, dict) else None
-    if not isinstance(args, dict):
-        return 1, "engine arguments unknown: 1 GPU assumed"
+    profile = meta.get("profile")
     try:
-        return gpus_per_server(args)
+        found = recorded_gpus_per_server(profile) if isinstance(profile, dict) else None
     except ProfileError as exc:
         raise ReportError(exc.message, path=where, key=f"profile.engine_args.{exc.key}") from None
+    return found or (1, "engine arguments unknown: 1 GPU assumed")
 
 
 def cost(

@@ -74,9 +74,7 @@ def run_prepared(prepared: Prepared, say: Say = print) -> TuneOutcome:
     runner.on_failure = lambda: write_state(folder, prepared, runner.opened, failures, None, [])
 
     def gpus(candidate: Candidate) -> int:
-        from vprof.registry.profile import gpus_per_server
-
-        return gpus_per_server(runner.profile_of(candidate).engine_args)[0]
+        return runner.profile_of(candidate).gpus_per_server()[0]
 
     guide = _guide(prepared, runner, say) if p.request.guided else None
     result = tune_on(
