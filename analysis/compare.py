@@ -40,6 +40,7 @@ from vprof.analysis.keys import SummaryKey as K
 from vprof.analysis.run import Run, damage, display_names, load_run, summarize_loaded
 from vprof.analysis.summary import HELD_BACK
 from vprof.common.errors import RunError
+from vprof.common.suggest import suggestion
 
 # What compare judges by default: what every slice of an alternating run measures too.
 DEFAULT_METRICS = SLICE_METRICS
@@ -368,7 +369,6 @@ def _load_groups(
 
 def _check_metrics(metrics: Sequence[str], groups: Sequence[Group]) -> None:
     """A metric no summary has is a typo: name the keys that can be compared."""
-    from vprof.common.suggest import suggestion
 
     known = {
         k for g in groups for s in g.summaries for k, v in s.items()

@@ -26,6 +26,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from vprof.common.errors import RunError
+
 CONFIDENCE = 0.95
 POWER = 0.80
 WELCH = "welch"
@@ -196,7 +198,6 @@ def crossover(phases: Sequence[tuple[Sequence[float], Sequence[float]]]) -> Inte
 def parse_shift(text: str, key: str = "--detect") -> float:
     """``--detect 10%`` or ``--precision 5%`` (or ``10``) → 10.0; a clear error for anything
     else."""
-    from vprof.common.errors import RunError
 
     raw = text.strip().removesuffix("%").strip()
     try:

@@ -27,6 +27,7 @@ from vprof.analysis.keys import CLIENT_FIX, stat_key
 from vprof.analysis.keys import SummaryKey as K
 from vprof.analysis.slo import Slo, SloError, parse_slo
 from vprof.analysis.stats import pct_key
+from vprof.common.numbers import check_number
 from vprof.records.rundir import RunState
 
 
@@ -145,7 +146,6 @@ def plan(
         >>> plan(["runs/a-2rps", "runs/a-4rps"], target_rps=40, slo="ttft_p95=500ms")
     """
     slo = parse_slo(slo) if isinstance(slo, str) else slo
-    from vprof.common.numbers import check_number
 
     check_number(target_rps, above=0, error=SloError, key="--rps")
     check_number(headroom, minimum=0, error=SloError, key="--headroom")

@@ -18,7 +18,7 @@ from vprof.analysis.alternation import is_alternating, side_views
 from vprof.analysis.keys import SummaryKey as K
 from vprof.analysis.slo import Slo
 from vprof.analysis.stats import DEFAULT_PERCENTILES
-from vprof.common.errors import RunError
+from vprof.common.errors import ProfileError, RunError
 from vprof.records.rundir import (
     RunDir,
     is_run_dir,
@@ -270,7 +270,6 @@ def prompt_token_warning(head: dict[str, Any], body: dict[str, Any]) -> str:
 
 def _gpus(profile: dict[str, Any]) -> int | None:
     """GPUs one server of the run's profile used (tensor × pipeline × data parallel)."""
-    from vprof.common.errors import ProfileError
     from vprof.registry.profile import recorded_gpus_per_server
 
     try:

@@ -29,6 +29,7 @@ from vprof.analysis.samples import PER_REPLICA_SERVER, host_stats, loadgen_stats
 from vprof.analysis.slo import Slo, SloTarget, parse_slo
 from vprof.analysis.stats import DEFAULT_PERCENTILES, BlockQuantiles, describe, pct_key, percentile
 from vprof.common.errors import RunError
+from vprof.common.numbers import check_number
 from vprof.records.schema import CUT_AT_END, Status
 
 _FAILED = (Status.ERROR.value, Status.TIMEOUT.value)  # statuses that count as failed requests
@@ -888,8 +889,6 @@ def timeline(records: Any, interval_s: float = 5.0) -> Any:
     """
     import numpy as np
     import pandas as pd
-
-    from vprof.common.numbers import check_number
 
     check_number(interval_s, above=0, error=RunError, key="--interval")
     cols = records if isinstance(records, Columns) else from_records(records)

@@ -20,6 +20,8 @@ from vprof.cli.options import (
     profiles_dir_option,
 )
 from vprof.cli.output import HUMAN, Part, emit_parts, format_option
+from vprof.common.errors import VprofError, os_reason
+from vprof.common.interrupt import raise_interrupted, signal_of
 from vprof.locustfiles.optiontable import (
     BALANCE_CHOICES,
     DEFAULT_BALANCE,
@@ -50,7 +52,6 @@ def _interruptible(out_dir: Path) -> Iterator[None]:
     writing the folder is refused, exit 2. Ctrl-C or SIGTERM: the runs stop cleanly (the
     library keeps what was measured); say which signal, where the runs are, and exit
     128 + the signal (130, 143)."""
-    from vprof.common.interrupt import raise_interrupted, signal_of
     from vprof.records.folderlock import lock_folder
 
     release = lock_folder(out_dir, _say)
@@ -400,7 +401,6 @@ def _measured_runs_in(folder: Path) -> list[Path]:
 
 def _html_report(paths: list[Path], opts: dict[str, Any], **options: Any) -> None:
     """``<out>/report.html`` of what was just measured; a report that fails loses no run."""
-    from vprof.common.errors import VprofError, os_reason
     from vprof.records.rundir import REPORT_FILE
     from vprof.report import write_report
 

@@ -9,12 +9,12 @@ import click
 
 from vprof.cli.options import OutDir
 from vprof.cli.output import HUMAN, Part, emit_parts, format_option
+from vprof.common.errors import ForecastError
+from vprof.common.numbers import parse_number
 
 
 def _rates(values: Sequence[str]) -> list[float]:
     """``--rate 2 --rate 4,8`` → [2, 4, 8], each a finite positive number."""
-    from vprof.common.errors import ForecastError
-    from vprof.common.numbers import parse_number
 
     rates: list[float] = []
     for value in values:

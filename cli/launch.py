@@ -16,6 +16,7 @@ import click
 
 from vprof.cli.options import FiniteFloat, profile_override_options, profiles_dir_option
 from vprof.common.errors import LaunchError
+from vprof.common.paths import cache_dir
 
 
 class _Stop(BaseException):
@@ -36,8 +37,6 @@ def _stop_on_signals() -> Iterator[None]:
 
 
 def _default_log_path(name: str) -> Path:
-    from vprof.common.paths import cache_dir
-
     stamp = time.strftime("%Y%m%d-%H%M%S")
     return cache_dir() / "logs" / f"{name}-{stamp}.log"
 

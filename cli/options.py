@@ -8,6 +8,10 @@ from typing import Any, TypeVar
 
 import click
 
+from vprof.common.errors import VprofError
+from vprof.common.numbers import check_number, parse_number
+from vprof.common.paths import check_writable_dir
+
 F = TypeVar("F", bound=Callable[..., Any])
 
 
@@ -26,9 +30,6 @@ class FiniteFloat(click.ParamType):
         self.limits = {"minimum": minimum, "maximum": maximum, "above": above}
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        from vprof.common.errors import VprofError
-        from vprof.common.numbers import check_number, parse_number
-
         try:
             if isinstance(value, (int, float)) and not isinstance(value, bool):
                 return float(check_number(value, **self.limits))
@@ -43,9 +44,6 @@ class OutDir(click.ParamType):
     name = "folder"
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        from vprof.common.errors import VprofError
-        from vprof.common.paths import check_writable_dir
-
         try:
             return check_writable_dir(Path(value))
         except VprofError as exc:

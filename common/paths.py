@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from vprof.common.errors import VprofError
+
 
 def cache_dir() -> Path:
     """vprof's cache folder (the embedded model lives here): ``$VPROF_CACHE_DIR`` or XDG cache."""
@@ -22,8 +24,6 @@ def check_writable_dir(path: Path, key: str | None = None) -> Path:
     or the nearest existing folder cannot be written (a read-only file system, no permission).
     """
     import tempfile
-
-    from vprof.common.errors import VprofError
 
     existing = path
     while not os.path.lexists(existing) and existing != existing.parent:

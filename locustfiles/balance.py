@@ -23,6 +23,8 @@ import socket
 from collections.abc import Sequence
 
 from vprof.common.errors import RunError
+from vprof.common.suggest import suggestion
+from vprof.common.urls import check_server_url
 from vprof.locustfiles.optiontable import BALANCE_CHOICES, DEFAULT_BALANCE
 
 LEAST_OUTSTANDING, ROUND_ROBIN = BALANCE_CHOICES
@@ -95,7 +97,6 @@ def check_policy(policy: str, key: str = "--balance") -> str:
     """``policy`` if it is one of ``BALANCE_CHOICES``; a clear error naming them otherwise."""
     if policy in BALANCE_CHOICES:
         return policy
-    from vprof.common.suggest import suggestion
 
     raise RunError(
         f"{policy!r} is not a balancing policy (choose {' or '.join(BALANCE_CHOICES)})",
@@ -113,8 +114,6 @@ def check_replicas(urls: Sequence[str], key: str = "--url") -> tuple[str, ...]:
     replicas would double its capacity.
     """
     from urllib.parse import urlsplit
-
-    from vprof.common.urls import check_server_url
 
     checked = [check_server_url(url, key=key) for url in urls]
     if len(checked) < 2:

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from vprof.common.errors import OutputError, VprofError
+from vprof.common.paths import check_writable_dir
 from vprof.records.rundir import expand_runs, is_run_dir, sweep_manifest, tune_manifest
 
 _HEAD_BYTES = 4096
@@ -108,7 +109,6 @@ def claim_output(
     whatever ``force`` says); an existing file that is not ``kind`` (unless ``force``); a
     place that cannot be written (a missing parent under a file, no permission, ``/proc``).
     """
-    from vprof.common.paths import check_writable_dir
 
     target = Path(path)
     where = {"path": str(target), "key": key}

@@ -20,6 +20,8 @@ from dataclasses import asdict, dataclass, field, fields
 from enum import StrEnum
 from typing import Any
 
+from vprof.common.errors import RunError
+
 
 class Status(StrEnum):
     OK = "ok"
@@ -164,7 +166,6 @@ def _fits(found: Any, wanted: Any) -> bool:
 def check_schema(schema: Any, path: str) -> None:
     """Refuse an Arrow schema that is not vprof's records (raises :class:`RunError`): it must
     have the required columns, and every column vprof knows must hold its kind of value."""
-    from vprof.common.errors import RunError
 
     wanted = arrow_schema()
     names = set(schema.names)
@@ -194,8 +195,6 @@ def conform(table: Any, path: str) -> Any:
     """``table`` with exactly vprof's columns in order: missing optional ones filled with
     their default, others cast to vprof's types (a no-op, zero-copy, for vprof's own files)."""
     import pyarrow as pa
-
-    from vprof.common.errors import RunError
 
     wanted = arrow_schema()
     if table.schema.equals(wanted):
@@ -242,8 +241,6 @@ def check_values(table: Any, path: str) -> None:
     than 30 days, negative or infinite durations and gaps, token counts out of range, rows
     without an id or a status."""
     import numpy as np
-
-    from vprof.common.errors import RunError
 
     def refuse(name: str, bad: Any, what: str) -> None:
         row = int(np.argmax(bad))

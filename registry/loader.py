@@ -20,13 +20,8 @@ from vprof.common.errors import ProfileError
 from vprof.common.presets import YAML_SUFFIXES, preset_locations, yaml_files
 from vprof.common.suggest import closest, suggestion
 from vprof.common.yamlfile import YamlDoc, read_yaml
-from vprof.registry.profile import (
-    ENV_NAME_HINT,
-    Profile,
-    env_name_problem,
-    flag_key,
-    text_problem,
-)
+from vprof.registry.checks import ENV_NAME_HINT, env_name_problem, text_problem
+from vprof.registry.profile import Profile, flag_key
 
 ENV_VAR = "VPROF_PROFILES_DIR"
 TOP_LEVEL_KEYS = ("name", "description", "extends", "model", "entrypoint", "engine_args", "env")

@@ -14,17 +14,17 @@ from pathlib import Path
 from typing import Any
 
 from vprof.common.errors import ProfileError
+from vprof.common.yamlfile import parse_yaml  # yaml: loaded with the loader anyway
+from vprof.registry.checks import ENV_NAME_HINT, env_name_problem
 from vprof.registry.loader import get_profile
-from vprof.registry.profile import ENV_NAME_HINT, Profile, env_name_problem, flag_key
+from vprof.registry.profile import Profile, flag_key
+from vprof.registry.vllm_args import flag_table
 
 MAX_LIST_VALUES = 100  # a list of values to try: each can cost a server start
 
 
 def parse_set_args(items: Sequence[str]) -> dict[str, Any]:
     """``["max-num-batched-tokens=512", "enable-chunked-prefill=false"]`` → typed values."""
-    from vprof.common.yamlfile import parse_yaml
-    from vprof.registry.vllm_args import flag_table
-
     table = flag_table()
     parsed: dict[str, Any] = {}
     for item in items:

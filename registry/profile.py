@@ -2,38 +2,20 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from vprof.common.errors import ProfileError
+from vprof.registry.checks import ENV_NAME_HINT, env_name_problem, text_problem
+from vprof.registry.render import render
+from vprof.registry.vllm_args import flag_table
+
 ENTRYPOINTS = ("serve", "openai-module", "api-server")
 DEFAULT_PORT = 8000
 DEFAULT_HOST = "127.0.0.1"
-# POSIX portable names; \A…\Z because "$" also matches before a trailing newline
-ENV_NAME_RE = re.compile(r"\A[A-Za-z_][A-Za-z0-9_]*\Z")
-ENV_NAME_HINT = "letters, digits and '_', not starting with a digit"
-
-
-def env_name_problem(name: object) -> str | None:
-    """Why ``name`` cannot be an environment variable's name, or None if it can."""
-    if not isinstance(name, str) or not ENV_NAME_RE.match(name):
-        return f"{name!r} is not a valid environment variable name"
-    return None
-
-
-def text_problem(text: str) -> str | None:
-    """Why ``text`` cannot go into a command line or an environment value, or None."""
-    if "\x00" in text:
-        return "contains a NUL character, which no command line or environment can hold"
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return "is not valid Unicode (it holds a lone surrogate, perhaps from bytes not in UTF-8)"
-    return None
-
-
 PARALLEL_ARGS = ("tensor-parallel-size", "pipeline-parallel-size", "data-parallel-size")
 
 
@@ -44,9 +26,6 @@ def gpus_per_server(engine_args: Mapping[str, Any]) -> tuple[int, str]:
     Flags may be spelled as vLLM's aliases (``tp``); a size that is not a whole number from 1
     raises :class:`ProfileError` naming the flag.
     """
-    from vprof.common.errors import ProfileError
-    from vprof.registry.vllm_args import flag_table
-
     aliases = flag_table().aliases
     canonical = {aliases.get(flag_key(k), flag_key(k)): v for k, v in engine_args.items()}
     gpus, parts = 1, []
@@ -124,8 +103,6 @@ class Profile:
         Environment names and values are checked here (``ProfileError`` naming ``--env``);
         validate the result again for the rest.
         """
-        from vprof.common.errors import ProfileError
-
         for key, value in (env or {}).items():
             problem = env_name_problem(key)
             if problem:
@@ -165,10 +142,6 @@ class Profile:
         Two runs with the same identity ran the same server command. The argv is rendered with
         the default ``python3``, so the interpreter's path does not change the identity.
         """
-        import hashlib
-
-        from vprof.registry.render import render
-
         payload = json.dumps([render(self), sorted(self.env.items())], separators=(",", ":"))
         return f"{self.name}-{hashlib.sha256(payload.encode()).hexdigest()[:12]}"
 

@@ -15,18 +15,16 @@ from __future__ import annotations
 import json
 import re
 import shlex
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from vprof.common.errors import ProfileError
-from vprof.registry.profile import (
-    ENV_NAME_HINT,
-    Profile,
-    env_name_problem,
-    text_problem,
-)
+from vprof.registry.checks import ENV_NAME_HINT, env_name_problem, text_problem
 from vprof.registry.vllm_args import flag_table
+
+if TYPE_CHECKING:  # rendered here, and a profile's identity is a hash of its rendering
+    from vprof.registry.profile import Profile
 
 DOCKER_IMAGE = "vllm/vllm-openai:latest"
 HF_CACHE_IN_CONTAINER = "/root/.cache/huggingface"

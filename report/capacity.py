@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from vprof.analysis.keys import SummaryKey as K
-from vprof.common.errors import ReportError
+from vprof.common.errors import ProfileError, ReportError
 from vprof.report.options import ReportOptions
 
 LATENCY_METRICS = ("ttft", "tpot", "e2el")
@@ -148,7 +148,6 @@ def gpus_per_replica(meta: dict[str, Any], where: str) -> tuple[int, str]:
 
     ``meta`` is a run's ``run.json``; ``where`` its path, for errors.
     """
-    from vprof.common.errors import ProfileError
     from vprof.registry.profile import recorded_gpus_per_server
 
     profile = meta.get("profile")

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from vprof.common.errors import LaunchError, RunError
+from vprof.common.errors import LaunchError, RunError, VprofError
 from vprof.common.interrupt import interruption
 from vprof.locustfiles.optiontable import CUT_IN_FLIGHT_S
 from vprof.records.rundir import RunDir, RunState
@@ -600,7 +600,6 @@ def precision_widths(
 def _slice_schedule(run: RunDir) -> Callable[[], SliceSchedule | None]:
     """The slice schedule the load generator wrote into the run's ``locust.json`` when its test
     started (``None`` until then), read once found."""
-    from vprof.common.errors import VprofError
     from vprof.traffic.slices import SliceSchedule
 
     found: list[SliceSchedule] = []
@@ -621,7 +620,6 @@ def _slice_schedule(run: RunDir) -> Callable[[], SliceSchedule | None]:
 def _blocks_in(run: RunDir) -> int:
     from vprof.analysis.alternation import paired_blocks
     from vprof.analysis.run import load_run
-    from vprof.common.errors import VprofError
 
     try:
         return len(paired_blocks([load_run(run.path)], ())[1])

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from vprof.common.errors import LaunchError, ProfileError, RunError, WorkloadError
+from vprof.common.errors import LaunchError, ProfileError, RunError, VprofError, WorkloadError
 from vprof.records.rundir import RunDir, RunState
 from vprof.runs.measure import Server, check_fits, run_one
 from vprof.runs.order import block_order
@@ -409,7 +409,6 @@ def retire_attempt(run: RunDir, say: Progress) -> None:
 
 def _reusable(run: RunDir, say: Progress) -> bool:
     """A completed run whose records still read: its results are kept, not measured again."""
-    from vprof.common.errors import VprofError
     from vprof.records.store import read_records_file
 
     if run.state != RunState.COMPLETED:

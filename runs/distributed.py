@@ -18,6 +18,7 @@ import subprocess
 from collections.abc import Callable
 
 from vprof.common.errors import VprofError
+from vprof.common.interrupt import die_with_parent
 
 # How long a master waits for its workers to join before it gives up (Locust's
 # --expect-workers-max-wait); a bench allows this much more time for such a run.
@@ -105,7 +106,6 @@ def run_worker(
     master reports it lost; a new one would join a test that has no share for it). The worker
     dies with this process: killed with it, it cannot send load for nobody.
     """
-    from vprof.common.interrupt import die_with_parent
 
     argv = worker_argv(master, processes)
     stopping: list[int] = []

@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from vprof.common.errors import LaunchError, RunError
+from vprof.common.errors import LaunchError, RunError, VprofError
 from vprof.common.interrupt import interruption
 from vprof.locustfiles.optiontable import (
     FAULT_EXIT_CODE,
@@ -534,7 +534,6 @@ def _full_disk_note(run: RunDir, reason: str) -> str:
     """A write fault, with the space left where the run was written and the records kept."""
     import shutil
 
-    from vprof.common.errors import VprofError
     from vprof.records.store import read_records_file
 
     try:
@@ -563,7 +562,6 @@ def nothing_succeeded(run: RunDir) -> str:
     """Why a run that ran to its end measured nothing (``""`` when a request succeeded)."""
     import pyarrow.compute as pc
 
-    from vprof.common.errors import VprofError
     from vprof.records.schema import Status
     from vprof.records.store import read_records_file
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from vprof.common.errors import RunError, WorkloadError
 from vprof.locustfiles.optiontable import (
     DEFAULT_BALANCE,
     DEFAULT_ON_WORKER_LOSS,
@@ -76,7 +77,6 @@ class BenchSpec:
         # What can be checked without a server is checked here, before anything runs: a bad
         # SLO must not cost a whole run, and an empty --url must not become a local launch.
         from vprof.analysis.slo import parse_slo
-        from vprof.common.errors import RunError, WorkloadError
         from vprof.locustfiles.balance import check_policy, check_replicas
 
         urls = tuple(self.urls) or ((self.url,) if self.url is not None else ())
@@ -104,7 +104,6 @@ class BenchSpec:
             )
 
     def _check_distributed(self) -> None:
-        from vprof.common.errors import RunError
         from vprof.runs.distributed import parse_address
 
         if bool(self.workers_expected) != bool(self.master_bind):

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from vprof.analysis.keys import CLIENT_FIX, SummaryKey
 from vprof.common.errors import ProfileError, RunError, WorkloadError
+from vprof.common.numbers import MAX_TOKENS, check_number, parse_number_list
 from vprof.locustfiles.optiontable import CUT_IN_FLIGHT_S
 from vprof.records.rundir import RunState, read_json, sweep_manifest, write_json_atomic
 from vprof.runs.spec import NOT_STARTED, SKIPPED
@@ -88,7 +89,6 @@ MAX_RUNGS = 100  # each rung is a server start and a run of minutes
 
 def parse_sizes(text: str) -> list[int]:
     """``--sizes 128,256,512`` → batched-token sizes: whole numbers from 1 to MAX_TOKENS."""
-    from vprof.common.numbers import MAX_TOKENS, parse_number_list
 
     return parse_number_list(
         text, minimum=1, maximum=MAX_TOKENS, integer=True, max_items=MAX_RUNGS,
@@ -98,7 +98,6 @@ def parse_sizes(text: str) -> list[int]:
 
 def parse_levels(text: str) -> list[float]:
     """``--levels 2,4,8`` → load levels: positive, finite (rates or user counts)."""
-    from vprof.common.numbers import parse_number_list
 
     return parse_number_list(
         text, above=0, maximum=1_000_000, max_items=MAX_RUNGS, error=ProfileError,
@@ -113,7 +112,6 @@ def variant(profile: Profile, rung: Rung) -> Profile:
 def load_ladder(traffic: str | TrafficShape, levels: Sequence[float]) -> list[TrafficShape]:
     """The traffic shape at each load level: open-loop shapes climb ``rate_rps``, closed-loop
     shapes climb ``users``. Each is named ``<shape>@<field>=<level>``, so run folders say it."""
-    from vprof.common.numbers import check_number
     from vprof.traffic import get_shape
 
     shape = get_shape(traffic) if isinstance(traffic, str) else traffic

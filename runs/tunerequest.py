@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from vprof.common.errors import LaunchError, ProfileError, RunError, WorkloadError
 from vprof.common.numbers import check_number, parse_number
+from vprof.common.suggest import suggestion
 from vprof.locustfiles.optiontable import CUT_IN_FLIGHT_S
 from vprof.records.rundir import REPORT_FILE, TUNE_FIELDS, read_json, tune_manifest
 from vprof.runs.tuneevidence import OBJECTIVES, Objective
@@ -231,8 +232,6 @@ def prepare(request: TuneRequest, say: Say = lambda _: None) -> Prepared:
 
 def _objective(request: TuneRequest) -> Objective:
     if request.objective not in OBJECTIVES:
-        from vprof.common.suggest import suggestion
-
         hint = suggestion(request.objective, OBJECTIVES, ", ".join(OBJECTIVES))
         raise RunError(f"unknown objective {request.objective!r}", key="--objective", hint=hint)
     target = request.target_rps

@@ -20,6 +20,8 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from vprof.common.errors import RunError
+
 # Request indices of slice k are k·STRIDE + i: unique over the test, and a slice's i-th request
 # is planned as block·STRIDE + i, the same in every slice of its block.
 STRIDE = 1_000_000
@@ -103,7 +105,6 @@ def whole_blocks(total_s: float, slice_s: float, sides: int) -> int:
 def parse_sides(text: str, hosts: int, key: str = "--sides") -> tuple[int, ...]:
     """``--sides 0,1,1``: the side of each host (in ``--hosts`` order); every side from 0 up
     has a host. Empty: no alternation."""
-    from vprof.common.errors import RunError
 
     if not text.strip():
         return ()

@@ -11,6 +11,7 @@ from vprof.workloads.loading import (
     load_workloads,
     workload_from_dict,
 )
+from vprof.workloads.requestplan import RequestPlan
 from vprof.workloads.spec import (
     ConversationSpec,
     Distribution,
@@ -22,7 +23,6 @@ from vprof.workloads.spec import (
 from vprof.workloads.synthesis import (
     Conversation,
     HFTokenizer,
-    RequestPlan,
     RequestSynthesizer,
     Tokenizer,
     load_tokenizer,

@@ -10,8 +10,13 @@ session id, step), like every other plan.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+from vprof.workloads.requestplan import RequestPlan
 from vprof.workloads.spec import ThinkTime
-from vprof.workloads.synthesis import Conversation, RequestPlan, RequestSynthesizer
+
+if TYPE_CHECKING:  # a synthesizer hands itself to its sessions
+    from vprof.workloads.synthesis import Conversation, RequestSynthesizer
 
 
 class Session:

@@ -21,16 +21,16 @@ import os
 import random
 import re
 import weakref
-from dataclasses import dataclass
 from itertools import accumulate
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from vprof.common.errors import WorkloadError
+from vprof.workloads.requestplan import RequestPlan
+from vprof.workloads.sessions import start_session
 from vprof.workloads.spec import Workload
-
-if TYPE_CHECKING:
-    from vprof.workloads.traceplan import TracePlanner
+from vprof.workloads.trace import load_trace
+from vprof.workloads.traceplan import TracePlanner
 
 
 @runtime_checkable
@@ -106,41 +106,6 @@ def _load_tokenizer_file(file: str) -> HFTokenizer:
         return HFTokenizer(_Tokenizer.from_file(file), file)
     except Exception as exc:  # the Rust side raises plain Exceptions for bad files
         raise WorkloadError(f"cannot read the tokenizer: {exc}", path=file) from None
-
-
-@dataclass(frozen=True)
-class RequestPlan:
-    """One request to send. Completions use ``prompt``; chat uses ``messages``.
-
-    ``expected_prompt_tokens`` is what the server should count: for completions the whole
-    prompt including the BOS token the tokenizer adds; for chat the message contents only.
-    ``index`` is the request index (for a conversation turn: the conversation id).
-    """
-
-    index: int
-    prompt: str | None
-    messages: list[dict[str, str]] | None
-    expected_prompt_tokens: int
-    max_tokens: int
-    min_tokens: int | None
-    ignore_eos: bool
-    prefix_group: int = -1
-    conversation_id: int = -1
-    turn: int = 0
-    branch: int = -1  # an agent step's parallel call (-1: the step's only call)
-
-    def request_body(self, model: str) -> dict[str, Any]:
-        """The JSON body for ``/v1/completions`` or ``/v1/chat/completions`` (not streaming)."""
-        body: dict[str, Any] = {"model": model, "max_tokens": self.max_tokens}
-        if self.prompt is not None:
-            body["prompt"] = self.prompt
-        else:
-            body["messages"] = self.messages
-        if self.min_tokens is not None:
-            body["min_tokens"] = self.min_tokens
-        if self.ignore_eos:
-            body["ignore_eos"] = True
-        return body
 
 
 _WORD = re.compile(r" [A-Za-z]{1,24}")
@@ -265,10 +230,6 @@ class RequestSynthesizer:
         self._dataset_counts: dict[int, int] = {}
         self._trace: TracePlanner | None = None
         if workload.trace is not None:
-            # Imported here: traceplan builds on this module.
-            from vprof.workloads.trace import load_trace
-            from vprof.workloads.traceplan import TracePlanner
-
             self._trace = TracePlanner(self, load_trace(workload.trace))
 
     def resalted(self, salt: str) -> RequestSynthesizer:
@@ -364,8 +325,6 @@ class RequestSynthesizer:
             assert first is not None  # a conversation has at least one turn
             return first
         if w.agent is not None:
-            from vprof.workloads.sessions import start_session  # builds on this module
-
             return start_session(self, index).next_step(None)[0]
         lengths = self._lengths_rng(index)
         group = self._choose_group(lengths)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from vprof.common.errors import RunError
-from vprof.workloads.synthesis import RequestPlan
+from vprof.workloads.requestplan import RequestPlan
 
 
 @dataclass(frozen=True)

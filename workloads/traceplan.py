@@ -15,10 +15,10 @@ import random
 from collections import Counter, OrderedDict
 from typing import TYPE_CHECKING
 
-from vprof.workloads.synthesis import RequestPlan
+from vprof.workloads.requestplan import RequestPlan
 from vprof.workloads.trace import Trace
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # a synthesizer hands itself to its trace planner
     from vprof.workloads.synthesis import RequestSynthesizer
 
 _BLOCK_CACHE = 4096  # blocks kept drawn (~15 MB at 512 tokens); shared ones are reused often
