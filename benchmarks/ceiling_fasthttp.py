@@ -1,10 +1,11 @@
 """The plain client of the ceiling benchmark: a Locust ``FastHttpUser`` that only timestamps.
 
 Run by ``loadgen_ceiling.py`` with ``locust -f``. Each user streams ``/v1/completions`` in a
-closed loop, reads the body with ``readline(b"\\n")`` (the way that sees each SSE line as it
-arrives, ``reference/locust.md`` §1.4) and stamps every content line: no JSON parsing, no
-records, nothing else. The request's true TTFT comes from the emulator's ``x-vprof-ttft-ms``
-header. At the end each process writes its requests to ``$CEILING_OUT.<pid>.jsonl``.
+closed loop, reads the body with ``readline(b"\\n")`` (which returns each SSE line as it
+arrives; ``FastResponse.iter_content`` reads fixed-size blocks, so a short line can wait for
+the bytes after it) and stamps every content line: no JSON parsing, no records, nothing else.
+The request's true TTFT comes from the emulator's ``x-vprof-ttft-ms`` header. At the end each
+process writes its requests to ``$CEILING_OUT.<pid>.jsonl``.
 
 ``$CEILING_PROMPT_IDS=N`` sends N random token ids as the prompt instead of words (what
 ``closed_loop.py`` did against vLLM before it shared prompts with vprof).

@@ -505,7 +505,8 @@ def replay(data: dict, *, repeat: int, every_start: bool, guided: bool, fit_all:
         replay_guided(data, slo, space, valid, capacities, run_from, repeat, fit_all, every_start)
 
 
-# A guided tune's whole budget in servers: a quarter of the grid's (issue 23's target).
+# A guided tune's whole budget in servers: a quarter of the grid's (the target the README's
+# benchmarks table gives for --guided).
 GUIDED_SHARE = 0.25
 
 

@@ -14,9 +14,10 @@ LOCUSTFILE = Path(__file__).resolve().parents[1] / "locustfiles" / "locustfile.p
 def import_locust_unpatched() -> None:
     """Import Locust into the test process without gevent's monkey patching, for tests that
     use its classes but open no sockets through it. Earlier test modules of a session have
-    imported ssl (requests, aiohttp), and patching ssl after that recurses forever
-    (locust.md §6.1). The variable is restored at once, so the Locust subprocesses other
-    tests start are patched as usual."""
+    imported ssl (requests, aiohttp), and gevent patching ssl after that recurses forever
+    (gevent's own warning says so: https://github.com/gevent/gevent/issues/1016). The
+    variable is restored at once, so the Locust subprocesses other tests start are patched
+    as usual."""
     if "locust" in sys.modules:
         return
     os.environ["LOCUST_SKIP_MONKEY_PATCH"] = "1"

@@ -1,4 +1,4 @@
-"""``vprof bench PROFILE --trace FILE`` replays a trace in one flag (issue 25.2): no YAML
+"""``vprof bench PROFILE --trace FILE`` replays a trace in one flag: no YAML
 written by the user, every request at its trace time, its lengths as the trace says."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""What the library imports is what ``pyproject.toml`` declares (issue 27: gevent and
-geventhttpclient arrived only through Locust, which does not promise the modules the transport
+"""What the library imports is what ``pyproject.toml`` declares (gevent and
+geventhttpclient once arrived only through Locust, which does not promise the modules the transport
 uses).
 
 The fast test reads every import of the library's modules and finds the distribution that

@@ -1,5 +1,5 @@
 """Must show: against the emulator at low load, a real headless Locust run measures the
-configured TTFT and inter-token gaps within 2 ms at p50 (issue 3)."""
+configured TTFT and inter-token gaps within 2 ms at p50."""
 
 from __future__ import annotations
 

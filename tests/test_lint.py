@@ -1,4 +1,5 @@
-"""The code reads the way STYLE.md asks: ruff-clean and formatted, and the library type-checks."""
+"""The code is ruff-clean and ruff-formatted (pyproject's ``[tool.ruff]``), and the library
+type-checks with mypy."""
 
 from __future__ import annotations
 

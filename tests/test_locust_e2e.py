@@ -154,7 +154,7 @@ def test_multi_turn_chat_grows_history_and_reports_template_overhead(vllm_server
 
 
 def test_closed_loop_users_keep_that_many_requests_in_flight(vllm_server, tmp_path: Path):
-    # Issue 15: N closed-loop users must mean N requests at the server, not fewer.
+    # N closed-loop users must mean N requests at the server, not fewer.
     users = 8
     workload = workload_file(tmp_path, "inflight", "prompt_tokens: 256\noutput_tokens: 64\n"
                              "fixed_output: true\n")  # fmt: skip

@@ -1,4 +1,4 @@
-"""The served model's own tokenizer, found without a network (issue 27.1).
+"""The served model's own tokenizer, found without a network.
 
 A fake Hugging Face cache holds a tokenizer of its own (not the tiny model's, so a stand-in
 cannot pass for it); ``bench --url`` against an emulator that serves that model name and counts

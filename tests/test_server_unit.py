@@ -334,7 +334,7 @@ vllm:mystery{engine="1"} 2.0
 
 
 def test_metrics_of_two_engines_keep_fractions_fractions_and_add_up_counts() -> None:
-    # Issue 27: data-parallel engines' KV-cache use summed past 1.
+    # Data-parallel engines' KV-cache use was once summed past 1.
     values = parse_metrics(TWO_ENGINES)
     assert values["vllm:kv_cache_usage_perc"] == 0.75  # the busiest engine, still a fraction
     assert values["vllm:cache_config_info"] == 1.0
