@@ -166,10 +166,13 @@ def group_runs(runs: Sequence[Run]) -> list[list[Run]]:
     groups: list[list[Run]] = []
     for run in runs:
         home = next(
-            (g for g in groups if cell_key(g[0].path) == cell_key(run.path) and run.path not in
-             {r.path for r in g}),
+            (
+                g
+                for g in groups
+                if cell_key(g[0].path) == cell_key(run.path) and run.path not in {r.path for r in g}
+            ),
             None,
-        )  # fmt: skip
+        )
         if home is None:
             groups.append([run])
         else:
@@ -371,9 +374,12 @@ def _check_metrics(metrics: Sequence[str], groups: Sequence[Group]) -> None:
     """A metric no summary has is a typo: name the keys that can be compared."""
 
     known = {
-        k for g in groups for s in g.summaries for k, v in s.items()
+        k
+        for g in groups
+        for s in g.summaries
+        for k, v in s.items()
         if isinstance(v, (int, float)) and not isinstance(v, bool)
-    }  # fmt: skip
+    }
     for metric in metrics:
         if metric not in known:
             hint = suggestion(

@@ -233,12 +233,24 @@ def _level(summary: dict[str, Any], slo: Slo) -> Level:
                 )
             value = _num(summary[key])
             met = value <= target.threshold_ms
-            checks.append({"key": target.key, "threshold_ms": target.threshold_ms,
-                           "value_ms": value, "met": met})  # fmt: skip
+            checks.append(
+                {
+                    "key": target.key,
+                    "threshold_ms": target.threshold_ms,
+                    "value_ms": value,
+                    "met": met,
+                }
+            )
         if slo.max_error_rate is not None:
             rate = _num(summary.get(K.ERROR_RATE))
-            checks.append({"key": "errors", "threshold": slo.max_error_rate, "value": rate,
-                           "met": rate <= slo.max_error_rate})  # fmt: skip
+            checks.append(
+                {
+                    "key": "errors",
+                    "threshold": slo.max_error_rate,
+                    "value": rate,
+                    "met": rate <= slo.max_error_rate,
+                }
+            )
     state = str(summary.get(K.STATE) or RunState.COMPLETED.value)
     client_limited = bool(summary.get(K.CLIENT_LIMITED) or summary.get(K.LOADGEN_SATURATED))
     passed = all(c["met"] for c in checks) and state != RunState.FAILED and not client_limited
@@ -306,8 +318,7 @@ def _plan_profile(
     gpus = next((lv.gpus_per_replica for lv in levels if lv.gpus_per_replica), None)
     if not single:
         # only runs over several replicas: plan on what each replica served among the others
-        plan = _plan_single(name, [_per_replica(lv) for lv in several], target, headroom,
-                            slo_text)  # fmt: skip
+        plan = _plan_single(name, [_per_replica(lv) for lv in several], target, headroom, slo_text)
         note = (
             "measured only with several replicas: the rate per replica is each run's total "
             "over its replicas, so the plan already includes how they scaled together"
@@ -356,9 +367,11 @@ def _scaling_check(single: list[Level], several: list[Level]) -> tuple[float | N
         one = _at_load(alike, load)
         if one is None:
             loads = [lv.offered[0] for lv in alike if lv.offered]
-            span = f"they span {loads[0]:g}–{loads[-1]:g} {unit}" if loads else (
-                "there are none of its workload"
-            )  # fmt: skip
+            span = (
+                f"they span {loads[0]:g}–{loads[-1]:g} {unit}"
+                if loads
+                else "there are none of its workload"
+            )
             notes.append(
                 f"{multi.run} ({k} replicas, {load:g} {unit} each): no single-replica run at "
                 f"that load to compare with ({span}); scaling not checked"
@@ -389,9 +402,11 @@ def _comparable(single: list[Level], multi: Level) -> list[Level]:
     alike = [
         lv
         for lv in single
-        if lv.offered and lv.offered[1] == unit and lv.workload == multi.workload
+        if lv.offered
+        and lv.offered[1] == unit
+        and lv.workload == multi.workload
         and not math.isnan(lv.rps)
-    ]  # fmt: skip
+    ]
     return sorted(_merge_repeats(alike), key=lambda lv: lv.offered[0] if lv.offered else 0.0)
 
 
@@ -442,11 +457,17 @@ def _plan_single(
             else f"run {worst.state}"
         )
         return ProfilePlan(
-            name, None, None, None, "no measured level met the SLO", max_rps, tuple(levels),
+            name,
+            None,
+            None,
+            None,
+            "no measured level met the SLO",
+            max_rps,
+            tuple(levels),
             (f"lowest level {worst.rps:.2f} req/s ({worst.run}) missed: {why}",),
             f"{name}: no measured level met {slo_text} (lowest, {worst.rps:.2f} req/s, missed "
             f"{why}); replicas unknown: measure lower load levels",
-        )  # fmt: skip
+        )
     if first_fail is None:
         last = levels[-1]
         sustainable, binding = last.rps, _closest(last)
@@ -466,9 +487,17 @@ def _plan_single(
                 f"as met (re-run it: {CLIENT_FIX})"
             )
     if sustainable <= 0 or math.isnan(sustainable):
-        return ProfilePlan(name, None, None, binding, "no positive sustainable rate measured",
-                           max_rps, tuple(levels), tuple(notes),
-                           f"{name}: no positive sustainable rate measured")  # fmt: skip
+        return ProfilePlan(
+            name,
+            None,
+            None,
+            binding,
+            "no positive sustainable rate measured",
+            max_rps,
+            tuple(levels),
+            tuple(notes),
+            f"{name}: no positive sustainable rate measured",
+        )
     replicas = math.ceil(target / (sustainable * efficiency) * (1.0 + headroom) - 1e-9)
     if target > max_rps and efficiency == 1.0:
         notes.append(
@@ -482,8 +511,9 @@ def _plan_single(
         + ", "
         f"{binding} binds, {headroom:.0%} headroom)"
     )
-    return ProfilePlan(name, replicas, sustainable, binding, basis, max_rps, tuple(levels),
-                       tuple(notes), message)  # fmt: skip
+    return ProfilePlan(
+        name, replicas, sustainable, binding, basis, max_rps, tuple(levels), tuple(notes), message
+    )
 
 
 def _merge_repeats(levels: list[Level]) -> list[Level]:

@@ -225,8 +225,9 @@ class BlockQuantiles:
         out: dict[int, float] = {}
         for bucket in sorted(set(self._bucket_of.values())):
             inside = kept[keys == bucket]
-            local = [r - self._cum_before[bucket] for r in self._ranks
-                     if self._bucket_of[r] == bucket]  # fmt: skip
+            local = [
+                r - self._cum_before[bucket] for r in self._ranks if self._bucket_of[r] == bucket
+            ]
             inside.partition(local)
             for r, i in zip(
                 [r for r in self._ranks if self._bucket_of[r] == bucket], local, strict=True

@@ -25,8 +25,7 @@ from typing import Any
 ANCHOR = time.time() - time.perf_counter()  # wall clock = ANCHOR + perf_counter()
 REQUESTS: list[dict[str, Any]] = []
 _PROMPTS_FILE = os.environ.get("CEILING_PROMPTS")
-PROMPTS = ([json.loads(line)["prompt"] for line in open(_PROMPTS_FILE)] if _PROMPTS_FILE
-           else [])  # fmt: skip
+PROMPTS = [json.loads(line)["prompt"] for line in open(_PROMPTS_FILE)] if _PROMPTS_FILE else []
 _next_prompt = 0
 _USAGE = b'"choices":[]'  # the usage chunk carries no content
 
@@ -54,12 +53,17 @@ class PlainStreamingUser(FastHttpUser):
         else:
             words = self.rng.randrange(self.low, self.high)  # lengths vary: so do TTFT offsets
             prompt = " ".join(["hello"] * words)
-        body = json.dumps({
-            "model": os.environ.get("CEILING_MODEL", "emulated"),
-            "prompt": prompt,
-            "max_tokens": self.tokens, "min_tokens": self.tokens, "ignore_eos": True,
-            "stream": True, "stream_options": {"include_usage": True},
-        }).encode()  # fmt: skip
+        body = json.dumps(
+            {
+                "model": os.environ.get("CEILING_MODEL", "emulated"),
+                "prompt": prompt,
+                "max_tokens": self.tokens,
+                "min_tokens": self.tokens,
+                "ignore_eos": True,
+                "stream": True,
+                "stream_options": {"include_usage": True},
+            }
+        ).encode()
         headers = {"content-type": "application/json"}
         stamps: list[float] = []
         sent = time.perf_counter()
@@ -76,9 +80,15 @@ class PlainStreamingUser(FastHttpUser):
         idle_ms = None if self.last_finished is None else (sent - self.last_finished) * 1e3
         self.last_finished = finished
         if stamps:
-            REQUESTS.append({"sent_at": ANCHOR + sent, "truth_ms": truth_ms,
-                             "stamps": [ANCHOR + s for s in stamps],
-                             "finished_at": ANCHOR + finished, "idle_ms": idle_ms})  # fmt: skip
+            REQUESTS.append(
+                {
+                    "sent_at": ANCHOR + sent,
+                    "truth_ms": truth_ms,
+                    "stamps": [ANCHOR + s for s in stamps],
+                    "finished_at": ANCHOR + finished,
+                    "idle_ms": idle_ms,
+                }
+            )
 
 
 @events.quitting.add_listener

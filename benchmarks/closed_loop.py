@@ -97,8 +97,14 @@ def window_figures(requests: list[dict], start: float, end: float, users: int) -
 
 
 def _run(argv: list[str], env: dict, timeout_s: float) -> TreeCpu:
-    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                            env=env, start_new_session=True)  # fmt: skip
+    proc = subprocess.Popen(
+        argv,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        start_new_session=True,
+    )
     cpu = TreeCpu(proc.pid)
     deadline = time.monotonic() + timeout_s
     try:
@@ -123,23 +129,38 @@ def run_vprof(args, url: str, work: Path, repeat: int) -> tuple[list[dict], Tree
     run_dir = work / f"vprof-{repeat}"
     run_dir.mkdir()
     shape = shape_from_dict(
-        {"kind": "steady", "users": args.users, "spawn_rate": args.users,
-         "warmup_s": args.warmup_s, "duration_s": _run_s(args),
-         "description": "closed-loop users beside a plain FastHttpUser"},
+        {
+            "kind": "steady",
+            "users": args.users,
+            "spawn_rate": args.users,
+            "warmup_s": args.warmup_s,
+            "duration_s": _run_s(args),
+            "description": "closed-loop users beside a plain FastHttpUser",
+        },
         name=f"closed-loop-{args.users}",
-    )  # fmt: skip
-    spec = LoadSpec(url=url, run_dir=RunDir(run_dir), workload=str(work / "workload.yaml"),
-                    traffic=shape_to_json(shape), seed=repeat, salt=f"closed-loop-{repeat}",
-                    model=args.model)  # fmt: skip
+    )
+    spec = LoadSpec(
+        url=url,
+        run_dir=RunDir(run_dir),
+        workload=str(work / "workload.yaml"),
+        traffic=shape_to_json(shape),
+        seed=repeat,
+        salt=f"closed-loop-{repeat}",
+        model=args.model,
+    )
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     cpu = _run(spec.argv(), env, _run_s(args) + 180)
     frame = read_records(run_dir)
     frame = frame[frame.status == "ok"]
     requests = [
-        {"sent_at": r.sent_at, "finished_at": r.finished_at, "first_at": r.first_token_at,
-         "idle_ms": r.idle_before_ms}
+        {
+            "sent_at": r.sent_at,
+            "finished_at": r.finished_at,
+            "first_at": r.first_token_at,
+            "idle_ms": r.idle_before_ms,
+        }
         for r in frame.itertuples()
-    ]  # fmt: skip
+    ]
     return requests, cpu
 
 
@@ -162,18 +183,41 @@ def write_prompts(args, path: Path, salt: str, n: int) -> None:
 def run_fasthttp(args, url: str, work: Path, repeat: int) -> tuple[list[dict], TreeCpu]:
     out = work / f"fasthttp-{repeat}"
     prompts = work / f"prompts-{repeat}.jsonl"  # written by measure() before either starts
-    argv = [sys.executable, "-m", "locust", "-f", str(HERE / "ceiling_fasthttp.py"),
-            "--headless", "-H", url, "-u", str(args.users), "-r", str(args.users),
-            "-t", f"{math.ceil(_run_s(args))}s", "--stop-timeout", "30",
-            "--only-summary", "--loglevel", "WARNING"]  # fmt: skip
-    settings = {"OUT": out, "SEED": repeat, "PROMPTS": prompts,
-                "OUTPUT_TOKENS": args.output_tokens, "MODEL": args.model}  # fmt: skip
+    argv = [
+        sys.executable,
+        "-m",
+        "locust",
+        "-f",
+        str(HERE / "ceiling_fasthttp.py"),
+        "--headless",
+        "-H",
+        url,
+        "-u",
+        str(args.users),
+        "-r",
+        str(args.users),
+        "-t",
+        f"{math.ceil(_run_s(args))}s",
+        "--stop-timeout",
+        "30",
+        "--only-summary",
+        "--loglevel",
+        "WARNING",
+    ]
+    settings = {
+        "OUT": out,
+        "SEED": repeat,
+        "PROMPTS": prompts,
+        "OUTPUT_TOKENS": args.output_tokens,
+        "MODEL": args.model,
+    }
     env = {**os.environ, **{f"CEILING_{k}": str(v) for k, v in settings.items()}}
     cpu = _run(argv, env, _run_s(args) + 180)
     requests = [
-        json.loads(line) for path in work.glob(out.name + ".*.jsonl")
+        json.loads(line)
+        for path in work.glob(out.name + ".*.jsonl")
         for line in path.read_text().splitlines()
-    ]  # fmt: skip
+    ]
     for r in requests:
         r["first_at"] = r["stamps"][0]
         r["idle_ms"] = math.nan if r["idle_ms"] is None else r["idle_ms"]  # a user's first
@@ -289,9 +333,11 @@ def main(argv: list[str] | None = None) -> int:
             server = _vllm(args, work / "vllm.log")
             url = server.url
         args.model = args.model or served_model(url)
-        print(f"server {url}; {args.users} closed-loop users, {args.prompt_tokens}-token "
-              f"prompts, {args.output_tokens} output tokens; {args.warmup_s:g} s warm-up, "
-              f"{args.seconds:g} s measured per run; {os.cpu_count()} cores")  # fmt: skip
+        print(
+            f"server {url}; {args.users} closed-loop users, {args.prompt_tokens}-token "
+            f"prompts, {args.output_tokens} output tokens; {args.warmup_s:g} s warm-up, "
+            f"{args.seconds:g} s measured per run; {os.cpu_count()} cores"
+        )
         print(HEADER, flush=True)
         for repeat in range(args.repeat):
             if args.together:
@@ -306,20 +352,28 @@ def main(argv: list[str] | None = None) -> int:
             server.process.stop()
     ratios = []
     for repeat in range(args.repeat):
-        mine, base = (next(r for r in results if r.client == c and r.repeat == repeat)
-                      for c in CLIENTS)  # fmt: skip
+        mine, base = (
+            next(r for r in results if r.client == c and r.repeat == repeat) for c in CLIENTS
+        )
         ratios.append(mine.request_rate / base.request_rate)
-    print("\nvprof's req/s over the plain FastHttpUser's, per repeat: "
-          + ", ".join(f"{x:.3f}" for x in ratios)
-          + f"; median {statistics.median(ratios):.3f} (target ≥ 0.95)")  # fmt: skip
+    print(
+        "\nvprof's req/s over the plain FastHttpUser's, per repeat: "
+        + ", ".join(f"{x:.3f}" for x in ratios)
+        + f"; median {statistics.median(ratios):.3f} (target ≥ 0.95)"
+    )
     for client in CLIENTS:
         mine = [r for r in results if r.client == client]
-        print(f"{client}: mean in flight {statistics.median(r.mean_in_flight for r in mine):.3f} "
-              f"of {args.users} (median over repeats)")  # fmt: skip
+        print(
+            f"{client}: mean in flight {statistics.median(r.mean_in_flight for r in mine):.3f} "
+            f"of {args.users} (median over repeats)"
+        )
     print(f"({time.monotonic() - started:.0f} s)")
     if args.out:
-        payload = {"config": {k: str(v) for k, v in vars(args).items()},
-                   "runs": [asdict(r) for r in results], "ratios": ratios}  # fmt: skip
+        payload = {
+            "config": {k: str(v) for k, v in vars(args).items()},
+            "runs": [asdict(r) for r in results],
+            "ratios": ratios,
+        }
         args.out.write_text(json.dumps(payload, indent=2))
     return 0
 

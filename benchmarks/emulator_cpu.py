@@ -79,8 +79,9 @@ async def _client(
 ) -> None:
     requests = []
     for words in range(1, 65):
-        body = json.dumps({"prompt": " ".join(["x"] * words), "max_tokens": tokens,
-                           "stream": True}).encode()  # fmt: skip
+        body = json.dumps(
+            {"prompt": " ".join(["x"] * words), "max_tokens": tokens, "stream": True}
+        ).encode()
         requests.append(
             b"POST /v1/completions HTTP/1.1\r\nhost: bench\r\ncontent-type: application/json"
             b"\r\ncontent-length: %d\r\n\r\n%b" % (len(body), body)
@@ -112,8 +113,17 @@ async def _client(
 def run_step(args, streams: int, work: Path, emulator_pid: int) -> dict:
     out = work / f"raw-{streams}.json"
     seconds = args.warmup_s + args.step_s
-    argv = [sys.executable, __file__, "--client", str(args.port), str(streams), str(seconds),
-            str(args.tokens), str(args.itl_ms), str(out)]  # fmt: skip
+    argv = [
+        sys.executable,
+        __file__,
+        "--client",
+        str(args.port),
+        str(streams),
+        str(seconds),
+        str(args.tokens),
+        str(args.itl_ms),
+        str(out),
+    ]
     emulator_cpu = TreeCpu(emulator_pid)
     late = Lateness(f"http://127.0.0.1:{args.port}")
     late.sample()

@@ -53,11 +53,26 @@ def record(runs: Path, workloads: list[str]) -> None:
     for workload in workloads:
         levels = ",".join(f"{r:g}" for r in LADDERS[workload])
         argv = [
-            sys.executable, "-m", "vprof.cli.main", "sweep", "load", PROFILE,
-            "--traffic", str(TRAFFIC), "--workload", workload, "--levels", levels,
-            "--out", str(runs / workload), "--slo", SLO, "--port", "18947",
+            sys.executable,
+            "-m",
+            "vprof.cli.main",
+            "sweep",
+            "load",
+            PROFILE,
+            "--traffic",
+            str(TRAFFIC),
+            "--workload",
+            workload,
+            "--levels",
+            levels,
+            "--out",
+            str(runs / workload),
+            "--slo",
+            SLO,
+            "--port",
+            "18947",
             *[a for s in SET for a in ("--set", s)],
-        ]  # fmt: skip
+        ]
         with open(LOCK, "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             began = time.monotonic()

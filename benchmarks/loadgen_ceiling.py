@@ -108,8 +108,13 @@ async def _aiohttp_client(url: str, users: int, seconds: float, spec: dict, out:
                 async for line in resp.content:
                     if line.startswith(b"data: {") and b'"choices":[]' not in line:
                         stamps.append(time.perf_counter())
-            requests.append({"sent_at": anchor + sent, "truth_ms": truth_ms,
-                             "stamps": [anchor + s for s in stamps]})  # fmt: skip
+            requests.append(
+                {
+                    "sent_at": anchor + sent,
+                    "truth_ms": truth_ms,
+                    "stamps": [anchor + s for s in stamps],
+                }
+            )
 
     connector = aiohttp.TCPConnector(limit=0)
     timeout = aiohttp.ClientTimeout(total=None)
@@ -125,9 +130,15 @@ def _body(spec: dict, rng: random.Random) -> dict:
     """The plain clients' request: a prompt of random length (so TTFT offsets vary)."""
     words = rng.randrange(spec["prompt_min"], spec["prompt_max"])
     tokens = spec["output_tokens"]
-    return {"model": spec["model"], "prompt": " ".join(["hello"] * words),
-            "max_tokens": tokens, "min_tokens": tokens, "ignore_eos": True, "stream": True,
-            "stream_options": {"include_usage": True}}  # fmt: skip
+    return {
+        "model": spec["model"],
+        "prompt": " ".join(["hello"] * words),
+        "max_tokens": tokens,
+        "min_tokens": tokens,
+        "ignore_eos": True,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
 
 
 # -- running one client for one step ------------------------------------------------------
@@ -137,8 +148,14 @@ def _run_sampled(
     argv: list[str], emulator_pid: int, timeout_s: float, url: str, env: dict | None = None
 ) -> tuple[TreeCpu, TreeCpu, Lateness]:
     """Run a client to its end, sampling its CPU and the emulator's; no process is left."""
-    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                            env=env, start_new_session=True)  # fmt: skip
+    proc = subprocess.Popen(
+        argv,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        start_new_session=True,
+    )
     client, emulator, late = TreeCpu(proc.pid), TreeCpu(emulator_pid), Lateness(url)
     deadline = time.monotonic() + timeout_s
     try:
@@ -173,14 +190,25 @@ def run_vprof(args, url: str, users: int, processes: int, work: Path, emulator_p
     run_dir = work / f"vprof-{users}u-{processes}p"
     run_dir.mkdir()
     shape = shape_from_dict(
-        {"kind": "steady", "users": users, "spawn_rate": users, "warmup_s": args.warmup_s,
-         "duration_s": args.step_s + args.tail_s,
-         "description": f"{users} closed-loop users for the ceiling benchmark"},
+        {
+            "kind": "steady",
+            "users": users,
+            "spawn_rate": users,
+            "warmup_s": args.warmup_s,
+            "duration_s": args.step_s + args.tail_s,
+            "description": f"{users} closed-loop users for the ceiling benchmark",
+        },
         name=f"ceiling-{users}",
-    )  # fmt: skip
-    spec = LoadSpec(url=url, run_dir=RunDir(run_dir), workload=str(work.parent / "ceiling.yaml"),
-                    traffic=shape_to_json(shape), seed=0, salt="ceiling",
-                    processes=processes)  # fmt: skip
+    )
+    spec = LoadSpec(
+        url=url,
+        run_dir=RunDir(run_dir),
+        workload=str(work.parent / "ceiling.yaml"),
+        traffic=shape_to_json(shape),
+        seed=0,
+        salt="ceiling",
+        processes=processes,
+    )
     # ship_timing.py beside the locustfile times each shipment of records on each worker
     (run_dir / "ship").mkdir()
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "VPROF_SHIP_TIMING_DIR": str(run_dir / "ship")}
@@ -192,33 +220,69 @@ def run_vprof(args, url: str, users: int, processes: int, work: Path, emulator_p
     frame = read_records(run_dir)
     frame = frame[frame.status == "ok"]
     requests = [
-        {"sent_at": r.sent_at, "truth_ms": true_ttft_ms(config, int(r.prompt_tokens)),
-         "stamps": stamps_of(r.first_token_at, r.itl_ms)}
+        {
+            "sent_at": r.sent_at,
+            "truth_ms": true_ttft_ms(config, int(r.prompt_tokens)),
+            "stamps": stamps_of(r.first_token_at, r.itl_ms),
+        }
         for r in frame.itertuples()
-    ]  # fmt: skip
+    ]
     return requests, cpu
 
 
 def run_fasthttp(args, url: str, users: int, work: Path, emulator_pid: int):
     out = work / f"fasthttp-{users}"
-    argv = [sys.executable, "-m", "locust", "-f", str(HERE / "ceiling_fasthttp.py"),
-            "--headless", "-H", url, "-u", str(users), "-r", str(users),
-            "-t", f"{math.ceil(_run_s(args))}s", "--stop-timeout", "15",
-            "--only-summary", "--loglevel", "WARNING"]  # fmt: skip
-    settings = {"OUT": out, "SEED": args.seed, "PROMPT_MIN": args.prompt_min,
-                "PROMPT_MAX": args.prompt_max, "OUTPUT_TOKENS": args.output_tokens,
-                "MODEL": args.model}  # fmt: skip
+    argv = [
+        sys.executable,
+        "-m",
+        "locust",
+        "-f",
+        str(HERE / "ceiling_fasthttp.py"),
+        "--headless",
+        "-H",
+        url,
+        "-u",
+        str(users),
+        "-r",
+        str(users),
+        "-t",
+        f"{math.ceil(_run_s(args))}s",
+        "--stop-timeout",
+        "15",
+        "--only-summary",
+        "--loglevel",
+        "WARNING",
+    ]
+    settings = {
+        "OUT": out,
+        "SEED": args.seed,
+        "PROMPT_MIN": args.prompt_min,
+        "PROMPT_MAX": args.prompt_max,
+        "OUTPUT_TOKENS": args.output_tokens,
+        "MODEL": args.model,
+    }
     env = {**os.environ, **{f"CEILING_{k}": str(v) for k, v in settings.items()}}
     cpu = _run_sampled(argv, emulator_pid, _run_s(args) + 120, url, env)
-    requests = [json.loads(line) for path in work.glob(out.name + ".*.jsonl")
-                for line in path.read_text().splitlines()]  # fmt: skip
+    requests = [
+        json.loads(line)
+        for path in work.glob(out.name + ".*.jsonl")
+        for line in path.read_text().splitlines()
+    ]
     return requests, cpu
 
 
 def run_aiohttp(args, url: str, users: int, work: Path, emulator_pid: int):
     out = work / f"aiohttp-{users}.jsonl"
-    argv = [sys.executable, __file__, "--aiohttp-client", url + "/v1/completions", str(users),
-            str(_run_s(args)), json.dumps(_spec(args)), str(out)]  # fmt: skip
+    argv = [
+        sys.executable,
+        __file__,
+        "--aiohttp-client",
+        url + "/v1/completions",
+        str(users),
+        str(_run_s(args)),
+        json.dumps(_spec(args)),
+        str(out),
+    ]
     cpu = _run_sampled(argv, emulator_pid, _run_s(args) + 120, url)
     return [json.loads(line) for line in out.read_text().splitlines()], cpu
 
@@ -231,8 +295,12 @@ def _run_s(args) -> float:
 
 
 def _spec(args) -> dict:
-    return {"model": args.model, "prompt_min": args.prompt_min, "prompt_max": args.prompt_max,
-            "output_tokens": args.output_tokens}  # fmt: skip
+    return {
+        "model": args.model,
+        "prompt_min": args.prompt_min,
+        "prompt_max": args.prompt_max,
+        "output_tokens": args.output_tokens,
+    }
 
 
 # -- reading a step -----------------------------------------------------------------------
@@ -342,8 +410,9 @@ def medians(results: list[StepResult], clients: list[str], steps: list[int]) -> 
             names = [k for k in asdict(runs[0]) if k not in ("client", "users", "processes")]
             fields = {k: float(np.median([getattr(r, k) for r in runs])) for k in names}
             fields["requests"] = int(fields["requests"])
-            merged.append(StepResult(client=client, users=users, processes=runs[0].processes,
-                                     **fields))  # type: ignore[arg-type]  # fmt: skip
+            merged.append(
+                StepResult(client=client, users=users, processes=runs[0].processes, **fields)  # type: ignore[arg-type]
+            )
     return merged
 
 
@@ -407,7 +476,7 @@ def summary_lines(results: list[StepResult], clients: list[str]) -> list[str]:
                 f"{best.events_per_s:,.0f} events/s within bounds ({best.users} users)"
                 if best
                 else "no step within bounds"
-            )  # fmt: skip
+            )
         )
     return lines
 
@@ -458,9 +527,22 @@ def main(argv: list[str] | None = None) -> int:
         f"output_tokens: {args.output_tokens}\nfixed_output: true\n"
     )
     url = f"http://127.0.0.1:{args.port}"
-    options = ["--model", args.model, "--ttft-ms", str(args.ttft_ms), "--ttft-spread-ms",
-               str(args.spread_ms), "--itl-ms", str(args.itl_ms), "--seed", str(args.seed),
-               "--max-model-len", "8192", "--workers", str(args.emulator_workers)]  # fmt: skip
+    options = [
+        "--model",
+        args.model,
+        "--ttft-ms",
+        str(args.ttft_ms),
+        "--ttft-spread-ms",
+        str(args.spread_ms),
+        "--itl-ms",
+        str(args.itl_ms),
+        "--seed",
+        str(args.seed),
+        "--max-model-len",
+        "8192",
+        "--workers",
+        str(args.emulator_workers),
+    ]
     results: list[StepResult] = []
     started = time.monotonic()
     with running_emulator(args.port, options, nice=args.emulator_nice) as emulator:

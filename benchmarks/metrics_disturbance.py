@@ -39,10 +39,20 @@ def main() -> None:
         f"kind: steady\nusers: {args.users}\nwarmup_s: 5\nduration_s: {args.seconds}\n"
     )
     launch = subprocess.run(
-        [*VPROF, "launch", "chunked-256", "--detach", "--port", str(args.port),
-         "--log", str(work / "server.log")],
-        capture_output=True, text=True, timeout=900,
-    )  # fmt: skip
+        [
+            *VPROF,
+            "launch",
+            "chunked-256",
+            "--detach",
+            "--port",
+            str(args.port),
+            "--log",
+            str(work / "server.log"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     if launch.returncode != 0:
         sys.exit(launch.stdout + launch.stderr)
     pgid = int(launch.stdout.split("kill -TERM -")[1].split()[0])
@@ -56,11 +66,26 @@ def main() -> None:
             for mode, flags in modes[shift:] + modes[:shift]:
                 out = work / f"{mode.replace(' ', '-')}-{round_}"
                 proc = subprocess.run(
-                    [*VPROF, "bench", "tiny", "--url", url, "--workload", str(work / "w.yaml"),
-                     "--traffic", str(work / "s.yaml"), "--out", str(out), "--format", "json",
-                     *flags],
-                    capture_output=True, text=True, timeout=900,
-                )  # fmt: skip
+                    [
+                        *VPROF,
+                        "bench",
+                        "tiny",
+                        "--url",
+                        url,
+                        "--workload",
+                        str(work / "w.yaml"),
+                        "--traffic",
+                        str(work / "s.yaml"),
+                        "--out",
+                        str(out),
+                        "--format",
+                        "json",
+                        *flags,
+                    ],
+                    capture_output=True,
+                    text=True,
+                    timeout=900,
+                )
                 if proc.returncode != 0:
                     sys.exit(proc.stdout + proc.stderr)
                 (summary,) = json.loads(proc.stdout)["summaries"]
@@ -75,12 +100,16 @@ def main() -> None:
     p99 = {
         mode: statistics.median(s["p99_ttft_ms"] for s in runs) for mode, runs in results.items()
     }
-    tp = {mode: statistics.median(s["request_throughput"] for s in runs)
-          for mode, runs in results.items()}  # fmt: skip
+    tp = {
+        mode: statistics.median(s["request_throughput"] for s in runs)
+        for mode, runs in results.items()
+    }
     print("\nmedian over rounds:")
     for mode in MODES:
-        print(f"  {mode:11} TTFT p99 {p99[mode]:8.1f} ms  {tp[mode]:6.2f} req/s  "
-              f"p99 ratio to no-metrics {p99[mode] / p99['no-metrics']:.3f}")  # fmt: skip
+        print(
+            f"  {mode:11} TTFT p99 {p99[mode]:8.1f} ms  {tp[mode]:6.2f} req/s  "
+            f"p99 ratio to no-metrics {p99[mode] / p99['no-metrics']:.3f}"
+        )
 
 
 if __name__ == "__main__":

@@ -85,31 +85,65 @@ def main(argv: list[str] | None = None) -> int:
     )
     total_s = args.warmup_s + args.seconds + 3
     shape = shape_from_dict(
-        {"kind": "steady", "users": args.users, "spawn_rate": args.users,
-         "duration_s": total_s},
+        {"kind": "steady", "users": args.users, "spawn_rate": args.users, "duration_s": total_s},
         name="profiled",
-    )  # fmt: skip
+    )
     run_dir = work / "run"
     run_dir.mkdir()
     url = f"http://127.0.0.1:{args.port}"
-    options = ["--ttft-ms", "100", "--ttft-spread-ms", "10", "--itl-ms", "10",
-               "--max-model-len", "8192", "--workers", str(args.emulator_workers)]  # fmt: skip
-    spec = LoadSpec(url=url, run_dir=RunDir(run_dir), workload=str(work / "w.yaml"),
-                    traffic=shape_to_json(shape), seed=0, salt="profile")  # fmt: skip
+    options = [
+        "--ttft-ms",
+        "100",
+        "--ttft-spread-ms",
+        "10",
+        "--itl-ms",
+        "10",
+        "--max-model-len",
+        "8192",
+        "--workers",
+        str(args.emulator_workers),
+    ]
+    spec = LoadSpec(
+        url=url,
+        run_dir=RunDir(run_dir),
+        workload=str(work / "w.yaml"),
+        traffic=shape_to_json(shape),
+        seed=0,
+        salt="profile",
+    )
     folded = work / "profile.txt"
     with running_emulator(args.port, options, nice=-10):
-        locust = subprocess.Popen(spec.argv(), stdout=subprocess.DEVNULL,
-                                  stderr=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
+        locust = subprocess.Popen(
+            spec.argv(),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         try:
             cpu = TreeCpu(locust.pid)
             time.sleep(args.warmup_s)
             cpu.sample()
             start = time.time()
-            spy = subprocess.Popen([py_spy, "record", "--pid", str(locust.pid), "--rate",
-                                    str(args.rate), "--duration", f"{args.seconds:g}",
-                                    "--format", "raw", "--output", str(folded), "--nonblocking"],
-                                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                   text=True)  # fmt: skip
+            spy = subprocess.Popen(
+                [
+                    py_spy,
+                    "record",
+                    "--pid",
+                    str(locust.pid),
+                    "--rate",
+                    str(args.rate),
+                    "--duration",
+                    f"{args.seconds:g}",
+                    "--format",
+                    "raw",
+                    "--output",
+                    str(folded),
+                    "--nonblocking",
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
             while spy.poll() is None:
                 cpu.sample()
                 time.sleep(0.1)

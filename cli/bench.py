@@ -367,9 +367,14 @@ def _profiles(names: tuple[str, ...], opts: dict[str, Any], url: str | None):
     from vprof.runs.bench import resolve_profiles
 
     return resolve_profiles(
-        names, opts["profiles_dirs"], url=url, say=_say, model=opts["model"],
-        port=opts["port"], set_args=opts["set_args"],
-    )  # fmt: skip
+        names,
+        opts["profiles_dirs"],
+        url=url,
+        say=_say,
+        model=opts["model"],
+        port=opts["port"],
+        set_args=opts["set_args"],
+    )
 
 
 def _report(outcomes, fmt: str, opts: dict[str, Any], *, alternating: bool = False) -> None:
@@ -418,10 +423,16 @@ def _html_report(paths: list[Path], opts: dict[str, Any], **options: Any) -> Non
 
 def _outcome_rows(outcomes) -> list[dict[str, Any]]:
     return [
-        {"profile": o.profile, "traffic": o.traffic, "repeat": o.repeat, "state": o.state,
-         "run": str(o.run.path), "reason": o.reason.splitlines()[0] if o.reason else ""}
+        {
+            "profile": o.profile,
+            "traffic": o.traffic,
+            "repeat": o.repeat,
+            "state": o.state,
+            "run": str(o.run.path),
+            "reason": o.reason.splitlines()[0] if o.reason else "",
+        }
         for o in outcomes
-    ]  # fmt: skip
+    ]
 
 
 def alternate_options(func):
@@ -633,9 +644,15 @@ def _rows_part(rows: list[dict[str, Any]], fmt: str) -> Part:
 
 
 def _ladder(
-    kind: str, profile_name: str, rungs_of, opts: dict[str, Any], fmt: str, *, stop_early: bool,
+    kind: str,
+    profile_name: str,
+    rungs_of,
+    opts: dict[str, Any],
+    fmt: str,
+    *,
+    stop_early: bool,
     prefer: str,
-) -> None:  # fmt: skip
+) -> None:
     from vprof.runs.sweep import check_ladder, recommend, run_ladder, write_sweep
 
     spec = _spec(opts)

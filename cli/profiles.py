@@ -279,9 +279,14 @@ def render(
     if load_workers is None and (load_image or workload or traffic):
         raise click.UsageError("--load-image, --workload and --traffic need --load-workers")
     profile = registry.resolve_profile(
-        name, profiles_dirs, model=model, port=port, set_args=set_args,
-        entrypoint=entrypoint, env=parse_env_args(env_args),
-    )  # fmt: skip
+        name,
+        profiles_dirs,
+        model=model,
+        port=port,
+        set_args=set_args,
+        entrypoint=entrypoint,
+        env=parse_env_args(env_args),
+    )
     registry.validate(profile)
     image_kw = {"image": image} if image else {}
     if fmt == "argv":

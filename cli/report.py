@@ -189,9 +189,14 @@ def _split_on_vs(args: Sequence[str]) -> list[list[str]]:
     help="With --save: replace a summary even when it counted more requests than this read.",
 )
 def summarize(
-    runs: tuple[str, ...], fmt: str, slo: str | None, show_timeline: bool, interval_s: float,
-    save: bool, force: bool,
-) -> None:  # fmt: skip
+    runs: tuple[str, ...],
+    fmt: str,
+    slo: str | None,
+    show_timeline: bool,
+    interval_s: float,
+    save: bool,
+    force: bool,
+) -> None:
     """Percentile tables for one or more runs (a RUN may be a bench folder of runs).
 
     \b

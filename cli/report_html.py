@@ -66,11 +66,19 @@ from vprof.records.rundir import REPORT_FILE
     help="A capacity model (vprof forecast fit): its predicted curves beside the runs.",
 )
 def report(
-    runs: tuple[str, ...], out: Path, slo: str | None, target_rps: float | None, headroom: float,
-    gpu_hour_price: float | None, baseline: str | None, n_boot: int, seed: int, title: str | None,
+    runs: tuple[str, ...],
+    out: Path,
+    slo: str | None,
+    target_rps: float | None,
+    headroom: float,
+    gpu_hour_price: float | None,
+    baseline: str | None,
+    n_boot: int,
+    seed: int,
+    title: str | None,
     force: bool,
     model: str | None,
-) -> None:  # fmt: skip
+) -> None:
     """An HTML report of runs, benches or sweeps.
 
     One self-contained file of RUNs (run, bench or sweep folders) that opens offline and
@@ -87,11 +95,20 @@ def report(
     from vprof.report import write_report
 
     path = write_report(
-        runs, out, slo=slo, target_rps=target_rps, headroom=headroom,
-        gpu_hour_price=gpu_hour_price, baseline=baseline, n_boot=n_boot, seed=seed, title=title,
-        progress=lambda message: click.echo(message, err=True), force=force,
+        runs,
+        out,
+        slo=slo,
+        target_rps=target_rps,
+        headroom=headroom,
+        gpu_hour_price=gpu_hour_price,
+        baseline=baseline,
+        n_boot=n_boot,
+        seed=seed,
+        title=title,
+        progress=lambda message: click.echo(message, err=True),
+        force=force,
         warn=lambda line: click.echo(f"warning: {line}", err=True),
         model=model,
-    )  # fmt: skip
+    )
     size_mb = path.stat().st_size / 1e6
     click.echo(f"wrote {path} ({size_mb:.1f} MB)")

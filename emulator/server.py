@@ -148,9 +148,8 @@ class _App:
         rows += [  # the emulator's own, outside vLLM's namespace
             ("gauge", "vprof_emulator_workers", {"": self.counters.workers}),
             ("gauge", "vprof_emulator_connections_open", {"": c["connections_open"]}),
-            ("counter", "vprof_emulator_connections_opened_total",
-             {"": c["connections_opened"]}),
-        ]  # fmt: skip
+            ("counter", "vprof_emulator_connections_opened_total", {"": c["connections_opened"]}),
+        ]
         lines = []
         for kind, name, samples in rows:
             base = name.removesuffix("_total")
@@ -396,9 +395,17 @@ class _Stream:
     """
 
     __slots__ = (
-        "_loop", "_out", "_deadlines", "_token", "_tail", "_counters", "_handle", "_end", "sent",
+        "_loop",
+        "_out",
+        "_deadlines",
+        "_token",
+        "_tail",
+        "_counters",
+        "_handle",
+        "_end",
+        "sent",
         "_writes",
-    )  # fmt: skip
+    )
 
     def __init__(
         self,

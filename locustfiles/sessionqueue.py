@@ -134,8 +134,9 @@ class SessionQueue:
         try:
             plans = live.session.next_step([a or "" for a in live.answers])
         except Exception:  # noqa: BLE001 - this answer's record must still be emitted
-            _log.exception("session %d: its next step could not be planned; it ends here",
-                           call.session_id)  # fmt: skip
+            _log.exception(
+                "session %d: its next step could not be planned; it ends here", call.session_id
+            )
             del self._live[call.session_id]
             return
         if not plans:

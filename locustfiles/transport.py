@@ -160,18 +160,27 @@ class Connection:
         t = self.target
         # network_timeout None: reads wait without a timer (one Timeout per wait costs CPU)
         common: dict[str, Any] = {
-            "size": 1, "connection_timeout": connect_timeout_s, "network_timeout": None
-        }  # fmt: skip
+            "size": 1,
+            "connection_timeout": connect_timeout_s,
+            "network_timeout": None,
+        }
         if t.proxy:  # for https, a CONNECT tunnel with the URL's credentials
-            common |= {"use_proxy": True, "proxy_user": t.proxy.user,
-                       "proxy_password": t.proxy.password}  # fmt: skip
+            common |= {
+                "use_proxy": True,
+                "proxy_user": t.proxy.user,
+                "proxy_password": t.proxy.password,
+            }
         connect_host, connect_port = (t.proxy.host, t.proxy.port) if t.proxy else (t.host, t.port)
         self._pool: ConnectionPool
         if t.scheme == "https":
             self._pool = SSLConnectionPool(
-                connect_host, connect_port, t.host, t.port,
-                ssl_options={"ca_certs": t.ca_bundle}, **common,
-            )  # fmt: skip
+                connect_host,
+                connect_port,
+                t.host,
+                t.port,
+                ssl_options={"ca_certs": t.ca_bundle},
+                **common,
+            )
         else:
             self._pool = ConnectionPool(connect_host, connect_port, t.host, t.port, **common)
         lines = [f"Host: {t.authority}", f"User-Agent: {USER_AGENT}", "Accept: */*"]

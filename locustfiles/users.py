@@ -300,8 +300,13 @@ class LLMUser(User):
                 scheduled_at = self._last_finished_at + prepared.think_s
                 if not self._sleep_until(scheduled_at):
                     return  # stopping while the session thought
-        record = self.send(prepared.index, scheduled_at, open_loop=run.open_loop,
-                           salt=config.salt, prepared=prepared)  # fmt: skip
+        record = self.send(
+            prepared.index,
+            scheduled_at,
+            open_loop=run.open_loop,
+            salt=config.salt,
+            prepared=prepared,
+        )
         if not run.open_loop:  # open-loop arrivals keep their schedule; lag records the delay
             self._back_off(record)
 
@@ -328,8 +333,14 @@ class LLMUser(User):
         def _done(record: RequestRecord) -> None:
             sessions.finished(call, record, self._last_text)
 
-        self.send(call.session_id, call.scheduled_at, open_loop=True, salt=salt,
-                  prepared=prepared, on_record=_done)  # fmt: skip
+        self.send(
+            call.session_id,
+            call.scheduled_at,
+            open_loop=True,
+            salt=salt,
+            prepared=prepared,
+            on_record=_done,
+        )
 
     def _back_off(self, record: RequestRecord) -> None:
         """Wait before the next request after consecutive failures (bounded exponential),
@@ -347,8 +358,10 @@ class LLMUser(User):
         if self._failures == 2:
             log.warning(
                 "%s: requests keep failing (%s); backing off, up to %g s between requests",
-                type(self).__name__, record.error[:120], BACKOFF_MAX_S,
-            )  # fmt: skip
+                type(self).__name__,
+                record.error[:120],
+                BACKOFF_MAX_S,
+            )
         self._sleep_until(process_clock().now() + delay_s)
 
     def _sleep_until(self, wall_s: float) -> bool:

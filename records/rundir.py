@@ -159,8 +159,13 @@ def _obj(fields: Mapping[str, Check], *, or_text: bool = False, null: bool = Fal
     return check
 
 
-_KINDS: dict[type, str] = {dict: "an object", list: "a list", str: "text", int: "the number",
-                           float: "the number"}  # fmt: skip
+_KINDS: dict[type, str] = {
+    dict: "an object",
+    list: "a list",
+    str: "text",
+    int: "the number",
+    float: "the number",
+}
 
 
 def _kind(value: Any) -> str:

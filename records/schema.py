@@ -39,8 +39,27 @@ NAN = math.nan
 # The load generator's health samples (``loadgen.jsonl``) carry a histogram of event-loop lag:
 # bucket i counts wake-ups late by at most LOOP_LAG_BUCKETS_MS[i] ms (the last, by more).
 LOOP_LAG_BUCKETS_MS: tuple[float, ...] = (
-    0.25, 0.5, 1, 2, 3, 5, 7.5, 10, 15, 20, 30, 50, 75, 100, 150, 200, 300, 500, 1000, 2000,
-)  # fmt: skip
+    0.25,
+    0.5,
+    1,
+    2,
+    3,
+    5,
+    7.5,
+    10,
+    15,
+    20,
+    30,
+    50,
+    75,
+    100,
+    150,
+    200,
+    300,
+    500,
+    1000,
+    2000,
+)
 
 
 @dataclass(slots=True)

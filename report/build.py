@@ -276,8 +276,12 @@ def _distribution_groups(
     shown: set[int] = set()
     for group in groups:
         first = summaries[group[0]]
-        out.append({"title": f"{first.get(K.WORKLOAD)} × {first.get(K.TRAFFIC)}",
-                    "run_ids": [ids[i] for i in group]})  # fmt: skip
+        out.append(
+            {
+                "title": f"{first.get(K.WORKLOAD)} × {first.get(K.TRAFFIC)}",
+                "run_ids": [ids[i] for i in group],
+            }
+        )
         shown.update(group)
     by_profile: dict[str, list[int]] = {}
     for i, s in enumerate(summaries):

@@ -18,9 +18,18 @@ from vprof.report.options import ReportOptions
 
 LATENCY_METRICS = ("ttft", "tpot", "e2el")
 # What each load level carries from its summary (plus every percentile of the metrics drawn).
-_LEVEL_KEYS = (K.REQUEST_THROUGHPUT, K.OUTPUT_THROUGHPUT, K.TOTAL_OUTPUT_TOKENS, K.COMPLETED,
-               K.ERROR_RATE, K.STATE, K.OFFERED_LOAD, K.OFFERED_LOAD_UNIT, K.SLO_MET,
-               K.LOADGEN_SATURATED)  # fmt: skip
+_LEVEL_KEYS = (
+    K.REQUEST_THROUGHPUT,
+    K.OUTPUT_THROUGHPUT,
+    K.TOTAL_OUTPUT_TOKENS,
+    K.COMPLETED,
+    K.ERROR_RATE,
+    K.STATE,
+    K.OFFERED_LOAD,
+    K.OFFERED_LOAD_UNIT,
+    K.SLO_MET,
+    K.LOADGEN_SATURATED,
+)
 
 
 def _stats(summary: dict[str, Any], metric: str) -> dict[str, Any]:
@@ -81,8 +90,11 @@ def capacity(
         # needs a distribution target to interpolate on
         out["why"] = f"{slo} has no percentile target (such as ttft_p95=500ms), so no plan"
     elif slo is not None:
-        measured = [float(s[K.REQUEST_THROUGHPUT]) for s in summaries
-                    if _positive(s.get(K.REQUEST_THROUGHPUT))]  # fmt: skip
+        measured = [
+            float(s[K.REQUEST_THROUGHPUT])
+            for s in summaries
+            if _positive(s.get(K.REQUEST_THROUGHPUT))
+        ]
         # Without --rps the sustainable rate and binding constraint still hold (they do not
         # depend on the target); replicas are then left out.
         target = options.target_rps or (max(measured) if measured else 1.0)
@@ -104,7 +116,7 @@ def capacity(
                     "threshold_ms": t.threshold_ms,
                 }
                 for t in slo.targets
-            ],  # fmt: skip
+            ],
             "max_error_rate": slo.max_error_rate,
             "rows": rows,
             "evidence": json_safe(result.evidence_rows()),

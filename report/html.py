@@ -28,19 +28,56 @@ SECTIONS = (
     ("comparisons", "Comparisons"),
     ("provenance", "Provenance"),
 )
-OVERVIEW_COLUMNS = (K.RUN, K.PROFILE, K.WORKLOAD, K.TRAFFIC, K.STATE, K.COMPLETED, K.FAILED,
-                    K.REQUEST_THROUGHPUT, K.OUTPUT_THROUGHPUT, K.P95_TTFT_MS, K.P95_TPOT_MS,
-                    K.P95_ITL_MS, stat_key("p95", "e2el"), K.CLIENT_ERROR, K.SLO_MET,
-                    K.LOADGEN_MAX_CPU_PERCENT)  # fmt: skip
-PLAN_COLUMNS = ("profile", "replicas", "sustainable_rps", "max_measured_rps", "binding", "levels",
-                "basis")  # fmt: skip
+OVERVIEW_COLUMNS = (
+    K.RUN,
+    K.PROFILE,
+    K.WORKLOAD,
+    K.TRAFFIC,
+    K.STATE,
+    K.COMPLETED,
+    K.FAILED,
+    K.REQUEST_THROUGHPUT,
+    K.OUTPUT_THROUGHPUT,
+    K.P95_TTFT_MS,
+    K.P95_TPOT_MS,
+    K.P95_ITL_MS,
+    stat_key("p95", "e2el"),
+    K.CLIENT_ERROR,
+    K.SLO_MET,
+    K.LOADGEN_MAX_CPU_PERCENT,
+)
+PLAN_COLUMNS = (
+    "profile",
+    "replicas",
+    "sustainable_rps",
+    "max_measured_rps",
+    "binding",
+    "levels",
+    "basis",
+)
 EVIDENCE_COLUMNS = ("profile", "run", "rps", "state", "slo", "checks")
-COST_COLUMNS = ("profile", "gpus_per_replica", "parallelism", "replica_cost_per_hour",
-                "sustainable_rps", "output_tokens_per_request",
-                "cost_per_million_output_tokens", "replicas", "plan_cost_per_hour",
-                "plan_cost_per_million_output_tokens")  # fmt: skip
-COMPARE_COLUMNS = ("metric", "baseline_value", "run", "value", "diff_pct", "ci_low_pct",
-                   "ci_high_pct", "verdict")  # fmt: skip
+COST_COLUMNS = (
+    "profile",
+    "gpus_per_replica",
+    "parallelism",
+    "replica_cost_per_hour",
+    "sustainable_rps",
+    "output_tokens_per_request",
+    "cost_per_million_output_tokens",
+    "replicas",
+    "plan_cost_per_hour",
+    "plan_cost_per_million_output_tokens",
+)
+COMPARE_COLUMNS = (
+    "metric",
+    "baseline_value",
+    "run",
+    "value",
+    "diff_pct",
+    "ci_low_pct",
+    "ci_high_pct",
+    "verdict",
+)
 PERCENTILES = ("50", "90", "95", "99", "99.9")
 _LABELS = {
     K.REQUEST_THROUGHPUT: "req/s",

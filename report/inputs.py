@@ -70,15 +70,20 @@ def read_sweep(folder: Path) -> Sweep:
     kind = data.get("kind")
     # Any ladder is shown; only "load" is read differently (its rungs are offered loads).
     if not isinstance(kind, str) or not kind:
-        raise ReportError("the sweep's kind is missing", path=str(path), key="kind",
-                          hint="batched-tokens, chunked, set or load")  # fmt: skip
+        raise ReportError(
+            "the sweep's kind is missing",
+            path=str(path),
+            key="kind",
+            hint="batched-tokens, chunked, set or load",
+        )
     profile = data.get("profile")
     if not isinstance(profile, str) or not profile:
         raise ReportError("the profile's name is missing", path=str(path), key="profile")
     rows = data.get("rows")
     if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
-        raise ReportError("rows must be a list of objects, one per rung", path=str(path),
-                          key="rows")  # fmt: skip
+        raise ReportError(
+            "rows must be a list of objects, one per rung", path=str(path), key="rows"
+        )
     checked = []
     for i, row in enumerate(rows):
         run = row.get("run")
@@ -92,8 +97,7 @@ def read_sweep(folder: Path) -> Sweep:
         checked.append({str(k): _plain(v) for k, v in row.items()})
     recommendation = data.get("recommendation", "")
     if not isinstance(recommendation, str):
-        raise ReportError("the recommendation must be text", path=str(path),
-                          key="recommendation")  # fmt: skip
+        raise ReportError("the recommendation must be text", path=str(path), key="recommendation")
     return Sweep(folder, kind, profile, tuple(checked), recommendation)
 
 

@@ -32,8 +32,17 @@ from vprof.report.series import (
 GENERATION_TOKENS = "vllm:generation_tokens_total"
 METRICS = ("ttft", "tpot", "itl", "e2el")
 _PER_REQUEST = {"ttft": "ttft_ms", "tpot": "tpot_ms", "e2el": "e2e_ms"}
-_FLOATS = ("scheduled_at", "sent_at", "first_token_at", "last_token_at", "finished_at",
-           "ttft_ms", "tpot_ms", "e2e_ms", "schedule_lag_ms")  # fmt: skip
+_FLOATS = (
+    "scheduled_at",
+    "sent_at",
+    "first_token_at",
+    "last_token_at",
+    "finished_at",
+    "ttft_ms",
+    "tpot_ms",
+    "e2e_ms",
+    "schedule_lag_ms",
+)
 
 
 def columns(run: Run) -> dict[str, Any]:
@@ -113,16 +122,26 @@ def timelines(run: Run, summary: dict[str, Any], cols: dict[str, Any]) -> dict[s
         "warmup_s": (run.warmup_until - t0) if run.warmup_until is not None else None,
         "t_s": frame["t_s"].astype(float).tolist(),
     }
-    for key in (K.REQUEST_THROUGHPUT, K.OUTPUT_THROUGHPUT, K.P50_TTFT_MS, K.P95_TTFT_MS,
-                K.P50_TPOT_MS, K.P95_TPOT_MS, K.FAILED):  # fmt: skip
+    for key in (
+        K.REQUEST_THROUGHPUT,
+        K.OUTPUT_THROUGHPUT,
+        K.P50_TTFT_MS,
+        K.P95_TTFT_MS,
+        K.P50_TPOT_MS,
+        K.P95_TPOT_MS,
+        K.FAILED,
+    ):
         out[key] = significant(frame[key].to_numpy(dtype=float))
     n_bins = len(frame)
     sent = np.isfinite(cols["sent_at"])
     if summary.get(K.OPEN_LOOP):  # closed-loop users send when ready: there is no schedule
         lag = binned_percentiles(
-            cols["scheduled_at"][sent] - t0, cols["schedule_lag_ms"][sent], interval_s, n_bins,
+            cols["scheduled_at"][sent] - t0,
+            cols["schedule_lag_ms"][sent],
+            interval_s,
+            n_bins,
             qs=(50, 99),
-        )  # fmt: skip
+        )
         out["schedule_lag_ms"] = {k: significant(v) for k, v in lag.items()}
     out["server"] = _server(run, t0)
     out["loadgen"] = _loadgen(run, t0)
@@ -142,8 +161,11 @@ def _server(run: Run, t0: float) -> dict[str, Any]:
         ("waiting", WAITING, 1.0),
         ("kv_cache_percent", KV_USAGE, 100.0),  # vLLM reports a fraction, 1 = full
     ):
-        points = [(ti, float(s["values"][name]) * scale) for ti, s in zip(t, samples, strict=True)
-                  if _finite(s["values"].get(name))]  # fmt: skip
+        points = [
+            (ti, float(s["values"][name]) * scale)
+            for ti, s in zip(t, samples, strict=True)
+            if _finite(s["values"].get(name))
+        ]
         if points:
             out[key] = dict(zip(("t_s", "y"), envelope(*zip(*points, strict=True)), strict=True))
     rates = []
@@ -174,8 +196,7 @@ def _loadgen(run: Run, t0: float) -> dict[str, Any]:
     workers = {}
     for worker, points in sorted(by_worker.items()):
         points.sort()
-        workers[worker] = dict(zip(("t_s", "y"), envelope(*zip(*points, strict=True)),
-                                   strict=True))  # fmt: skip
+        workers[worker] = dict(zip(("t_s", "y"), envelope(*zip(*points, strict=True)), strict=True))
     return {"workers": workers, "saturated_cpu_percent": SATURATED_CPU_PERCENT}
 
 

@@ -15,12 +15,34 @@ from vprof.analysis.keys import SummaryKey as K
 from vprof.report.inputs import Sweep
 
 # The columns a ladder's table leads with; others follow in the manifest's order.
-_LEAD = ("rung", K.OFFERED_LOAD, K.OFFERED_LOAD_UNIT, "state", K.REQUEST_THROUGHPUT,
-         K.OUTPUT_THROUGHPUT, K.MEDIAN_TTFT_MS, K.P95_TTFT_MS, K.P95_TPOT_MS, K.P95_ITL_MS,
-         K.NUM_PREEMPTIONS, K.MAX_KV_CACHE_USAGE_PERC, K.FAILED, "oom", "note")  # fmt: skip
+_LEAD = (
+    "rung",
+    K.OFFERED_LOAD,
+    K.OFFERED_LOAD_UNIT,
+    "state",
+    K.REQUEST_THROUGHPUT,
+    K.OUTPUT_THROUGHPUT,
+    K.MEDIAN_TTFT_MS,
+    K.P95_TTFT_MS,
+    K.P95_TPOT_MS,
+    K.P95_ITL_MS,
+    K.NUM_PREEMPTIONS,
+    K.MAX_KV_CACHE_USAGE_PERC,
+    K.FAILED,
+    "oom",
+    "note",
+)
 # What a ladder read from offered loads shows of each level's summary.
-_LEVEL_COLUMNS = (K.STATE, K.REQUEST_THROUGHPUT, K.OUTPUT_THROUGHPUT, K.MEDIAN_TTFT_MS,
-                  K.P95_TTFT_MS, K.P95_TPOT_MS, K.ERROR_RATE, K.SLO_MET)  # fmt: skip
+_LEVEL_COLUMNS = (
+    K.STATE,
+    K.REQUEST_THROUGHPUT,
+    K.OUTPUT_THROUGHPUT,
+    K.MEDIAN_TTFT_MS,
+    K.P95_TTFT_MS,
+    K.P95_TPOT_MS,
+    K.ERROR_RATE,
+    K.SLO_MET,
+)
 
 
 def plan_answer(capacity_data: dict[str, Any], profile: str) -> str | None:

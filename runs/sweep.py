@@ -91,18 +91,27 @@ def parse_sizes(text: str) -> list[int]:
     """``--sizes 128,256,512`` → batched-token sizes: whole numbers from 1 to MAX_TOKENS."""
 
     return parse_number_list(
-        text, minimum=1, maximum=MAX_TOKENS, integer=True, max_items=MAX_RUNGS,
-        error=ProfileError, key="--sizes",
-    )  # fmt: skip
+        text,
+        minimum=1,
+        maximum=MAX_TOKENS,
+        integer=True,
+        max_items=MAX_RUNGS,
+        error=ProfileError,
+        key="--sizes",
+    )
 
 
 def parse_levels(text: str) -> list[float]:
     """``--levels 2,4,8`` → load levels: positive, finite (rates or user counts)."""
 
     return parse_number_list(
-        text, above=0, maximum=1_000_000, max_items=MAX_RUNGS, error=ProfileError,
+        text,
+        above=0,
+        maximum=1_000_000,
+        max_items=MAX_RUNGS,
+        error=ProfileError,
         key="--levels",
-    )  # fmt: skip
+    )
 
 
 def variant(profile: Profile, rung: Rung) -> Profile:
@@ -119,9 +128,13 @@ def load_ladder(traffic: str | TrafficShape, levels: Sequence[float]) -> list[Tr
     shapes = []
     for level in levels:
         value: float | int = check_number(
-            level, above=0, integer=not shape.open_loop, error=WorkloadError, key="--levels",
+            level,
+            above=0,
+            integer=not shape.open_loop,
+            error=WorkloadError,
+            key="--levels",
             hint=None if shape.open_loop else f"{shape.name} is closed-loop: levels are users",
-        )  # fmt: skip
+        )
         try:  # the shape's own checks, as for a file (e.g. how many requests a rate schedules)
             shapes.append(
                 replace(
@@ -183,8 +196,12 @@ def _mean_row(rung: Rung, rows: list[dict[str, Any]]) -> dict[str, Any]:
     worst = next((r for r in rows if r["state"] != RunState.COMPLETED), rows[0])
     # "run" names the first repeat's folder (as a single run's row does); "runs" lists them all
     runs = [r["run"] for r in rows if r.get("run")]
-    out: dict[str, Any] = {**worst, "repeats": len(rows), "run": runs[0] if runs else None,
-                           "runs": runs}  # fmt: skip
+    out: dict[str, Any] = {
+        **worst,
+        "repeats": len(rows),
+        "run": runs[0] if runs else None,
+        "runs": runs,
+    }
     for key in ROW_KEYS:
         if key == SummaryKey.CLIENT_LIMITED:
             out[key] = any(r.get(key) for r in rows)
@@ -335,9 +352,12 @@ def run_ladder(
 
 
 def run_load_ladder(
-    profile: Profile, traffic: str | TrafficShape, levels: Sequence[float], spec: BenchSpec,
+    profile: Profile,
+    traffic: str | TrafficShape,
+    levels: Sequence[float],
+    spec: BenchSpec,
     say: Progress,
-) -> tuple[list[dict[str, Any]], list[RunOutcome]]:  # fmt: skip
+) -> tuple[list[dict[str, Any]], list[RunOutcome]]:
     """Climb ``traffic``'s load through ``levels`` on one server of ``profile``: one run per
     level. Returns a row per level and the outcomes (for a capacity plan)."""
     from vprof.runs.bench import run_bench

@@ -328,9 +328,14 @@ def _read_lengths(path: Path) -> tuple[int, ...]:
                 line=number,
             )
         n = parse_number(
-            text, minimum=1, maximum=MAX_TOKENS, integer=True, error=WorkloadError,
-            path=str(path), line=number,
-        )  # fmt: skip
+            text,
+            minimum=1,
+            maximum=MAX_TOKENS,
+            integer=True,
+            error=WorkloadError,
+            path=str(path),
+            line=number,
+        )
         out.append(n)
     if not out:
         raise WorkloadError("no token counts in the file", path=str(path))
@@ -454,8 +459,10 @@ def _agent(value: Any, loc: _Located) -> AgentSpec:
     if not isinstance(value, Mapping):
         raise loc.error(keys, f"must be a mapping ({', '.join(_AGENT_KEYS)})")
     _known_keys(value, keys, _AGENT_KEYS, loc)
-    for key, what in (("steps", "how many calls a session chains"),
-                      ("tool_tokens", "how long each synthetic tool result is")):  # fmt: skip
+    for key, what in (
+        ("steps", "how many calls a session chains"),
+        ("tool_tokens", "how long each synthetic tool result is"),
+    ):
         if key not in value:
             raise loc.error(keys + (key,), f"missing: {what}")
     steps = _distribution(value["steps"], keys + ("steps",), loc)

@@ -377,10 +377,16 @@ class ThinkTime:
             wanted = " or ".join("+".join(alt) for alt in alternatives)
             raise WorkloadError(f"a {self.kind} think time needs {wanted}", key=self.kind)
         for key, value in p.items():
-            check_number(value, minimum=0, maximum=MAX_THINK_S if key != "sigma" else 10,
-                         above=0 if key in ("sigma", "median") or
-                         (key == "mean" and self.kind == "lognormal") else None,
-                         error=WorkloadError, key=key)  # fmt: skip
+            check_number(
+                value,
+                minimum=0,
+                maximum=MAX_THINK_S if key != "sigma" else 10,
+                above=0
+                if key in ("sigma", "median") or (key == "mean" and self.kind == "lognormal")
+                else None,
+                error=WorkloadError,
+                key=key,
+            )
         if "min" in p and "max" in p and p["min"] > p["max"]:
             raise WorkloadError(f"min ({p['min']:g}) is larger than max ({p['max']:g})", key="min")
         if "mean" in p and "median" in p:
@@ -487,8 +493,14 @@ class AgentSpec:
         if self.fan_out is not None and self.fan_out.upper_bound() > MAX_FAN_OUT:
             raise WorkloadError(f"at most {MAX_FAN_OUT} calls at once", key="fan_out")
         if self.max_context_tokens is not None:
-            check_number(self.max_context_tokens, minimum=1, maximum=MAX_TOKENS, integer=True,
-                         error=WorkloadError, key="max_context_tokens")  # fmt: skip
+            check_number(
+                self.max_context_tokens,
+                minimum=1,
+                maximum=MAX_TOKENS,
+                integer=True,
+                error=WorkloadError,
+                key="max_context_tokens",
+            )
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
