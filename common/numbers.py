@@ -15,6 +15,9 @@ from vprof.common.errors import VprofError
 # The longest context any served model has today is ~10 M tokens; beyond that a token count is
 # a typo, and building a prompt that long would exhaust memory before the server refuses it.
 MAX_TOKENS = 10_000_000
+# The most rows of a table with one row per interval of a user's choosing (a run's timeline, a
+# trace's rate over time): 6 days at 5 s, more than anyone reads, and little enough to hold.
+MAX_INTERVAL_ROWS = 100_000
 
 
 def _show(x: float | int) -> str:
@@ -146,3 +149,27 @@ def parse_number_list(
             )
         )
     return numbers
+
+
+def check_interval_rows(
+    span_s: float,
+    interval_s: float,
+    *,
+    over: str,
+    rows_of: str = "rows",
+    error: type[VprofError],
+    **where: Any,
+) -> None:
+    """Refuse, before it is built, a table of one row per ``interval_s`` over ``span_s``
+    seconds with more than ``MAX_INTERVAL_ROWS`` rows, naming the interval that fits."""
+    ratio = span_s / interval_s
+    if ratio < MAX_INTERVAL_ROWS:  # floor(ratio) + 1 rows
+        return
+    rows = ratio + 1
+    count = f"{rows:,.0f}" if rows < 1e15 else f"{rows:.3g}"
+    raise error(
+        f"{interval_s:g} s intervals over {over} make {count} {rows_of} (at most "
+        f"{MAX_INTERVAL_ROWS:,})",
+        hint=f"use an interval of at least {span_s / (MAX_INTERVAL_ROWS - 1):.3g} s",
+        **where,
+    )
