@@ -33,6 +33,21 @@ TOP_LEVEL_KEYS = ("name", "description", "extends", "model", "entrypoint", "engi
 _STRING_KEYS = ("name", "description", "extends", "model", "entrypoint")
 # \A…\Z: "$" would also match before a trailing newline
 _NAME_RE = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9._-]*\Z")
+# A profile's name names files (a tuned profile's YAML, a server's log, run folders); ASCII
+# only, so characters are bytes, well under the 255 bytes of a file name.
+MAX_NAME_CHARS = 128
+
+
+def name_problem(name: str) -> str | None:
+    """What is wrong with ``name`` as a profile's name (``None``: nothing)."""
+    if len(name) > MAX_NAME_CHARS:
+        return (
+            f"profile name {name[:24]!r}… is {len(name):,} characters long, at most "
+            f"{MAX_NAME_CHARS} (it names files)"
+        )
+    if not _NAME_RE.match(name):
+        return f"profile name {name!r} must be letters, digits, '.', '_' or '-'"
+    return None
 
 
 @dataclass(frozen=True, eq=False)
@@ -196,10 +211,9 @@ def _check_shape(raw: _Raw) -> None:
         value = data.get(key)
         if value is not None and not isinstance(value, str):
             raise raw.error(f"must be a string, not {_type_name(value)}", key=key)
-    if not _NAME_RE.match(raw.name):
-        raise raw.error(
-            f"profile name {raw.name!r} must be letters, digits, '.', '_' or '-'", key="name"
-        )
+    problem = name_problem(raw.name)
+    if problem:
+        raise raw.error(problem, key="name")
     for key in ("engine_args", "env"):
         value = data.get(key)
         if value is not None and not isinstance(value, dict):
