@@ -147,3 +147,12 @@ def test_a_profile_name_too_long_for_a_file_is_refused_by_validate(tmp_path):
     assert os.path.exists(path)
     fits = write(tmp_path / "q.yaml", f"name: {'q' * 128}\nmodel: m\n")
     assert _cli("validate", str(fits)).exit_code == 0
+
+
+def test_a_trace_with_a_long_file_name_is_replayed_from_short_files(tmp_path, monkeypatch):
+    from vprof.traffic.replay import write_trace_replay
+
+    monkeypatch.setenv("VPROF_CACHE_DIR", str(tmp_path / "cache"))
+    path = write(tmp_path / ("é" * 120 + ".csv"), "t_s,prompt_tokens,output_tokens\n0,10,5\n")
+    replay = write_trace_replay(str(path))  # 244 bytes: + ".traffic.yaml" was too long
+    assert replay.traffic.exists() and len(replay.traffic.name.encode()) <= 120
