@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from vprof.common.errors import ProfileError
-from vprof.common.presets import YAML_SUFFIXES, preset_locations, yaml_files
+from vprof.common.presets import YAML_SUFFIXES, check_given, preset_locations, yaml_files
 from vprof.common.suggest import closest, suggestion
 from vprof.common.yamlfile import YamlDoc, read_yaml
 from vprof.registry.profile import (
@@ -98,13 +98,14 @@ def profile_files(location: Path, what: str = "profile path") -> list[Path]:
 def profile_layers(extra_dirs: Sequence[Path] = ()) -> list[list[Path]]:
     """The profile files of each layer, lowest first."""
     shipped = shipped_dir()
-    what = {"env": f"${ENV_VAR} entry", "extra": "--profiles-dir"}
     layers: list[list[Path]] = []
-    for path, origin in preset_locations(shipped, Path("profiles"), ENV_VAR, extra_dirs):
+    locations = preset_locations(shipped, Path("profiles"), ENV_VAR, extra_dirs)
+    check_given(locations, env_var=ENV_VAR, flag="--profiles-dir", error=ProfileError)
+    for path, origin in locations:
         # Inside a vprof checkout ./profiles *is* the shipped folder; do not load it twice.
         if origin == "local" and (not path.is_dir() or path.resolve() == shipped):
             continue
-        layers.append(profile_files(path, what.get(origin, "profile path")))
+        layers.append(yaml_files(path))
     return layers
 
 
