@@ -30,7 +30,9 @@ def _show(x: float | int) -> str:
 
 
 def number_hint(value: Any) -> str | None:
-    """For text that is a number to Python but not to YAML 1.1 (``1e20``): how to write it."""
+    """For text that is a number to Python: how to write it so YAML reads a number. Unquoted,
+    only an exponent without a dot or a sign (``1e20``) is text to YAML 1.1; any other such
+    text was quoted (``users: "2"``)."""
     if isinstance(value, str):
         try:
             number = float(value)
@@ -38,7 +40,9 @@ def number_hint(value: Any) -> str | None:
             return None
         if not math.isfinite(number):
             return None  # "nan", "inf": not a number to write differently
-        return "YAML reads this as text: write exponents with a dot and a sign (1.0e+20)"
+        if "e" in value.lower():
+            return "YAML reads this as text: write exponents with a dot and a sign (1.0e+20)"
+        return f"a quoted number is text: write {value.strip()} without quotes"
     return None
 
 
