@@ -29,7 +29,7 @@ from vprof.analysis.samples import PER_REPLICA_SERVER, host_stats, loadgen_stats
 from vprof.analysis.slo import Slo, SloTarget, parse_slo
 from vprof.analysis.stats import DEFAULT_PERCENTILES, BlockQuantiles, describe, pct_key, percentile
 from vprof.common.errors import RunError
-from vprof.common.numbers import check_number
+from vprof.common.numbers import check_interval_rows, check_number
 from vprof.records.schema import CUT_AT_END, Status
 
 _FAILED = (Status.ERROR.value, Status.TIMEOUT.value)  # statuses that count as failed requests
@@ -878,9 +878,6 @@ def _cached_share(cols: Columns, ok: Any) -> dict[str, Any]:
     return {K.CACHED_TOKEN_SHARE: share}
 
 
-MAX_TIMELINE_ROWS = 100_000  # 6 days at 5 s; more rows than any reader of a timeline wants
-
-
 def timeline(records: Any, interval_s: float = 5.0) -> Any:
     """Per-interval activity (a DataFrame): requests started and finished, throughput, and
     p50/p95 TTFT and TPOT of the requests *sent* in each interval.
@@ -913,14 +910,16 @@ def timeline(records: Any, interval_s: float = 5.0) -> Any:
     ok = cols.status.isin(Status.OK.value)
     start_bin = np.floor((started_at - t0) / interval_s)
     end_bin = np.floor((ends - t0) / interval_s)
+    span_s = float(np.nanmax(np.concatenate([started_at, ends]))) - t0
+    check_interval_rows(
+        span_s,
+        interval_s,
+        over="this run",
+        rows_of="timeline rows",
+        error=RunError,
+        key="--interval",
+    )
     n_bins = int(np.nanmax(np.concatenate([start_bin, end_bin]))) + 1
-    if n_bins > MAX_TIMELINE_ROWS:
-        raise RunError(
-            f"{interval_s:g} s intervals over this run make {n_bins:,} timeline rows "
-            f"(at most {MAX_TIMELINE_ROWS:,})",
-            key="--interval",
-            hint=f"use an interval of at least {(n_bins * interval_s) / MAX_TIMELINE_ROWS:.3g} s",
-        )
 
     def count(bins: Any, mask: Any, weights: Any = None) -> Any:
         good = mask & np.isfinite(bins)

@@ -668,6 +668,17 @@ def _ladder(
     emit_parts([_rows_part(rows, fmt), ("recommendation", recommendation, None)], fmt)
     if written is not None:  # some rung ran
         _html_report([opts["out_dir"]], opts)
+    _exit_if_unmeasured(rows)
+
+
+def _exit_if_unmeasured(rows: list[dict[str, Any]]) -> None:
+    """A ladder none of whose rungs measured anything is no answer: say why, exit 1."""
+    from vprof.runs.sweep import unmeasured
+
+    reason = unmeasured(rows)
+    if reason:
+        click.echo(f"Error: {reason}", err=True)
+        raise SystemExit(1)
 
 
 @sweep.command("batched-tokens")
@@ -814,3 +825,4 @@ def load(profile_name: str, levels: str, target_rps: float | None, fmt: str, **o
     if done:
         plan_for = {"target_rps": target_rps or max(values)} if opts["slo"] else {}
         _html_report([opts["out_dir"]], opts, **plan_for)
+    _exit_if_unmeasured(rows)

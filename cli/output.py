@@ -23,6 +23,22 @@ format_option = click.option(
 )
 
 
+def json_text(data: Any, **options: Any) -> str:
+    """``data`` as strict JSON (RFC 8259, what every parser reads): a number that is not finite
+    (NaN, infinity: "not measured") is ``null``, never Python's ``NaN``."""
+    return json.dumps(_finite(data), allow_nan=False, default=str, **options)
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, Mapping):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
+
+
 def _cell(value: Any) -> str:
     if value is None:
         return ""
@@ -41,6 +57,11 @@ def _cell(value: Any) -> str:
     return str(value)
 
 
+def _md(text: str) -> str:
+    """A Markdown table cell: a ``|`` escaped, a line break a space (either would end it)."""
+    return " ".join(text.replace("|", "\\|").splitlines())
+
+
 def _select(
     rows: Sequence[Mapping[str, Any]], columns: Sequence[str] | None
 ) -> list[dict[str, Any]]:
@@ -56,9 +77,9 @@ def render_rows(
     if columns is None:
         columns = list(dict.fromkeys(k for row in rows for k in row))
     if fmt == "json":
-        return json.dumps(_select(rows, columns), indent=2, default=str)
+        return json_text(_select(rows, columns), indent=2)
     if fmt == "ndjson":
-        return "\n".join(json.dumps(row, default=str) for row in _select(rows, columns))
+        return "\n".join(json_text(row) for row in _select(rows, columns))
     if fmt == "csv":
         buffer = io.StringIO()
         writer = csv.DictWriter(buffer, fieldnames=list(columns), extrasaction="ignore")
@@ -67,8 +88,9 @@ def render_rows(
         return buffer.getvalue().rstrip("\n")
     cells = [[_cell(row.get(c)) for c in columns] for row in rows]
     if fmt == "markdown":
-        lines = ["| " + " | ".join(columns) + " |", "|" + "|".join("---" for _ in columns) + "|"]
-        lines += ["| " + " | ".join(r) + " |" for r in cells]
+        lines = ["| " + " | ".join(map(_md, columns)) + " |"]
+        lines.append("|" + "|".join("---" for _ in columns) + "|")
+        lines += ["| " + " | ".join(map(_md, r)) + " |" for r in cells]
         return "\n".join(lines)
     widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(columns)]
 
@@ -109,13 +131,13 @@ def emit_parts(parts: Sequence[Part], fmt: str = "table") -> None:
             name: rows if isinstance(rows, str) else _select(rows, columns)
             for name, rows, columns in parts
         }
-        click.echo(json.dumps(document, indent=2, default=str))
+        click.echo(json_text(document, indent=2))
         return
     if fmt == "ndjson":
         for name, rows, _ in parts:
             items = [{"text": rows}] if isinstance(rows, str) else rows
             for row in items:
-                click.echo(json.dumps({"part": name, **row}, default=str))
+                click.echo(json_text({"part": name, **row}))
         return
     for i, (_, rows, columns) in enumerate(parts):
         if i:

@@ -15,7 +15,7 @@ import click
 
 import vprof.registry as registry
 from vprof.cli.options import profile_override_options, profiles_dir_option
-from vprof.cli.output import emit, format_option
+from vprof.cli.output import emit, format_option, json_text
 from vprof.registry import Profile, ProfileError
 from vprof.registry.overrides import parse_env_args
 from vprof.registry.profile import ENTRYPOINTS
@@ -128,7 +128,7 @@ def show(ctx: click.Context, name: str, profiles_dirs: tuple[Path, ...], fmt: st
     if fmt == "json":
         data = profile.as_dict()
         data.update(argv=registry.render(profile), identity=profile.identity(), notes=notes)
-        click.echo(json.dumps(data, indent=2))
+        click.echo(json_text(data, indent=2))
         return
     if fmt in ("table", "markdown"):
         click.echo(f"{profile.name}: {profile.description}")
@@ -290,7 +290,7 @@ def render(
     registry.validate(profile)
     image_kw = {"image": image} if image else {}
     if fmt == "argv":
-        click.echo(json.dumps(registry.render(profile, python=python)))
+        click.echo(json_text(registry.render(profile, python=python)))
     elif fmt == "docker":
         click.echo(registry.render_docker(profile, **image_kw))
     elif fmt == "k8s":

@@ -15,6 +15,9 @@ from vprof.common.errors import VprofError
 # The longest context any served model has today is ~10 M tokens; beyond that a token count is
 # a typo, and building a prompt that long would exhaust memory before the server refuses it.
 MAX_TOKENS = 10_000_000
+# The most rows of a table with one row per interval of a user's choosing (a run's timeline, a
+# trace's rate over time): 6 days at 5 s, more than anyone reads, and little enough to hold.
+MAX_INTERVAL_ROWS = 100_000
 
 
 def _show(x: float | int) -> str:
@@ -27,7 +30,9 @@ def _show(x: float | int) -> str:
 
 
 def number_hint(value: Any) -> str | None:
-    """For text that is a number to Python but not to YAML 1.1 (``1e20``): how to write it."""
+    """For text that is a number to Python: how to write it so YAML reads a number. Unquoted,
+    only an exponent without a dot or a sign (``1e20``) is text to YAML 1.1; any other such
+    text was quoted (``users: "2"``)."""
     if isinstance(value, str):
         try:
             number = float(value)
@@ -35,7 +40,9 @@ def number_hint(value: Any) -> str | None:
             return None
         if not math.isfinite(number):
             return None  # "nan", "inf": not a number to write differently
-        return "YAML reads this as text: write exponents with a dot and a sign (1.0e+20)"
+        if "e" in value.lower():
+            return "YAML reads this as text: write exponents with a dot and a sign (1.0e+20)"
+        return f"a quoted number is text: write {value.strip()} without quotes"
     return None
 
 
@@ -146,3 +153,27 @@ def parse_number_list(
             )
         )
     return numbers
+
+
+def check_interval_rows(
+    span_s: float,
+    interval_s: float,
+    *,
+    over: str,
+    rows_of: str = "rows",
+    error: type[VprofError],
+    **where: Any,
+) -> None:
+    """Refuse, before it is built, a table of one row per ``interval_s`` over ``span_s``
+    seconds with more than ``MAX_INTERVAL_ROWS`` rows, naming the interval that fits."""
+    ratio = span_s / interval_s
+    if ratio < MAX_INTERVAL_ROWS:  # floor(ratio) + 1 rows
+        return
+    rows = ratio + 1
+    count = f"{rows:,.0f}" if rows < 1e15 else f"{rows:.3g}"
+    raise error(
+        f"{interval_s:g} s intervals over {over} make {count} {rows_of} (at most "
+        f"{MAX_INTERVAL_ROWS:,})",
+        hint=f"use an interval of at least {span_s / (MAX_INTERVAL_ROWS - 1):.3g} s",
+        **where,
+    )

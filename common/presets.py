@@ -12,6 +12,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import NamedTuple
 
+from vprof.common.errors import VprofError
+
 YAML_SUFFIXES = (".yaml", ".yml")
 
 
@@ -34,6 +36,17 @@ def preset_locations(
     found += [Location(Path(p), "env") for p in os.environ.get(env_var, "").split(os.pathsep) if p]
     found += [Location(Path(p), "extra") for p in extra]
     return found
+
+
+def check_given(
+    locations: Iterable[Location], *, env_var: str, flag: str, error: type[VprofError]
+) -> None:
+    """Refuse a location the user named (an ``$env_var`` entry, a ``flag``) that does not
+    exist: a typo must not fall back to the shipped presets without a word."""
+    for path, origin in locations:
+        if origin in ("env", "extra") and not (path.is_file() or path.is_dir()):
+            named = f"${env_var} entry" if origin == "env" else flag
+            raise error(f"{named} {str(path)!r} does not exist", hint="create it or fix the path")
 
 
 def yaml_files(location: Path) -> list[Path]:

@@ -28,8 +28,10 @@ that writes a bench, sweep or tune folder holds its lock file (``LOCK_FILE``, se
 from __future__ import annotations
 
 import errno
+import hashlib
 import json
 import os
+import re
 import secrets
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -711,6 +713,34 @@ def expand_runs(paths: Iterable[str | os.PathLike[str]]) -> list[Path]:
             )
         found.extend(inner)
     return found
+
+
+# Names of run folders and of the files beside them, in bytes: filesystems allow 255, and a
+# folder gets suffixes (``--rN``, ``.attempt-N``) and temporary files a prefix and a suffix.
+MAX_NAME_BYTES = 160
+_NAME_UNSAFE = re.compile(r"[^A-Za-z0-9_.=-]+")
+
+
+def name_of(*parts: str) -> str:
+    """``parts`` (a profile or ``--url`` label, a workload, a traffic shape, …) as one file or
+    folder name, joined with ``--``: in each part, characters other than ``A-Za-z0-9_.=-``
+    become ``_``, and none of ``_.-`` leads (no hidden file, nothing read as an option). A name
+    longer than ``MAX_NAME_BYTES`` has its longest parts cut, each ending in a hash of the whole
+    part, so two long names stay two names."""
+    slugs = [_NAME_UNSAFE.sub("_", part).lstrip("_.-").rstrip("_") for part in parts]
+    budget = MAX_NAME_BYTES - 2 * (len(slugs) - 1)
+    if sum(map(len, slugs)) <= budget:
+        return "--".join(slugs)
+    cap = budget  # the longest a part may stay: shorter parts keep their whole length
+    while sum(min(len(s), cap) for s in slugs) > budget:
+        cap -= 1
+    cap = max(cap, 16)
+    return "--".join(
+        s
+        if len(s) <= cap
+        else f"{s[: cap - 9]}-{hashlib.sha256(part.encode(errors='replace')).hexdigest()[:8]}"
+        for part, s in zip(parts, slugs, strict=True)
+    )
 
 
 def sweep_manifest(folder: Path) -> Path:

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from vprof.common.errors import ProfileError
-from vprof.common.presets import YAML_SUFFIXES, preset_locations, yaml_files
+from vprof.common.presets import YAML_SUFFIXES, check_given, preset_locations, yaml_files
 from vprof.common.suggest import closest, suggestion
 from vprof.common.yamlfile import YamlDoc, read_yaml
 from vprof.registry.checks import ENV_NAME_HINT, env_name_problem, text_problem
@@ -28,6 +28,21 @@ TOP_LEVEL_KEYS = ("name", "description", "extends", "model", "entrypoint", "engi
 _STRING_KEYS = ("name", "description", "extends", "model", "entrypoint")
 # \A…\Z: "$" would also match before a trailing newline
 _NAME_RE = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9._-]*\Z")
+# A profile's name names files (a tuned profile's YAML, a server's log, run folders); ASCII
+# only, so characters are bytes, well under the 255 bytes of a file name.
+MAX_NAME_CHARS = 128
+
+
+def name_problem(name: str) -> str | None:
+    """What is wrong with ``name`` as a profile's name (``None``: nothing)."""
+    if len(name) > MAX_NAME_CHARS:
+        return (
+            f"profile name {name[:24]!r}… is {len(name):,} characters long, at most "
+            f"{MAX_NAME_CHARS} (it names files)"
+        )
+    if not _NAME_RE.match(name):
+        return f"profile name {name!r} must be letters, digits, '.', '_' or '-'"
+    return None
 
 
 @dataclass(frozen=True, eq=False)
@@ -78,13 +93,14 @@ def profile_files(location: Path, what: str = "profile path") -> list[Path]:
 def profile_layers(extra_dirs: Sequence[Path] = ()) -> list[list[Path]]:
     """The profile files of each layer, lowest first."""
     shipped = shipped_dir()
-    what = {"env": f"${ENV_VAR} entry", "extra": "--profiles-dir"}
     layers: list[list[Path]] = []
-    for path, origin in preset_locations(shipped, Path("profiles"), ENV_VAR, extra_dirs):
+    locations = preset_locations(shipped, Path("profiles"), ENV_VAR, extra_dirs)
+    check_given(locations, env_var=ENV_VAR, flag="--profiles-dir", error=ProfileError)
+    for path, origin in locations:
         # Inside a vprof checkout ./profiles *is* the shipped folder; do not load it twice.
         if origin == "local" and (not path.is_dir() or path.resolve() == shipped):
             continue
-        layers.append(profile_files(path, what.get(origin, "profile path")))
+        layers.append(yaml_files(path))
     return layers
 
 
@@ -191,10 +207,9 @@ def _check_shape(raw: _Raw) -> None:
         value = data.get(key)
         if value is not None and not isinstance(value, str):
             raise raw.error(f"must be a string, not {_type_name(value)}", key=key)
-    if not _NAME_RE.match(raw.name):
-        raise raw.error(
-            f"profile name {raw.name!r} must be letters, digits, '.', '_' or '-'", key="name"
-        )
+    problem = name_problem(raw.name)
+    if problem:
+        raise raw.error(problem, key="name")
     for key in ("engine_args", "env"):
         value = data.get(key)
         if value is not None and not isinstance(value, dict):

@@ -32,6 +32,17 @@ _POSITIVE_INTS = (
 )
 
 
+def _finite_throughout(value: Any) -> bool:
+    """No NaN or infinity anywhere in ``value`` (a mapping's values, a list's items)."""
+    if isinstance(value, float):
+        return math.isfinite(value)
+    if isinstance(value, dict):
+        return all(_finite_throughout(v) for v in value.values())
+    if isinstance(value, list):
+        return all(_finite_throughout(v) for v in value)
+    return True
+
+
 def _origin(profile: Profile, key: str) -> tuple[str | None, int | None]:
     # a key the profile never set (e.g. a missing model) is located at the profile itself
     where = profile.origins.get(key) or profile.origins.get("name") or profile.source or None
@@ -125,6 +136,8 @@ class _Checker:
         elif kind == "json":
             if not isinstance(value, (dict, list, str)):
                 expected = "a mapping or a JSON string"
+            elif not _finite_throughout(value):
+                expected = "JSON, whose numbers are finite (NaN and infinity are not JSON)"
         else:
             if isinstance(value, bool) or not isinstance(value, (str, int, float)):
                 expected = "a string"

@@ -33,8 +33,8 @@ from typing import TYPE_CHECKING, Any
 from vprof.common.errors import LaunchError, RunError, VprofError
 from vprof.common.interrupt import interruption
 from vprof.locustfiles.optiontable import CUT_IN_FLIGHT_S
-from vprof.records.rundir import RunDir, RunState
-from vprof.runs.bench import check_before_running, retire_attempt, slug, workload_digest
+from vprof.records.rundir import RunDir, RunState, name_of
+from vprof.runs.bench import check_before_running, retire_attempt, workload_digest
 from vprof.runs.clientwatch import ClientWatch
 from vprof.runs.environment import client_versions, hardware, vllm_version
 from vprof.runs.hostprobe import HostProbe
@@ -195,8 +195,8 @@ def alternate_key(
         sort_keys=True,
     )
     digest = hashlib.sha256(identity.encode()).hexdigest()[:8]
-    names = "-vs-".join(slug(s.name) for s in sides)
-    return "--".join(("alt", names[:120], slug(Path(spec.workload).stem), slug(shape.name), digest))
+    names = "-vs-".join(name_of(s.name) for s in sides)
+    return name_of("alt", names[:120], Path(spec.workload).stem, shape.name, digest)
 
 
 class AlternatingBench:
@@ -265,7 +265,7 @@ class AlternatingBench:
         ordered = sorted(range(len(self.sides)), key=lambda i: order[i])
         for i in ordered:
             side = self.sides[i]
-            log_path = spec.out_dir / f"{slug(side.name)}.server.log"
+            log_path = spec.out_dir / f"{name_of(side.name)}.server.log"
             if side.given:  # already running (a launched side restarts at a --swap)
                 side.server = Server(side.profile, None, replace(spec, urls=side.urls), log_path)
             else:

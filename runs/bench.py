@@ -13,14 +13,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from vprof.common.errors import LaunchError, ProfileError, RunError, VprofError, WorkloadError
-from vprof.records.rundir import RunDir, RunState
+from vprof.records.rundir import RunDir, RunState, name_of
 from vprof.runs.measure import Server, check_fits, run_one
 from vprof.runs.order import block_order
 from vprof.runs.spec import NOT_STARTED, SKIPPED, BenchSpec, Progress, RunOutcome
@@ -43,10 +42,6 @@ class _Resolved:
     # the tokenizer each profile's prompts are built with (by name; absent: decided once its
     # server answers, see _Bench._tokenizer_after_start)
     tokenizers: Mapping[str, TokenizerChoice]
-
-
-def slug(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.=-]+", "_", text).strip("_")
 
 
 def url_profile(name: str, url: str) -> Profile:
@@ -169,7 +164,7 @@ def run_key(
     )
     digest = hashlib.sha256(identity.encode()).hexdigest()[:8]
     parts = (profile.name, Path(spec.workload).stem, shape.name, digest)
-    return "--".join(slug(part) for part in parts) + (f"--r{repeat}" if repeat > 1 else "")
+    return name_of(*parts) + (f"--r{repeat}" if repeat > 1 else "")
 
 
 def _shape(traffic: str | TrafficShape) -> TrafficShape:
@@ -356,7 +351,7 @@ class _Bench:
         profile = self.profiles[index]
         using = " and ".join(spec.urls) + (f" ({spec.balance})" if len(spec.urls) > 1 else "")
         self.say(f"{profile.name}: " + (f"using {using}" if spec.url else "starting its server"))
-        log_path = spec.out_dir / f"{slug(profile.name)}.server.log"
+        log_path = spec.out_dir / f"{name_of(profile.name)}.server.log"
         server = Server(profile, self.resolved.plans.get(profile.name), spec, log_path)
         server.tokenizer = self.resolved.tokenizers.get(profile.name)
         self.starts += 1

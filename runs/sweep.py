@@ -25,7 +25,7 @@ from vprof.common.errors import ProfileError, RunError, WorkloadError
 from vprof.common.numbers import MAX_TOKENS, check_number, parse_number_list
 from vprof.locustfiles.optiontable import CUT_IN_FLIGHT_S
 from vprof.records.rundir import RunState, read_json, sweep_manifest, write_json_atomic
-from vprof.runs.spec import NOT_STARTED, SKIPPED
+from vprof.runs.spec import MEASURED, NOT_STARTED, SKIPPED
 from vprof.server.logparse import mentions_oom
 
 if TYPE_CHECKING:
@@ -229,7 +229,25 @@ def _one_row(rung: Rung, outcome: RunOutcome | None) -> dict[str, Any]:
     )
     if outcome.state == NOT_STARTED:
         row["note"] = outcome.reason.splitlines()[0][:120] if outcome.reason else "did not start"
+    elif outcome.state not in MEASURED and outcome.reason:
+        row["note"] = outcome.reason.splitlines()[0][:120]
     return row
+
+
+def unmeasured(rows: Sequence[Mapping[str, Any]]) -> str:
+    """Why a ladder is no answer: no rung measured anything (``""`` when one did). Names the
+    first rung that was tried and what became of it; the command exits 1 with it."""
+    if any(row.get("state") in MEASURED for row in rows):
+        return ""
+    tried = [row for row in rows if row.get("state") != NOT_RUN]
+    if not tried:
+        return "no rung was measured (none ran)"
+    first = tried[0]
+    what = "did not start" if first.get("state") == NOT_STARTED else str(first.get("state"))
+    note = first.get("note")
+    if note and note != "did not start":
+        what = f"{what}: {note}"
+    return f"no rung was measured ({first['rung']} {what})"
 
 
 def should_stop(row: Mapping[str, Any]) -> str | None:

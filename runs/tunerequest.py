@@ -347,12 +347,11 @@ def rate_shape(shape: TrafficShape, rate_rps: float) -> TrafficShape:
 
 
 def _check_name(name: str) -> None:
-    from vprof.registry.loader import _NAME_RE  # the loader owns what a profile may be named
+    from vprof.registry.loader import name_problem  # the loader owns what a profile may be named
 
-    if not _NAME_RE.match(name):
-        raise ProfileError(
-            f"profile name {name!r} must be letters, digits, '.', '_' or '-'", key="--name"
-        )
+    problem = name_problem(name)
+    if problem:
+        raise ProfileError(problem, key="--name")
 
 
 def request_of(prepared: Prepared) -> dict[str, Any]:

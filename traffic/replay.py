@@ -80,7 +80,10 @@ def write_trace_replay(
     settings = trace_settings(file, **given)
     trace = load_trace(TraceSpec(**settings))  # a bad file fails here, with file and line
     offsets = trace.offsets_s()
-    stem = Path(settings["file"]).stem
+    # the folder is this replay's own; a trace's long name, cut, leaves room for the suffixes
+    stem = (
+        Path(settings["file"]).stem.encode(errors="surrogateescape")[:100].decode(errors="ignore")
+    )
     workload = {
         "description": f"Replay of {Path(settings['file']).name} (written by vprof bench --trace)",
         "kind": "trace",

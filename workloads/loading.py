@@ -14,7 +14,13 @@ from typing import Any
 
 from vprof.common.errors import WorkloadError
 from vprof.common.numbers import MAX_TOKENS, check_number, number_hint, parse_number
-from vprof.common.presets import YAML_SUFFIXES, Location, preset_files, preset_locations
+from vprof.common.presets import (
+    YAML_SUFFIXES,
+    Location,
+    check_given,
+    preset_files,
+    preset_locations,
+)
 from vprof.common.suggest import did_you_mean
 from vprof.workloads.spec import (
     AgentSpec,
@@ -288,6 +294,8 @@ def _resolve(file: Any, keys: tuple[str, ...], loc: _Located) -> Path:
     path = Path(os.path.expanduser(file))
     if not path.is_absolute() and loc.base_dir is not None:
         path = loc.base_dir / path
+    if path.is_dir():
+        raise loc.error(keys, f"is a folder, not a file: {path}", hint="name a file in it")
     if not path.is_file():
         raise loc.error(keys, f"no such file: {path}")
     return path
@@ -358,6 +366,14 @@ def _read_prompts(path: Path) -> PromptDataset:
         if not isinstance(row, dict) or not isinstance(row.get("prompt"), str):
             raise WorkloadError(
                 'each line needs a "prompt" string', path=str(path), line=number, key="prompt"
+            )
+        if not row["prompt"].strip():
+            raise WorkloadError(
+                "is empty: a request needs text to send",
+                path=str(path),
+                line=number,
+                key="prompt",
+                hint="drop the line, or give it its prompt",
             )
         try:
             row["prompt"].encode("utf-8")
@@ -510,7 +526,9 @@ def load_workloads(extra_dirs: Iterable[str | os.PathLike[str]] = ()) -> dict[st
     """All workloads by name: shipped presets, then ./workloads/, $VPROF_WORKLOADS_DIR and
     ``extra_dirs`` (a later folder's workload replaces an earlier one of the same name)."""
     found: dict[str, Workload] = {}
-    for file in preset_files(_locations(extra_dirs)):
+    locations = _locations(extra_dirs)
+    check_given(locations, env_var=ENV_DIRS, flag="--dir", error=WorkloadError)
+    for file in preset_files(locations):
         workload = load_workload_file(file)
         found[workload.name] = workload
     return found

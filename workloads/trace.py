@@ -47,6 +47,10 @@ MAX_BLOCK_SIZE = 1 << 16
 _MAX_SECONDS = 1e9  # ~30 years of trace: beyond that a window is a typo
 _MAX_TIME_SCALE = 1e6
 _MAX_BLOCK_ID = (1 << 63) - 1
+# The longest CSV cell a valid trace can have: the prefix_blocks of a MAX_TOKENS prompt at block
+# size 1 (ids of up to 19 digits and a space); csv's own limit, 128 KiB, is a 1M-token prompt's
+# ids at block size 16. The line is in memory before csv reads it: the limit guards nothing.
+_MAX_CSV_FIELD = MAX_TOKENS * 20
 
 # Required and optional fields of each schema (CSV column or JSON key).
 _FIELDS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
@@ -268,9 +272,16 @@ def _csv_rows(
             yield text
 
     # The lines given start at the first non-blank one: the row's line is the last line read.
+    csv.field_size_limit(max(csv.field_size_limit(), _MAX_CSV_FIELD))
     reader = csv.reader(texts())
     header: list[str] | None = None
-    for cells in reader:
+    while True:
+        try:
+            cells = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as exc:  # a NUL byte, an unterminated quote, a cell beyond the limit
+            raise WorkloadError(f"not CSV: {exc}", path=source, line=next_number) from None
         if not cells or all(not c.strip() for c in cells):
             continue
         if header is None:
@@ -482,6 +493,7 @@ _PARSERS: dict[
 }
 # The field each check points at, per schema.
 _TIME_KEY = {"mooncake": "timestamp", "azure": "TIMESTAMP", "vprof": "t_s"}
+_TIME_UNIT = {"mooncake": "milliseconds", "azure": "a date-time", "vprof": "seconds"}
 _PROMPT_KEY = {"mooncake": "input_length", "azure": "ContextTokens", "vprof": "prompt_tokens"}
 _BLOCKS_KEY = {"mooncake": "hash_ids", "vprof": "prefix_blocks"}
 
@@ -513,6 +525,13 @@ def _select(spec: TraceSpec, schema: str, rows: Iterator[tuple[int, Mapping[str,
         t_s = t_abs - first_t
         if t_s >= hi:
             break
+        if t_s > _MAX_SECONDS:
+            raise where.error(
+                _TIME_KEY[schema],
+                f"is {t_s:.3g} s after the first request (more than {_MAX_SECONDS:g} s, ~30 "
+                "years): a time in another unit?",
+                hint=f"{_TIME_KEY[schema]} is {_TIME_UNIT[schema]} in a {schema} trace",
+            )
         read += 1
         prompt, output, blocks, session = parse_body(row, where)
         if t_s < lo:

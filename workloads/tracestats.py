@@ -13,6 +13,8 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from vprof.common.errors import WorkloadError
+from vprof.common.numbers import check_interval_rows
 from vprof.workloads.trace import Trace, TraceRequest
 
 PERCENTILES = (50.0, 90.0, 99.0)
@@ -142,17 +144,22 @@ def distribution_row(name: str, values: Sequence[float]) -> dict[str, Any]:
 def nice_bucket_s(duration_s: float, buckets: int = 15) -> float:
     """A round interval that cuts ``duration_s`` into about ``buckets`` pieces."""
     target = duration_s / buckets if duration_s > 0 else 1.0
-    return next((b for b in _NICE_BUCKETS_S if b >= target), _NICE_BUCKETS_S[-1])
+    hour = _NICE_BUCKETS_S[-1]
+    return next((b for b in _NICE_BUCKETS_S if b >= target), math.ceil(target / hour) * hour)
 
 
 def rate_over_time(
     offsets_s: Sequence[float], prompt_tokens: Sequence[int], bucket_s: float
 ) -> list[dict[str, Any]]:
-    """Arrivals per interval of ``bucket_s`` replayed seconds (empty intervals included)."""
+    """Arrivals per interval of ``bucket_s`` replayed seconds (empty intervals included);
+    more than ``MAX_INTERVAL_ROWS`` of them are refused before any is made."""
     if bucket_s <= 0 or not math.isfinite(bucket_s):
         raise ValueError("bucket_s must be a positive number")
     if not offsets_s:
         return []
+    check_interval_rows(
+        offsets_s[-1], bucket_s, over="this replay", error=WorkloadError, key="--bucket-s"
+    )
     n_buckets = int(offsets_s[-1] // bucket_s) + 1
     counts = [0] * n_buckets
     tokens = [0] * n_buckets
