@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from vprof.common.errors import WorkloadError
-from vprof.common.presets import YAML_SUFFIXES, preset_files, preset_locations
+from vprof.common.presets import YAML_SUFFIXES, preset_files, preset_locations, preset_names
 from vprof.common.suggest import suggestion
 from vprof.common.yamlfile import KeyPath, read_yaml
 from vprof.traffic.shape import (
@@ -174,14 +174,23 @@ def _load_file(path: Path) -> TrafficShape:
     return shape_from_dict(data or {}, name=name, source=str(path), lines=doc.lines)
 
 
+def _files(extra_dirs: Iterable[str | Path]) -> list[Path]:
+    locations = preset_locations(PRESETS_DIR, Path.cwd() / "traffic", ENV_DIRS, extra_dirs)
+    return preset_files(locations)
+
+
+def shape_names(extra_dirs: Iterable[str | Path] = ()) -> list[str]:
+    """The names of every shape, without loading them (for shell completion)."""
+    return preset_names(_files(extra_dirs))
+
+
 def load_shapes(extra_dirs: Iterable[str | Path] = ()) -> dict[str, TrafficShape]:
     """Every shape by name: shipped presets, then ``./traffic/``, ``$VPROF_TRAFFIC_DIR``, extras.
 
     A later folder overrides an earlier one with the same name.
     """
     shapes: dict[str, TrafficShape] = {}
-    locations = preset_locations(PRESETS_DIR, Path.cwd() / "traffic", ENV_DIRS, extra_dirs)
-    for path in preset_files(locations):
+    for path in _files(extra_dirs):
         shape = _load_file(path)
         shapes[shape.name] = shape
     return shapes
