@@ -74,8 +74,10 @@ def test_each_schema_is_a_valid_draft_7_schema(kind):
     assert schema["title"] == f"vprof {'traffic shape' if kind == 'traffic' else kind}"
 
 
+PROFILE_PRESETS = shipped_dir()
+assert PROFILE_PRESETS is not None, "vprof.profiles ships no folder"
 SHIPPED = [
-    *[("profile", p) for p in sorted(shipped_dir().glob("*.yaml"))],  # type: ignore[union-attr]
+    *[("profile", p) for p in sorted(PROFILE_PRESETS.glob("*.yaml"))],
     *[("workload", p) for p in sorted(WORKLOAD_PRESETS.glob("*.yaml"))],
     *[("traffic", p) for p in sorted(TRAFFIC_PRESETS.glob("*.yaml"))],
 ]
