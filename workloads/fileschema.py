@@ -126,7 +126,7 @@ def _with_kind(
     }
 
 
-def distribution(description: str, maximum: int = MAX_TOKENS) -> dict[str, Any]:
+def _distribution(description: str, maximum: int = MAX_TOKENS) -> dict[str, Any]:
     """A token count (up to ``maximum``), a mapping with a ``kind``, or
     ``{empirical: {file: …}}``."""
     values = {
@@ -158,7 +158,7 @@ def distribution(description: str, maximum: int = MAX_TOKENS) -> dict[str, Any]:
     return _with_kind(description, count, DISTRIBUTION_KINDS, rules)
 
 
-def think_time() -> dict[str, Any]:
+def _think_time() -> dict[str, Any]:
     """Seconds, or a mapping with a think-time ``kind``."""
     rules = _by_kind(THINK_KINDS, _THINK_ALLOWED, _THINK_REQUIRED, think_limits)
     rules.append({"if": {"type": "object"}, "then": {"required": ["kind"]}})
@@ -183,20 +183,20 @@ def _prefix() -> dict[str, Any]:
 
 def _conversation() -> dict[str, Any]:
     properties = {
-        "turns": distribution(_HELP["turns"]),
-        "user_tokens": js.nullable(distribution(_HELP["user_tokens"])),
+        "turns": _distribution(_HELP["turns"]),
+        "user_tokens": js.nullable(_distribution(_HELP["user_tokens"])),
         "max_context_tokens": js.nullable(js.number(**CONTEXT_LIMITS)),
-        "think_time_s": think_time(),
+        "think_time_s": _think_time(),
     }
     return _closed_section("conversation", _CONVERSATION_KEYS, properties, ["turns"])
 
 
 def _agent() -> dict[str, Any]:
     properties = {
-        "steps": distribution(_HELP["steps"]),
-        "tool_tokens": distribution(_HELP["tool_tokens"]),
-        "fan_out": js.nullable(distribution(_HELP["fan_out"], MAX_FAN_OUT)),
-        "think_time_s": think_time(),
+        "steps": _distribution(_HELP["steps"]),
+        "tool_tokens": _distribution(_HELP["tool_tokens"]),
+        "fan_out": js.nullable(_distribution(_HELP["fan_out"], MAX_FAN_OUT)),
+        "think_time_s": _think_time(),
         "max_context_tokens": js.nullable(js.number(**CONTEXT_LIMITS)),
     }
     return _closed_section("agent", _AGENT_KEYS, properties, ["steps", "tool_tokens"])
@@ -246,8 +246,8 @@ def workload_schema() -> dict[str, Any]:
         _TOP_KEYS,
         {
             **common,
-            "prompt_tokens": distribution(_HELP["prompt_tokens"]),
-            "output_tokens": distribution(_HELP["output_tokens"]),
+            "prompt_tokens": _distribution(_HELP["prompt_tokens"]),
+            "output_tokens": _distribution(_HELP["output_tokens"]),
             "prefix": _prefix(),
             "conversation": _conversation(),
             "agent": _agent(),
