@@ -15,6 +15,9 @@ import click
 from vprof.cli.options import (
     FiniteFloat,
     OutDir,
+    complete_profile,
+    complete_traffic,
+    complete_workload,
     processes_option,
     profile_override_options,
     profiles_dir_option,
@@ -87,6 +90,7 @@ def run_options(func):
             "traffic",
             multiple=True,
             default=("steady",),
+            shell_complete=complete_traffic,
             show_default=True,
             help="Traffic shape preset or YAML file (repeatable).",
         ),
@@ -95,6 +99,7 @@ def run_options(func):
             "-w",
             default=DEFAULT_WORKLOAD,
             show_default=True,
+            shell_complete=complete_workload,
             help="Workload preset or YAML file.",
         ),
         click.option(
@@ -490,7 +495,7 @@ def alternate_options(func):
 
 
 @click.command(short_help="Run profiles × traffic shapes and summarise them.")
-@click.argument("profile_names", metavar="PROFILE...", nargs=-1)
+@click.argument("profile_names", metavar="PROFILE...", nargs=-1, shell_complete=complete_profile)
 @run_options
 @alternate_options
 @trace_options
@@ -682,7 +687,7 @@ def _exit_if_unmeasured(rows: list[dict[str, Any]]) -> None:
 
 
 @sweep.command("batched-tokens")
-@click.argument("profile_name", metavar="PROFILE")
+@click.argument("profile_name", metavar="PROFILE", shell_complete=complete_profile)
 @click.option(
     "--rungs",
     type=click.IntRange(1, 100),
@@ -716,7 +721,7 @@ def batched_tokens(profile_name: str, rungs: int, fmt: str, **opts: Any) -> None
 
 
 @sweep.command("chunked")
-@click.argument("profile_name", metavar="PROFILE")
+@click.argument("profile_name", metavar="PROFILE", shell_complete=complete_profile)
 @click.option(
     "--sizes",
     default="128,256,512,1024,2048",
@@ -747,7 +752,7 @@ def chunked(profile_name: str, sizes: str, fmt: str, **opts: Any) -> None:
 
 
 @sweep.command("set")
-@click.argument("profile_name", metavar="PROFILE")
+@click.argument("profile_name", metavar="PROFILE", shell_complete=complete_profile)
 @click.argument("ladder", metavar="KEY=V1,V2,...")
 @run_options
 @format_option
@@ -777,7 +782,7 @@ def set_(profile_name: str, ladder: str, fmt: str, **opts: Any) -> None:
 
 
 @sweep.command("load")
-@click.argument("profile_name", metavar="PROFILE")
+@click.argument("profile_name", metavar="PROFILE", shell_complete=complete_profile)
 @click.option(
     "--levels",
     required=True,

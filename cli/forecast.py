@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from vprof.cli.options import OutDir
+from vprof.cli.options import OutDir, complete_traffic, complete_workload
 from vprof.cli.output import HUMAN, Part, emit_parts, format_option
 from vprof.common.errors import ForecastError
 from vprof.common.numbers import parse_number
@@ -81,11 +81,18 @@ def fit(runs: tuple[str, ...], out: Path, holdout: tuple[str, ...]) -> None:
 
 @forecast.command(short_help="Predict summaries for a workload and traffic.")
 @click.argument("model", type=click.Path())
-@click.option("-w", "--workload", required=True, help="Workload preset or YAML file.")
+@click.option(
+    "-w",
+    "--workload",
+    required=True,
+    shell_complete=complete_workload,
+    help="Workload preset or YAML file.",
+)
 @click.option(
     "-t",
     "--traffic",
     default="poisson",
+    shell_complete=complete_traffic,
     show_default=True,
     help="Traffic shape preset or YAML file.",
 )

@@ -14,7 +14,12 @@ from typing import Any
 
 import click
 
-from vprof.cli.options import FiniteFloat, profile_override_options, profiles_dir_option
+from vprof.cli.options import (
+    FiniteFloat,
+    complete_profile,
+    profile_override_options,
+    profiles_dir_option,
+)
 from vprof.common.errors import LaunchError
 from vprof.common.paths import cache_dir
 
@@ -42,7 +47,7 @@ def _default_log_path(name: str) -> Path:
 
 
 @click.command(short_help="Start a profile's vLLM server and wait until healthy.")
-@click.argument("name")
+@click.argument("name", shell_complete=complete_profile)
 @profile_override_options
 @profiles_dir_option
 @click.option(

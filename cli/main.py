@@ -21,6 +21,7 @@ COMMANDS: dict[str, str] = {
     "validate": "vprof.cli.profiles:validate",
     "render": "vprof.cli.profiles:render",
     "diff": "vprof.cli.profiles:diff",
+    "schema": "vprof.cli.schema:schema",
     "launch": "vprof.cli.launch:launch",
     "model": "vprof.cli.launch:model",
     "emulate": "vprof.cli.emulate:emulate",

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import click
+from click.shell_completion import CompletionItem
 
 from vprof.common.errors import VprofError
 from vprof.common.numbers import check_number, parse_number
@@ -48,6 +49,65 @@ class OutDir(click.ParamType):
             return check_writable_dir(Path(value))
         except VprofError as exc:
             self.fail(exc.message + (f" ({exc.hint})" if exc.hint else ""), param, ctx)
+
+
+# ---------------------------------------------------------------------------- shell completion
+# Each reads the preset folders when the shell asks (names only, no file is checked), honouring
+# a folder option already typed on the line; a word that looks like a path completes as a file.
+
+
+def _given(ctx: click.Context, name: str) -> tuple[str, ...]:
+    """The values of option ``name`` typed so far, on this command or a group above it."""
+    context: click.Context | None = ctx
+    while context is not None:
+        value = context.params.get(name)
+        if value:
+            return tuple(value)
+        context = context.parent
+    return ()
+
+
+def _complete(
+    names: Callable[[click.Context], list[str]], ctx: click.Context, incomplete: str
+) -> list[CompletionItem]:
+    from vprof.common.errors import VprofError
+
+    if incomplete.startswith((".", "/", "~")) or "/" in incomplete:
+        return [CompletionItem(incomplete, type="file")]
+    try:
+        found = [name for name in names(ctx) if name.startswith(incomplete)]
+    except VprofError:  # a folder option that does not exist: nothing to offer from it
+        found = []
+    return [CompletionItem(name) for name in found] or [CompletionItem(incomplete, type="file")]
+
+
+def complete_profile(
+    ctx: click.Context, param: click.Parameter, incomplete: str
+) -> list[CompletionItem]:
+    """Profile names (``shell_complete=`` of an argument or option that takes one)."""
+    from vprof.registry.loader import profile_names
+
+    return _complete(
+        lambda c: profile_names([Path(p) for p in _given(c, "profiles_dirs")]), ctx, incomplete
+    )
+
+
+def complete_workload(
+    ctx: click.Context, param: click.Parameter, incomplete: str
+) -> list[CompletionItem]:
+    """Workload preset names."""
+    from vprof.workloads.loading import workload_names
+
+    return _complete(lambda c: workload_names(_given(c, "extra_dirs")), ctx, incomplete)
+
+
+def complete_traffic(
+    ctx: click.Context, param: click.Parameter, incomplete: str
+) -> list[CompletionItem]:
+    """Traffic shape preset names."""
+    from vprof.traffic.load import shape_names
+
+    return _complete(lambda c: shape_names(_given(c, "dirs")), ctx, incomplete)
 
 
 processes_option = click.option(

@@ -14,7 +14,13 @@ from typing import Any
 import click
 
 import vprof.registry as registry
-from vprof.cli.options import profile_override_options, profiles_dir_option
+from vprof.cli.options import (
+    complete_profile,
+    complete_traffic,
+    complete_workload,
+    profile_override_options,
+    profiles_dir_option,
+)
 from vprof.cli.output import emit, format_option, json_text
 from vprof.registry import Profile, ProfileError
 from vprof.registry.overrides import parse_env_args
@@ -111,7 +117,7 @@ def _setting_rows(profile: Profile) -> list[dict[str, Any]]:
 
 
 @profiles.command("show")
-@click.argument("name")
+@click.argument("name", shell_complete=complete_profile)
 @profiles_dir_option
 @format_option
 @click.pass_context
@@ -206,7 +212,7 @@ RENDER_FORMATS = ("shell", "argv", "docker", "k8s")
 
 
 @click.command("render", short_help="Render a profile as a command, argv, docker or k8s.")
-@click.argument("name")
+@click.argument("name", shell_complete=complete_profile)
 @click.option(
     "--format", "fmt", type=click.Choice(RENDER_FORMATS), default="shell", show_default=True
 )
@@ -237,11 +243,13 @@ RENDER_FORMATS = ("shell", "argv", "docker", "k8s")
 @click.option(
     "--workload",
     default=None,
+    shell_complete=complete_workload,
     help="With --load-workers: the bench's workload preset. [default: chat]",
 )
 @click.option(
     "--traffic",
     multiple=True,
+    shell_complete=complete_traffic,
     help="With --load-workers: the bench's traffic shape preset (repeatable). [default: steady]",
 )
 @profiles_dir_option
@@ -319,8 +327,8 @@ def _settings(profile: Profile) -> dict[str, Any]:
 
 
 @click.command("diff", short_help="Show what differs between two profiles.")
-@click.argument("first")
-@click.argument("second")
+@click.argument("first", shell_complete=complete_profile)
+@click.argument("second", shell_complete=complete_profile)
 @profiles_dir_option
 @format_option
 def diff(first: str, second: str, profiles_dirs: tuple[Path, ...], fmt: str) -> None:

@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from vprof.cli.options import FiniteFloat
+from vprof.cli.options import FiniteFloat, complete_traffic, complete_workload
 from vprof.cli.output import HUMAN, Part, emit_parts, format_option
 
 
@@ -323,9 +323,20 @@ def plan_parts(
     type=click.Path(),
     help="Also plan from this capacity model (vprof forecast fit) for --workload.",
 )
-@click.option("-w", "--workload", default=None, help="With --model: the workload to predict.")
 @click.option(
-    "-t", "--traffic", default="poisson", show_default=True, help="With --model: its arrivals."
+    "-w",
+    "--workload",
+    default=None,
+    shell_complete=complete_workload,
+    help="With --model: the workload to predict.",
+)
+@click.option(
+    "-t",
+    "--traffic",
+    default="poisson",
+    show_default=True,
+    shell_complete=complete_traffic,
+    help="With --model: its arrivals.",
 )
 @click.option("--profile", "config", default=None, help="With --model: its configuration.")
 @format_option

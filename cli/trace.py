@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from vprof.cli.options import FiniteFloat
+from vprof.cli.options import FiniteFloat, complete_workload
 from vprof.cli.output import HUMAN, Part, emit_parts, format_option
 from vprof.common.errors import WorkloadError
 from vprof.traffic.replay import TRACE_FLAGS
@@ -27,7 +27,7 @@ def trace() -> None:
 
 
 @trace.command()
-@click.argument("source")
+@click.argument("source", shell_complete=complete_workload)
 @click.option(
     "--trace-format",
     type=click.Choice(["auto", "mooncake", "azure", "vprof"]),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 import yaml
 
+from vprof.cli.options import complete_traffic
 from vprof.cli.output import emit, format_option
 
 
@@ -56,7 +57,7 @@ def traffic(ctx: click.Context, dirs: tuple[str, ...], fmt: str) -> None:
 
 
 @traffic.command()
-@click.argument("name")
+@click.argument("name", shell_complete=complete_traffic)
 @click.pass_context
 def show(ctx: click.Context, name: str) -> None:
     """Show one shape's settings (a preset name or a YAML path).

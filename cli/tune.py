@@ -11,6 +11,9 @@ from vprof.cli.bench import _interruptible, _say
 from vprof.cli.options import (
     FiniteFloat,
     OutDir,
+    complete_profile,
+    complete_traffic,
+    complete_workload,
     processes_option,
     profile_override_options,
     profiles_dir_option,
@@ -35,9 +38,14 @@ _COLUMNS = (
 
 
 @click.command(short_help="Find the engine settings that serve a workload best within an SLO.")
-@click.argument("profile_name", metavar="PROFILE")
+@click.argument("profile_name", metavar="PROFILE", shell_complete=complete_profile)
 @click.option(
-    "--workload", "-w", default="chat", show_default=True, help="Workload preset or YAML file."
+    "--workload",
+    "-w",
+    default="chat",
+    show_default=True,
+    shell_complete=complete_workload,
+    help="Workload preset or YAML file.",
 )
 @click.option(
     "--slo",
@@ -101,6 +109,7 @@ _COLUMNS = (
     "--traffic",
     "-t",
     default="constant-rate",
+    shell_complete=complete_traffic,
     show_default=True,
     help="Open-loop shape whose arrival process each level uses.",
 )

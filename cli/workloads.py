@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from vprof.cli.options import complete_workload
 from vprof.cli.output import emit, format_option
 
 _dirs_option = click.option(
@@ -60,7 +61,7 @@ def workloads(ctx: click.Context, extra_dirs: tuple[str, ...], fmt: str) -> None
 
 
 @workloads.command("show")
-@click.argument("name")
+@click.argument("name", shell_complete=complete_workload)
 @click.option(
     "-n",
     "--samples",

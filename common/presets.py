@@ -72,3 +72,21 @@ def preset_files(locations: Iterable[Location]) -> list[Path]:
         seen.add(resolved)
         files += yaml_files(location.path)
     return files
+
+
+def preset_names(files: Iterable[Path]) -> list[str]:
+    """The names ``files`` define (each one's ``name:``, else its file name without the
+    suffix), sorted, read without checking them: quick enough for shell completion, and a
+    broken file still lists under its file name."""
+    from vprof.common.errors import VprofError
+    from vprof.common.yamlfile import read_yaml
+
+    names: set[str] = set()
+    for path in files:
+        try:
+            data = read_yaml(path).data
+        except VprofError:
+            data = None
+        name = data.get("name") if isinstance(data, dict) else None
+        names.add(str(name) if name not in (None, "") else path.stem)
+    return sorted(names)

@@ -1,8 +1,8 @@
 """The files vprof writes for people: whether one may be written, and writing it.
 
 Every command that writes a file (``report -o``, bench's and sweeps' ``report.html``, a sweep's
-or a tune's manifest, a tune's profile) asks :func:`claim_output` first, before any work: a
-file that exists and is not that kind of output (a text file, a profile, a run's own
+or a tune's manifest, a tune's profile, ``schema -o``) asks :func:`claim_output` first, before
+any work: a file that exists and is not that kind of output (a text file, a profile, a run's own
 ``records.arrow``) is refused unless ``force``, a file inside a run folder being read is
 refused always (a run folder holds what its run wrote), and a place that cannot be written is
 one line. :func:`write_output` then writes the text atomically, with the same one-line error
@@ -18,6 +18,7 @@ import secrets
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from vprof.common.errors import OutputError, VprofError
 from vprof.common.paths import check_writable_dir
@@ -43,15 +44,21 @@ def _head(path: Path) -> bytes:
         return b""
 
 
+def _json_object(path: Path) -> dict[str, Any]:
+    """The JSON object in ``path``, or {} when it holds none (or too much to be vprof's)."""
+    try:
+        if path.stat().st_size > _JSON_LIMIT_BYTES:
+            return {}
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
 def _json_with(*keys: str) -> Callable[[Path], bool]:
     def recognise(path: Path) -> bool:
-        try:
-            if path.stat().st_size > _JSON_LIMIT_BYTES:
-                return False
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, ValueError):
-            return False
-        return isinstance(data, dict) and all(key in data for key in keys)
+        data = _json_object(path)
+        return bool(data) and all(key in data for key in keys)
 
     return recognise
 
@@ -69,6 +76,11 @@ TUNE = OutputKind("a tune's manifest", _json_with("profile", "space", "start_fai
 TUNED_PROFILE = OutputKind(
     "a profile written by vprof tune",
     lambda path: _head(path).startswith(TUNED_PROFILE_HEADER.encode()),
+)
+# `vprof schema -o`: its title names vprof (another schema is left alone)
+SCHEMA = OutputKind(
+    "a JSON Schema written by vprof schema",
+    lambda path: str(_json_object(path).get("title", "")).startswith("vprof "),
 )
 
 
@@ -157,6 +169,7 @@ def write_output(path: str | os.PathLike[str], text: str, *, key: str | None = N
 
 __all__ = [
     "REPORT",
+    "SCHEMA",
     "SWEEP",
     "TUNE",
     "TUNED_PROFILE",

@@ -17,7 +17,13 @@ from pathlib import Path
 from typing import Any
 
 from vprof.common.errors import ProfileError
-from vprof.common.presets import YAML_SUFFIXES, check_given, preset_locations, yaml_files
+from vprof.common.presets import (
+    YAML_SUFFIXES,
+    check_given,
+    preset_locations,
+    preset_names,
+    yaml_files,
+)
 from vprof.common.suggest import closest, suggestion
 from vprof.common.yamlfile import YamlDoc, read_yaml
 from vprof.registry.checks import ENV_NAME_HINT, env_name_problem, text_problem
@@ -378,6 +384,11 @@ def collect_profiles(
             if not any(exc.format() == p.format() for p in problems):
                 problems.append(exc)
     return profiles, problems
+
+
+def profile_names(extra_dirs: Sequence[Path] = ()) -> list[str]:
+    """The names of every layer's profiles, without loading them (for shell completion)."""
+    return preset_names(file for files in profile_layers(extra_dirs) for file in files)
 
 
 def load_profiles(extra_dirs: Sequence[Path] = ()) -> dict[str, Profile]:

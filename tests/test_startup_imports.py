@@ -7,6 +7,7 @@ modules ended up in ``sys.modules``.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -30,7 +31,9 @@ print("\\n@@" + json.dumps({"code": code, "loaded": sorted(m for m in heavy if m
 """
 
 
-def _run(args: list[str], cwd, preload: tuple[str, ...] = ()) -> tuple[str, dict]:
+def _run(
+    args: list[str], cwd, preload: tuple[str, ...] = (), env: dict[str, str] | None = None
+) -> tuple[str, dict]:
     proc = subprocess.run(
         [sys.executable, "-c", _WRAPPER, json.dumps(args), json.dumps(preload), json.dumps(HEAVY)],
         capture_output=True,
@@ -38,6 +41,7 @@ def _run(args: list[str], cwd, preload: tuple[str, ...] = ()) -> tuple[str, dict
         timeout=120,
         cwd=cwd,
         check=False,
+        env={**os.environ, **(env or {})},
     )
     assert proc.returncode == 0, proc.stderr
     output, _, report = proc.stdout.rpartition("\n@@")
@@ -52,6 +56,7 @@ def _run(args: list[str], cwd, preload: tuple[str, ...] = ()) -> tuple[str, dict
         ["render", "chunked-256"],
         ["profiles", "show", "baseline"],
         ["trace", "stats", "sample-trace"],
+        ["schema", "profile"],
     ],
 )
 def test_registry_commands_import_no_heavy_library(args, tmp_path):
@@ -65,3 +70,11 @@ def test_the_check_notices_a_heavy_import(tmp_path):
     """Guards the guard: the same wrapper reports a heavy module once something imports it."""
     _, report = _run(["profiles"], tmp_path, preload=("numpy",))
     assert report["loaded"] == ["numpy"]
+
+
+@pytest.mark.parametrize("line", ["vprof bench ch", "vprof bench base -w ", "vprof tune x -t "])
+def test_shell_completion_imports_no_heavy_library(line, tmp_path):
+    words = {"COMP_WORDS": line, "COMP_CWORD": str(line.count(" "))}
+    output, report = _run([], tmp_path, env={"_VPROF_COMPLETE": "bash_complete", **words})
+    assert output.startswith("plain,"), output
+    assert report["loaded"] == []

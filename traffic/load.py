@@ -15,7 +15,13 @@ from pathlib import Path
 from typing import Any
 
 from vprof.common.errors import WorkloadError
-from vprof.common.presets import YAML_SUFFIXES, check_given, preset_files, preset_locations
+from vprof.common.presets import (
+    YAML_SUFFIXES,
+    check_given,
+    preset_files,
+    preset_locations,
+    preset_names,
+)
 from vprof.common.suggest import suggestion
 from vprof.common.yamlfile import KeyPath, read_yaml
 from vprof.traffic.shape import (
@@ -183,6 +189,16 @@ def _load_file(path: Path) -> TrafficShape:
     doc = read_yaml(path, WorkloadError, what="the traffic shape file", invalid="not valid YAML")
     data = doc.strings_as_written(_TEXT_FIELDS)
     return shape_from_dict(data or {}, name=path.stem, source=str(path), lines=doc.lines)
+
+
+def _files(extra_dirs: Iterable[str | Path]) -> list[Path]:
+    locations = preset_locations(PRESETS_DIR, Path.cwd() / "traffic", ENV_DIRS, extra_dirs)
+    return preset_files(locations)
+
+
+def shape_names(extra_dirs: Iterable[str | Path] = ()) -> list[str]:
+    """The names of every shape, without loading them (for shell completion)."""
+    return preset_names(_files(extra_dirs))
 
 
 def load_shapes(extra_dirs: Iterable[str | Path] = ()) -> dict[str, TrafficShape]:

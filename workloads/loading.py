@@ -20,6 +20,7 @@ from vprof.common.presets import (
     check_given,
     preset_files,
     preset_locations,
+    preset_names,
 )
 from vprof.common.suggest import did_you_mean
 from vprof.workloads.spec import (
@@ -520,6 +521,11 @@ def _locations(extra_dirs: Iterable[str | os.PathLike[str]]) -> list[Location]:
 def search_dirs(extra_dirs: Iterable[str | os.PathLike[str]] = ()) -> list[Path]:
     """Folders searched for workloads, later ones overriding earlier ones by name."""
     return [location.path for location in _locations(extra_dirs)]
+
+
+def workload_names(extra_dirs: Iterable[str | os.PathLike[str]] = ()) -> list[str]:
+    """The names of every workload, without loading them (for shell completion)."""
+    return preset_names(preset_files(_locations(extra_dirs)))
 
 
 def load_workloads(extra_dirs: Iterable[str | os.PathLike[str]] = ()) -> dict[str, Workload]:

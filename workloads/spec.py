@@ -51,6 +51,27 @@ _PARAM_RANGES: dict[str, tuple[float, float]] = {
     "sigma": (0, 10),
 }
 MAX_PREFIX_GROUPS = 100_000
+# Limits (``check_number`` keywords) of the prefix settings and of a session's context.
+PREFIX_LIMITS: dict[str, dict[str, Any]] = {
+    "groups": {"minimum": 1, "maximum": MAX_PREFIX_GROUPS, "integer": True},
+    "length_tokens": {"minimum": 1, "maximum": MAX_TOKENS, "integer": True},
+    "zipf_s": {"above": 0, "maximum": 100},
+    "share": {"minimum": 0, "maximum": 1},
+}
+CONTEXT_LIMITS: dict[str, Any] = {"minimum": 1, "maximum": MAX_TOKENS, "integer": True}
+
+
+def _check_context_tokens(value: int | None) -> None:
+    if value is not None:
+        check_number(value, error=WorkloadError, key="max_context_tokens", **CONTEXT_LIMITS)
+
+
+def distribution_limits(key: str) -> dict[str, Any]:
+    """``check_number`` limits of a length distribution's parameter ``key``."""
+    low, high = _PARAM_RANGES[key]
+    if key == "sigma":  # a spread of 0 is no distribution
+        return {"above": low, "maximum": high}
+    return {"minimum": low, "maximum": high}
 
 
 class FrozenParams(Mapping[str, float]):
@@ -242,15 +263,8 @@ def _distribution_problem(d: Distribution) -> tuple[str, str] | None:
         wanted = " or ".join("+".join(alt) for alt in alternatives)
         return d.kind, f"a {d.kind} distribution needs {wanted}"
     for key, value in p.items():
-        low, high = _PARAM_RANGES[key]
         try:
-            check_number(
-                value,
-                minimum=low if key != "sigma" else None,
-                above=low if key == "sigma" else None,
-                maximum=high,
-                error=WorkloadError,
-            )
+            check_number(value, error=WorkloadError, **distribution_limits(key))
         except WorkloadError as exc:
             counts = key in ("value", "min", "max", "mean", "median")
             return key, ("a token count " if counts else "") + exc.message
@@ -293,19 +307,19 @@ class PrefixSpec:
     share: float = 1.0
 
     def __post_init__(self) -> None:
-        for key, high in (("groups", MAX_PREFIX_GROUPS), ("length_tokens", MAX_TOKENS)):
+        for key in ("groups", "length_tokens"):
             value = getattr(self, key)
             if not isinstance(value, int) or isinstance(value, bool):
                 raise WorkloadError(f"must be an integer, got {value!r}", key=key)
-            check_number(value, minimum=1, maximum=high, error=WorkloadError, key=key)
+            check_number(value, error=WorkloadError, key=key, **PREFIX_LIMITS[key])
         if self.popularity not in POPULARITIES:
             raise WorkloadError(
                 f"unknown popularity {self.popularity!r}"
                 f"{did_you_mean(self.popularity, POPULARITIES)}; choose uniform or zipf",
                 key="popularity",
             )
-        check_number(self.zipf_s, above=0, maximum=100, error=WorkloadError, key="zipf_s")
-        check_number(self.share, minimum=0, maximum=1, error=WorkloadError, key="share")
+        for key in ("zipf_s", "share"):
+            check_number(getattr(self, key), error=WorkloadError, key=key, **PREFIX_LIMITS[key])
 
     def weights(self) -> tuple[float, ...]:
         """Probability of each group, given that a request uses a prefix."""
@@ -345,6 +359,14 @@ _THINK_ALLOWED: dict[str, frozenset[str]] = {
 }
 
 
+def think_limits(kind: str, key: str) -> dict[str, Any]:
+    """``check_number`` limits of parameter ``key`` of a ``kind`` think time, in seconds."""
+    limits: dict[str, Any] = {"minimum": 0, "maximum": MAX_THINK_S if key != "sigma" else 10}
+    if key in ("sigma", "median") or (key == "mean" and kind == "lognormal"):
+        limits["above"] = 0  # a log-space location needs a positive centre
+    return limits
+
+
 @dataclass(frozen=True)
 class ThinkTime:
     """A distribution of seconds between one answer and the session's next request: ``fixed``
@@ -377,16 +399,7 @@ class ThinkTime:
             wanted = " or ".join("+".join(alt) for alt in alternatives)
             raise WorkloadError(f"a {self.kind} think time needs {wanted}", key=self.kind)
         for key, value in p.items():
-            check_number(
-                value,
-                minimum=0,
-                maximum=MAX_THINK_S if key != "sigma" else 10,
-                above=0
-                if key in ("sigma", "median") or (key == "mean" and self.kind == "lognormal")
-                else None,
-                error=WorkloadError,
-                key=key,
-            )
+            check_number(value, error=WorkloadError, key=key, **think_limits(self.kind, key))
         if "min" in p and "max" in p and p["min"] > p["max"]:
             raise WorkloadError(f"min ({p['min']:g}) is larger than max ({p['max']:g})", key="min")
         if "mean" in p and "median" in p:
@@ -451,15 +464,7 @@ class ConversationSpec:
     think_time_s: ThinkTime | None = None
 
     def __post_init__(self) -> None:
-        if self.max_context_tokens is not None:
-            check_number(
-                self.max_context_tokens,
-                minimum=1,
-                maximum=MAX_TOKENS,
-                integer=True,
-                error=WorkloadError,
-                key="max_context_tokens",
-            )
+        _check_context_tokens(self.max_context_tokens)
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"turns": self.turns.to_dict()}
@@ -492,15 +497,7 @@ class AgentSpec:
     def __post_init__(self) -> None:
         if self.fan_out is not None and self.fan_out.upper_bound() > MAX_FAN_OUT:
             raise WorkloadError(f"at most {MAX_FAN_OUT} calls at once", key="fan_out")
-        if self.max_context_tokens is not None:
-            check_number(
-                self.max_context_tokens,
-                minimum=1,
-                maximum=MAX_TOKENS,
-                integer=True,
-                error=WorkloadError,
-                key="max_context_tokens",
-            )
+        _check_context_tokens(self.max_context_tokens)
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
