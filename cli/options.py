@@ -70,7 +70,6 @@ def _given(ctx: click.Context, name: str) -> tuple[str, ...]:
 def _complete(
     names: Callable[[click.Context], list[str]], ctx: click.Context, incomplete: str
 ) -> list[CompletionItem]:
-    from vprof.common.errors import VprofError
 
     if incomplete.startswith((".", "/", "~")) or "/" in incomplete:
         return [CompletionItem(incomplete, type="file")]

@@ -78,7 +78,6 @@ def preset_names(files: Iterable[Path]) -> list[str]:
     """The names ``files`` define (each one's ``name:``, else its file name without the
     suffix), sorted, read without checking them: quick enough for shell completion, and a
     broken file still lists under its file name."""
-    from vprof.common.errors import VprofError
     from vprof.common.yamlfile import read_yaml
 
     names: set[str] = set()

@@ -15,8 +15,9 @@ import re
 from typing import Any
 
 from vprof.common import fileschema as js
+from vprof.registry.checks import ENV_NAME_RE
 from vprof.registry.loader import _NAME_RE, TOP_LEVEL_KEYS
-from vprof.registry.profile import ENTRYPOINTS, ENV_NAME_RE
+from vprof.registry.profile import ENTRYPOINTS
 from vprof.registry.validate import _POSITIVE_INTS
 from vprof.registry.vllm_args import FlagSpec, FlagTable, flag_table
 
