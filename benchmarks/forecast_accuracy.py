@@ -81,6 +81,90 @@ def record(runs: Path, workloads: list[str]) -> None:
             print(f"  {workload}: {time.monotonic() - began:.0f} s", flush=True)
 
 
+def _runs_by_rate(runs: Path, workload: str) -> dict[float, Path]:
+    """The completed run folders of one workload's sweep, by the rate each was offered."""
+    from vprof.analysis.run import summaries_of
+    from vprof.records import expand_runs
+
+    found: dict[float, Path] = {}
+    folder = runs / workload
+    if not folder.is_dir():
+        return found
+    for path in expand_runs([folder]):
+        (summary,) = summaries_of(path)
+        rate = summary.get("offered_load")
+        if summary.get("state") == "completed" and isinstance(rate, (int, float)):
+            found[float(rate)] = path
+    return found
+
+
+def _sustainable(summaries: list[dict]) -> float | None:
+    from vprof.analysis.plan import plan
+
+    if not summaries:
+        return None
+    (answer,) = plan(summaries, target_rps=1.0, slo=SLO).profiles
+    return answer.sustainable_rps
+
+
+def analyse(runs: Path) -> None:
+    """Fit on chat at FIT_RATES, predict every other run, print the errors against targets."""
+    import numpy as np
+
+    from vprof.analysis.run import summaries_of
+    from vprof.forecast.accuracy import compare_summaries
+    from vprof.forecast.fit import fit_model
+    from vprof.forecast.predict import predict
+    from vprof.forecast.scenario import scenario_of_run
+    from vprof.records.rundir import RunDir
+
+    by_workload = {w: _runs_by_rate(runs, w) for w in LADDERS}
+    fit = [by_workload[FIT_WORKLOAD][r] for r in FIT_RATES if r in by_workload[FIT_WORKLOAD]]
+    if len(fit) < 2:
+        raise SystemExit(f"no recording in {runs}: run with --record first")
+    began = time.monotonic()
+    model = fit_model(fit)
+    (config,) = model.configs
+    rates = ", ".join(f"{r:g}" for r in FIT_RATES)
+    took = time.monotonic() - began
+    print(f"fitted on {FIT_WORKLOAD} at {rates} req/s in {took:.1f} s: {config.key.profile}")
+    rows: list[dict] = []
+    plans: list[tuple[str, float | None, float | None]] = []
+    print(f"\n{'run':34} {'metric':22} {'measured':>10} {'predicted':>10} {'error':>8}")
+    for workload, rated in by_workload.items():
+        measured_levels, predicted_levels = [], []
+        for rate, path in sorted(rated.items()):
+            (measured,) = summaries_of(path, slo=SLO)
+            meta = RunDir(path).meta(strict=True)
+            predicted = predict(config, scenario_of_run(meta, str(path)), slo=SLO).summary
+            measured_levels.append(measured)
+            predicted_levels.append({**predicted, "profile": measured.get("profile")})
+            if workload == FIT_WORKLOAD and rate in FIT_RATES:
+                continue  # fitted on: its error is the fit's, not a prediction's
+            name = f"{workload}@{rate:g}"
+            for row in compare_summaries(name, measured, predicted):
+                if row["metric"] in TARGETS and row["error_pct"] is not None:
+                    rows.append(row)
+                    figures = f"{row['measured']:10.3g} {row['predicted']:10.3g}"
+                    print(f"{name:34} {row['metric']:22} {figures} {row['error_pct']:+7.1f}%")
+        plans.append((workload, _sustainable(measured_levels), _sustainable(predicted_levels)))
+    print("\nmedian absolute error over the held-out runs (target):")
+    for metric, target in TARGETS.items():
+        errors = [abs(r["error_pct"]) for r in rows if r["metric"] == metric]
+        if errors:
+            median = float(np.median(errors))
+            verdict = "met" if median <= target else "missed"
+            print(f"  {metric:22} {median:6.1f} %  (≤ {target:g} %: {verdict}; {len(errors)} runs)")
+    print(f"\nsustainable rate under {SLO}, measured levels against predicted (target ±10 %):")
+    for workload, measured_rps, predicted_rps in plans:
+        if measured_rps and predicted_rps:
+            error = (predicted_rps / measured_rps - 1.0) * 100.0
+            shown = f"{measured_rps:6.2f} vs {predicted_rps:6.2f} req/s ({error:+.1f} %)"
+            print(f"  {workload:20} {shown}")
+        else:
+            print(f"  {workload:20} measured {measured_rps} / predicted {predicted_rps} req/s")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--record", action="store_true", help="measure the runs on this machine")
@@ -89,6 +173,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.record:
         record(args.runs, args.workload or list(LADDERS))
+    else:
+        analyse(args.runs)
 
 
 if __name__ == "__main__":
