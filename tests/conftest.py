@@ -85,7 +85,6 @@ def vllm_test_argv(model_dir: Path, port: int) -> list[str]:
 # ``xdist_group`` marks are not honoured under pytest 9: its loadgroup mode renames node ids
 # through an attribute pytest no longer reads.)
 SERIAL_ORDER = (
-    "test_dependencies",
     "test_launch",
     "test_server_e2e",
     "test_hostile_runs_e2e",
@@ -110,6 +109,9 @@ SERIAL_ORDER = (
 SERIAL_GROUP = "serial"
 QUIET_FROM = SERIAL_ORDER.index("test_alternate_e2e")
 _QUIET_WAIT_S = 1800.0
+# Slow (marked e2e) but starting neither vLLM nor Chromium and measuring nothing: first among
+# the unit tests, so the other worker builds its fresh environment beside the serial group.
+BESIDE_UNITS = ("test_dependencies",)
 
 
 def _module(nodeid: str) -> str:
@@ -121,7 +123,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     starts vLLM or Chromium outside them is a mistake of the suite's, said at once."""
     for item in items:
         real = item.get_closest_marker("e2e") or item.get_closest_marker("browser")
-        if real and _module(item.nodeid) not in SERIAL_ORDER:
+        if real and _module(item.nodeid) not in (*SERIAL_ORDER, *BESIDE_UNITS):
             raise pytest.UsageError(
                 f"{item.nodeid} starts vLLM or Chromium: add its module to SERIAL_ORDER in "
                 "tests/conftest.py, or two workers will measure at once"
@@ -129,7 +131,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
     def rank(item: pytest.Item) -> int:
         module = _module(item.nodeid)
-        return SERIAL_ORDER.index(module) if module in SERIAL_ORDER else len(SERIAL_ORDER)
+        if module in SERIAL_ORDER:
+            return SERIAL_ORDER.index(module)
+        return len(SERIAL_ORDER) + (module not in BESIDE_UNITS)
 
     items.sort(key=rank)
 
