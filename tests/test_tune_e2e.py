@@ -175,10 +175,9 @@ def _sweep(
     url: str, path: Path, dirs: list[str], files: Path, claim: float, name: str
 ) -> tuple[float | None, str]:
     """An independent `vprof sweep load` around ``claim``: its sustainable rate and basis."""
-    # two levels: 0.9× must meet the SLO and the answer interpolated up to 1.12× lands within
-    # ±10 % unless the claim is wrong: too high and 0.9× misses (no answer), too low and
-    # 1.12× meets too (the answer is then 1.12×, outside)
-    levels = ",".join(f"{claim * f:.3g}" for f in (0.9, 1.12))
+    # 0.9× must meet the SLO, and the interpolated answer lands within ±10 % unless the
+    # claim is wrong: too high and 0.9× misses, too low and 1.1× meets too
+    levels = ",".join(f"{claim * f:.3g}" for f in (0.9, 1.0, 1.1, 1.25))
     # fmt: off
     sweep = vprof(
         "sweep", "load", str(path), *dirs, "--url", url,

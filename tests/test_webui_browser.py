@@ -71,9 +71,11 @@ def _stats_report(web_url: str) -> dict:
 
 
 def _stop(proc: subprocess.Popen) -> None:
-    """SIGINT (Locust shuts down cleanly), then SIGKILL to the process group we started."""
+    """SIGTERM (Locust shuts down cleanly; SIGINT would not do: a process started from a
+    pytest-xdist worker inherits SIGINT ignored), then SIGKILL to the process group we
+    started."""
     if proc.poll() is None:
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(signal.SIGTERM)
         try:
             proc.wait(timeout=20)
         except subprocess.TimeoutExpired:
