@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from vprof.common.errors import RunError, WorkloadError
 from vprof.locustfiles.optiontable import (
+    CUT_IN_FLIGHT_S,
     DEFAULT_BALANCE,
     DEFAULT_ON_WORKER_LOSS,
     DEFAULT_WORKLOAD,
@@ -153,3 +154,18 @@ class RunOutcome:
     def measured(self) -> bool:
         """True when the cell's run folder holds a run worth summarising (see ``MEASURED``)."""
         return self.state in MEASURED
+
+
+def level_cut_s(slo: str | None) -> float:
+    """How long a level of a ladder (sweep load, tune) waits for answers in flight after its
+    end: ``CUT_IN_FLIGHT_S``, or the SLO's longest TTFT or E2E threshold when that is longer.
+    A request cut off sooner, its first token not yet in, is neither met nor missed and its
+    percentile check leaves it out: those are the slowest of an overloaded level, and a level
+    judged without them passes where it failed (a tune's claim came out 10 % high). Waited
+    for this long, every answer not begun is older than the threshold: certainly a miss."""
+    if not slo:
+        return CUT_IN_FLIGHT_S
+    from vprof.analysis.slo import parse_slo
+
+    thresholds = [t.threshold_ms for t in parse_slo(slo).targets if t.metric in ("ttft", "e2el")]
+    return max([CUT_IN_FLIGHT_S, *(ms / 1000.0 for ms in thresholds)])

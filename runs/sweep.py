@@ -23,9 +23,8 @@ from typing import TYPE_CHECKING, Any
 from vprof.analysis.keys import CLIENT_FIX, SummaryKey
 from vprof.common.errors import ProfileError, RunError, WorkloadError
 from vprof.common.numbers import MAX_TOKENS, check_number, parse_number_list
-from vprof.locustfiles.optiontable import CUT_IN_FLIGHT_S
 from vprof.records.rundir import RunState, read_json, sweep_manifest, write_json_atomic
-from vprof.runs.spec import MEASURED, NOT_STARTED, SKIPPED
+from vprof.runs.spec import MEASURED, NOT_STARTED, SKIPPED, level_cut_s
 from vprof.server.logparse import mentions_oom
 
 if TYPE_CHECKING:
@@ -381,7 +380,7 @@ def run_load_ladder(
     from vprof.runs.bench import run_bench
 
     shapes = load_ladder(traffic, levels)
-    ladder = replace(spec, traffic=tuple(shapes), cut_in_flight_s=CUT_IN_FLIGHT_S)
+    ladder = replace(spec, traffic=tuple(shapes), cut_in_flight_s=level_cut_s(spec.slo))
     outcomes = run_bench([profile], ladder, say)
     rows = [
         rung_row(Rung(shape.name, {}), [o for o in outcomes if o.traffic == shape.name])

@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING, Any
 from vprof.common.errors import LaunchError, ProfileError, RunError, WorkloadError
 from vprof.common.numbers import check_number, parse_number
 from vprof.common.suggest import suggestion
-from vprof.locustfiles.optiontable import CUT_IN_FLIGHT_S
 from vprof.records.rundir import REPORT_FILE, TUNE_FIELDS, read_json, tune_manifest
 from vprof.runs.tuneevidence import OBJECTIVES, Objective
 from vprof.runs.tunesearch import SearchSettings
@@ -134,7 +133,7 @@ def prepare(request: TuneRequest, say: Say = lambda _: None) -> Prepared:
     from vprof.analysis.slo import SloError, parse_slo
     from vprof.registry import get_profile
     from vprof.runs.bench import resolve_profiles
-    from vprof.runs.spec import BenchSpec
+    from vprof.runs.spec import BenchSpec, level_cut_s
     from vprof.runs.tunespace import starting_candidate
     from vprof.server.host import detect_engine
     from vprof.traffic import get_shape
@@ -210,7 +209,7 @@ def prepare(request: TuneRequest, say: Say = lambda _: None) -> Prepared:
         tokenizer=request.tokenizer,
         fetch_tokenizer=request.fetch_tokenizer,
         extra_meta={"tune": {"profile": base.name, "slo": str(slo)}},
-        cut_in_flight_s=CUT_IN_FLIGHT_S,  # a level ends at its end (runs.measure)
+        cut_in_flight_s=level_cut_s(str(slo)),  # a level ends at its end (runs.measure)
     )
     prepared = Prepared(
         request,

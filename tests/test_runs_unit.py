@@ -245,3 +245,16 @@ def test_slow_scrapes_are_reported_and_warned_about():
     stats = server_stats(samples, 10.0, 40.0)
     assert stats["metrics_scrape_share"] > 0.03
     assert "900 ms" in stats["metrics_warning"] and "--no-metrics" in stats["metrics_warning"]
+
+
+def test_a_level_waits_for_answers_as_long_as_its_slo_threshold():
+    """A level cut sooner than its SLO's TTFT or E2E threshold would leave out the slowest
+    answers of an overloaded level (neither met nor missed): it waits that long, and for the
+    shortest cut when no such target is set."""
+    from vprof.locustfiles.optiontable import CUT_IN_FLIGHT_S
+    from vprof.runs.spec import level_cut_s
+
+    assert level_cut_s(None) == level_cut_s("tpot_p95=50ms") == CUT_IN_FLIGHT_S
+    assert level_cut_s("ttft_p95=1500ms") == 1.5
+    assert level_cut_s("ttft_p95=500ms,e2el_p99=4s,tpot_p95=50ms") == 4.0
+    assert level_cut_s("ttft_p95=100ms") == CUT_IN_FLIGHT_S
