@@ -878,6 +878,17 @@ def _cached_share(cols: Columns, ok: Any) -> dict[str, Any]:
     return {K.CACHED_TOKEN_SHARE: share}
 
 
+# The per-interval figures of a timeline beside its counts (the report draws the same ones).
+TIMELINE_SERIES = (
+    K.REQUEST_THROUGHPUT,
+    K.OUTPUT_THROUGHPUT,
+    K.P50_TTFT_MS,
+    K.P95_TTFT_MS,
+    K.P50_TPOT_MS,
+    K.P95_TPOT_MS,
+)
+
+
 def timeline(records: Any, interval_s: float = 5.0) -> Any:
     """Per-interval activity (a DataFrame): requests started and finished, throughput, and
     p50/p95 TTFT and TPOT of the requests *sent* in each interval.
@@ -890,18 +901,7 @@ def timeline(records: Any, interval_s: float = 5.0) -> Any:
     check_number(interval_s, above=0, error=RunError, key="--interval")
     cols = records if isinstance(records, Columns) else from_records(records)
     f = cols.floats
-    columns = [
-        "t_s",
-        "started",
-        "finished",
-        K.FAILED,
-        K.REQUEST_THROUGHPUT,
-        K.OUTPUT_THROUGHPUT,
-        K.P50_TTFT_MS,
-        K.P95_TTFT_MS,
-        K.P50_TPOT_MS,
-        K.P95_TPOT_MS,
-    ]
+    columns = ["t_s", "started", "finished", K.FAILED, *TIMELINE_SERIES]
     started_at = np.where(np.isnan(f["sent_at"]), f["scheduled_at"], f["sent_at"])
     t0 = _nanmin(started_at)
     if math.isnan(t0):

@@ -107,6 +107,7 @@ def timelines(run: Run, summary: dict[str, Any], cols: dict[str, Any]) -> dict[s
     import numpy as np
 
     from vprof.analysis import timeline
+    from vprof.analysis.summary import TIMELINE_SERIES
 
     started = np.where(np.isnan(cols["sent_at"]), cols["scheduled_at"], cols["sent_at"])
     if not np.isfinite(started).any():
@@ -122,15 +123,7 @@ def timelines(run: Run, summary: dict[str, Any], cols: dict[str, Any]) -> dict[s
         "warmup_s": (run.warmup_until - t0) if run.warmup_until is not None else None,
         "t_s": frame["t_s"].astype(float).tolist(),
     }
-    for key in (
-        K.REQUEST_THROUGHPUT,
-        K.OUTPUT_THROUGHPUT,
-        K.P50_TTFT_MS,
-        K.P95_TTFT_MS,
-        K.P50_TPOT_MS,
-        K.P95_TPOT_MS,
-        K.FAILED,
-    ):
+    for key in (*TIMELINE_SERIES, K.FAILED):
         out[key] = significant(frame[key].to_numpy(dtype=float))
     n_bins = len(frame)
     sent = np.isfinite(cols["sent_at"])
