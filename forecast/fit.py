@@ -77,7 +77,7 @@ def fit_config(
     if len(kv) > 1:
         say(f"  note: the runs' servers had {kv[0]:,}–{kv[-1]:,} KV-cache tokens; using the least")
     rules = min((o.rules for o in runs), key=lambda r: r.kv_cache_tokens)
-    linear, active = linear_estimate(runs)
+    linear, active = linear_estimate(runs, say=lambda line: say("  " + line))
     say(f"  linear estimate: {_cost_text(linear)}")
     kwargs = {} if max_evaluations is None else {"max_evaluations": max_evaluations}
     fitted = calibrate(runs, linear, active, say=lambda line: say("  " + line), **kwargs)

@@ -15,6 +15,43 @@ from vprof.forecast.simulate import Replay, Requests
 
 ITERATIONS = "vllm:iteration_tokens_total_count"  # steps the engine took (a histogram's count)
 ITERATION_TOKENS = "vllm:iteration_tokens_total_sum"
+# What the server counted between two samples, for the fit's per-interval rows
+PROMPT_TOKENS = "vllm:prompt_tokens_total"  # counted when a prompt's first token comes
+CACHED_TOKENS = "vllm:prompt_tokens_cached_total"
+GENERATED = "vllm:generation_tokens_total"
+FIRST_TOKENS = "vllm:time_to_first_token_seconds_count"
+PREFILL_TIME = "vllm:request_prefill_time_seconds_sum"  # first scheduled → first token
+PREFILLED = "vllm:request_prefill_time_seconds_count"  # counted when a request finishes
+PREFILL_COMPUTED = "vllm:request_prefill_kv_computed_tokens_sum"
+INTERVAL_COUNTERS = (
+    ITERATIONS,
+    PROMPT_TOKENS,
+    CACHED_TOKENS,
+    GENERATED,
+    FIRST_TOKENS,
+    PREFILL_TIME,
+    PREFILLED,
+    PREFILL_COMPUTED,
+)
+
+
+@dataclass(frozen=True)
+class ServerIntervals:
+    """What the server counted between consecutive ``/metrics`` samples (numpy arrays, one
+    value per interval; times in seconds from the run's time 0)."""
+
+    start_s: Any
+    end_s: Any
+    steps: Any  # engine steps that gave some request a token
+    prefill_tokens: Any  # prompt tokens computed (after the prefix cache), by first token
+    decode_tokens: Any  # tokens decoded: generated less the first tokens
+    prefill_time_s: Any  # the prefill time of the requests that finished
+    prefilled: Any  # how many requests finished (the prefill time's count)
+    prefill_computed: Any  # their computed prompt tokens
+
+    @property
+    def n(self) -> int:
+        return len(self.steps)
 
 
 @dataclass(frozen=True)
@@ -33,6 +70,7 @@ class Observed:
     warmup_s: float  # requests sent before this (from time 0) are not summarised
     measured: Mapping[str, Any]  # per request: ttft_ms, tpot_ms, ok (NaN where not measured)
     server: Mapping[str, float] = field(default_factory=dict)  # counter deltas from /metrics
+    intervals: ServerIntervals | None = None  # the same, per sample interval (None: not kept)
     open_loop: bool = False
     chat_extra_tokens: float | None = None  # chat: tokens the template adds to the content
     idle_ms: float | None = None  # closed loop: a user's pause between answer and next send
@@ -127,6 +165,7 @@ def load_observed(path: str | Path) -> Observed:
         warmup_s=max(warmup_s, 0.0),
         measured=measured,
         server=_server_counters(run.metrics),
+        intervals=server_intervals(run.metrics, epoch),
         open_loop=bool(summary.get(K.OPEN_LOOP)),
         chat_extra_tokens=extra,
         idle_ms=float(np.median(idle)) if idle.size else None,
@@ -156,3 +195,45 @@ def _server_counters(samples: tuple[Mapping[str, Any], ...]) -> dict[str, float]
             out[key] = max(float(last[name]) - float(first[name]), 0.0)
     out["span_s"] = float(timed[-1]["t"]) - float(timed[0]["t"])
     return out
+
+
+def server_intervals(
+    samples: tuple[Mapping[str, Any], ...], epoch_s: float = 0.0
+) -> ServerIntervals | None:
+    """The counters' growth between consecutive samples of one server; None when a sample
+    lacks one of them or holds a value that is not a finite, non-negative number (an older
+    vLLM, a server given by URL without them), or there are several replicas. An interval in
+    which a counter went down (the server restarted) is left out."""
+    import numpy as np
+
+    timed = sorted((s for s in samples if "t" in s), key=lambda s: float(s["t"]))
+    if len(timed) < 2 or any(s.get("replica") for s in timed):
+        return None
+    table = np.empty((len(timed), len(INTERVAL_COUNTERS) + 1))
+    for row, sample in enumerate(timed):
+        values = sample.get("values") or {}
+        for col, name in enumerate(INTERVAL_COUNTERS):
+            value = values.get(name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                return None
+            table[row, col] = float(value)
+        table[row, -1] = float(sample["t"]) - epoch_s
+    if not np.isfinite(table).all() or (table[:, :-1] < 0).any():
+        return None
+    delta = np.diff(table, axis=0)
+    keep = (delta > 0)[:, -1] & (delta[:, :-1] >= 0).all(axis=1)
+    if not keep.any():
+        return None
+    d = {name: delta[keep, col] for col, name in enumerate(INTERVAL_COUNTERS)}
+    computed = d[PROMPT_TOKENS] - d[CACHED_TOKENS]
+    decoded = d[GENERATED] - d[FIRST_TOKENS]
+    return ServerIntervals(
+        start_s=table[:-1, -1][keep],
+        end_s=table[1:, -1][keep],
+        steps=d[ITERATIONS],
+        prefill_tokens=np.maximum(computed, 0.0),
+        decode_tokens=np.maximum(decoded, 0.0),
+        prefill_time_s=d[PREFILL_TIME],
+        prefilled=d[PREFILLED],
+        prefill_computed=d[PREFILL_COMPUTED],
+    )

@@ -8,6 +8,10 @@ from typing import Any
 
 from vprof.forecast.simulate import CANCELLED, ERROR, NOT_SENT, OK, Replayed, Requests
 
+# A predicted run's /metrics are sampled as often as a bench's sampler samples a real server's
+# (its default interval in runs/sampler.py, which this floor does not import).
+SAMPLE_S = 5.0
+
 
 @dataclass(frozen=True)
 class RecordContext:
@@ -138,49 +142,76 @@ def _itl(replayed: Replayed, idx: Any, output: Any, ok: Any) -> tuple[Any, Any]:
 
 
 def replay_metrics(replayed: Replayed, requests: Requests, epoch_s: float) -> list[dict]:
-    """``/metrics`` samples a sampler would have taken of the replayed server: the counters at
-    the start and the end, the gauges' peaks in between."""
+    """``/metrics`` samples a sampler would have taken of the replayed server, every
+    ``SAMPLE_S``: the counters vLLM keeps as they stood at each sample, the gauges' peaks on the
+    middle one."""
+    import numpy as np
+
+    finite = replayed.sent_s[np.isfinite(replayed.sent_s)]
+    start = float(finite.min()) if finite.size else 0.0
+    ends = replayed.last_s[np.isfinite(replayed.last_s)]
+    end = max(float(ends.max()) if ends.size else 0.0, start)
+    times = sorted({start, end, (start + end) / 2, *np.arange(start, end, SAMPLE_S).tolist()})
+    middle = (start + end) / 2
+    out = []
+    for t in times:
+        values = _counters_at(replayed, requests, t)
+        if t == end:
+            values["vllm:num_preemptions_total"] = float(replayed.preemptions)
+        if t == middle:
+            values["vllm:num_requests_waiting"] = float(replayed.max_waiting)
+            values["vllm:kv_cache_usage_perc"] = float(min(replayed.max_kv_usage, 1.0))
+        out.append({"t": epoch_s + t, "scrape_s": 0.0, "values": values})
+    return out
+
+
+def _counters_at(replayed: Replayed, requests: Requests, t: float) -> dict[str, float]:
+    """The counters of the replayed server at ``t`` (seconds from the replay's start), counted
+    as vLLM counts them: prompt tokens when a prompt's first token comes, an iteration for
+    each step that gave some request a token, the per-request histograms when it finishes."""
     import numpy as np
 
     ok = replayed.status == OK
-    finite = replayed.sent_s[np.isfinite(replayed.sent_s)]
-    start = epoch_s + (float(finite.min()) if finite.size else 0.0)
-    ends = replayed.last_s[np.isfinite(replayed.last_s)]
-    end = epoch_s + (float(ends.max()) if ends.size else 0.0)
-    output = np.asarray(requests.output_tokens, dtype=np.int64)
-    prompt = np.asarray(requests.prompt_tokens, dtype=np.int64)
-    zero = {
+    prompt = np.asarray(requests.prompt_tokens, dtype=np.float64)
+    output = np.maximum(np.asarray(requests.output_tokens, dtype=np.float64), 1)
+    cached = np.asarray(replayed.cached, dtype=np.float64)
+    first = np.isfinite(replayed.first_s) & (replayed.first_s <= t)
+    done = ok & np.isfinite(replayed.last_s) & (replayed.last_s <= t)
+    steps_done = int(np.searchsorted(replayed.steps_s, t, side="right"))
+    decodes = replayed.step_decodes[:steps_done] if replayed.step_decodes is not None else None
+    if decodes is not None:
+        firsts = np.bincount(
+            replayed.first_step[first & (replayed.first_step >= 0)], minlength=steps_done
+        )[:steps_done]
+        iterations = float(np.count_nonzero(decodes + firsts))
+        decoded = float(decodes.sum())
+    else:  # a replay that kept no steps' detail: every step counted, tokens from the requests
+        iterations = float(steps_done)
+        decoded = float((output[done] - 1).sum())
+    computed = float((prompt[first] - cached[first]).sum())
+    generated = decoded + float(first.sum())
+    scheduled = replayed.scheduled_s if replayed.scheduled_s is not None else replayed.first_s
+    return {
         "vllm:num_requests_running": 0.0,
         "vllm:num_requests_waiting": 0.0,
         "vllm:kv_cache_usage_perc": 0.0,
         "vllm:num_preemptions_total": 0.0,
-        "vllm:prefix_cache_queries_total": 0.0,
-        "vllm:prefix_cache_hits_total": 0.0,
-        "vllm:prompt_tokens_total": 0.0,
-        "vllm:generation_tokens_total": 0.0,
-        "vllm:request_success_total": 0.0,
-        "vllm:iteration_tokens_total_count": 0.0,
-        "vllm:iteration_tokens_total_sum": 0.0,
+        "vllm:prefix_cache_queries_total": float(prompt[first].sum()),
+        "vllm:prefix_cache_hits_total": float(cached[first].sum()),
+        "vllm:prompt_tokens_total": float(prompt[first].sum()),
+        "vllm:prompt_tokens_cached_total": float(cached[first].sum()),
+        "vllm:generation_tokens_total": generated,
+        "vllm:request_success_total": float(done.sum()),
+        "vllm:iteration_tokens_total_count": iterations,
+        "vllm:iteration_tokens_total_sum": computed + generated,
+        "vllm:time_to_first_token_seconds_count": float(first.sum()),
+        "vllm:request_prefill_time_seconds_count": float(done.sum()),
+        "vllm:request_prefill_time_seconds_sum": float(
+            (replayed.first_s[done] - scheduled[done]).sum()
+        ),
+        "vllm:request_prefill_kv_computed_tokens_count": float(done.sum()),
+        "vllm:request_prefill_kv_computed_tokens_sum": float((prompt[done] - cached[done]).sum()),
+        "vllm:request_decode_time_seconds_sum": float(
+            (replayed.last_s[done] - replayed.first_s[done]).sum()
+        ),
     }
-    peak = {
-        **zero,
-        "vllm:num_requests_waiting": float(replayed.max_waiting),
-        "vllm:kv_cache_usage_perc": float(min(replayed.max_kv_usage, 1.0)),
-    }
-    totals = {
-        **zero,
-        "vllm:num_preemptions_total": float(replayed.preemptions),
-        "vllm:prefix_cache_queries_total": float(replayed.prefix_queries),
-        "vllm:prefix_cache_hits_total": float(replayed.prefix_hits),
-        "vllm:prompt_tokens_total": float(prompt[ok].sum()),
-        "vllm:generation_tokens_total": float(output[ok].sum()),
-        "vllm:request_success_total": float(ok.sum()),
-        "vllm:iteration_tokens_total_count": float(replayed.steps),
-        "vllm:iteration_tokens_total_sum": float(replayed.step_tokens),
-    }
-    middle = (start + end) / 2
-    return [
-        {"t": start, "scrape_s": 0.0, "values": zero},
-        {"t": middle, "scrape_s": 0.0, "values": peak},
-        {"t": end, "scrape_s": 0.0, "values": totals},
-    ]

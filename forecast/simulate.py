@@ -99,6 +99,8 @@ class Replayed:
     first_step: Any
     steps_s: Any
     segments: dict[int, list[tuple[int, int]]] = field(default_factory=dict)
+    scheduled_s: Any = None  # per request: when its prompt was first scheduled (a step's start)
+    step_decodes: Any = None  # per step: the sequences it decoded
     preemptions: int = 0
     steps: int = 0
     iterations: int = 0
@@ -305,6 +307,7 @@ class _State:
         self.dec_gen = [0] * n
         self.finish_at = [-1] * n
         self.first_step = np.full(n, -1, dtype=np.int64)
+        self.scheduled_s = np.full(n, np.nan)
         self.first_s = np.full(n, np.nan)
         self.last_s = np.full(n, np.nan)
         self.status = np.full(n, NOT_SENT, dtype=object)
@@ -318,6 +321,7 @@ class _State:
         self.ctx_dec = 0  # context tokens of the decoding sequences
         self.finish_heap: list[tuple[int, int]] = []
         self.steps: list[float] = []
+        self.step_decodes: list[int] = []
         self.t = 0.0
         # the KV cache: running requests' own tokens plus the cached prefixes they use;
         # cached prefixes no request uses are evictable, least recently used first
@@ -577,6 +581,7 @@ class _State:
             self.noise_at = at
             k = len(ends)
             self.steps.extend(ends)
+            self.step_decodes.extend([n_dec] * k)
             last_t = ends[-1]
         else:
             dt = base + slope * np.arange(k, dtype=np.float64)
@@ -588,6 +593,7 @@ class _State:
                 k = max(1, min(k, int(np.searchsorted(ends_a, until, side="left")) + 1))
                 ends_a = ends_a[:k]
             self.steps.extend(ends_a.tolist())
+            self.step_decodes.extend([n_dec] * k)
             last_t = float(ends_a[-1])
         self.step_tokens += n_dec * k
         self.ctx_dec += n_dec * k
@@ -669,6 +675,8 @@ class _State:
                 self.hit[i] = hit
                 self.queries += P[i]
                 self.hits += hit
+                if math.isnan(self.scheduled_s[i]):  # its first admission
+                    self.scheduled_s[i] = self.t
             computed[i] = hit
             running[i] = None
             self.phase[i] = 1
@@ -697,6 +705,7 @@ class _State:
         self.t += dt
         s = len(self.steps)
         self.steps.append(self.t)
+        self.step_decodes.append(decodes)
         self.step_tokens += prefill_tokens + decodes
         self.ctx_dec += decodes
         self.used += decodes
@@ -734,6 +743,8 @@ class _State:
             first_step=self.first_step,
             steps_s=np.asarray(self.steps),
             segments=self.segments,
+            scheduled_s=self.scheduled_s,
+            step_decodes=np.asarray(self.step_decodes, dtype=np.int64),
             preemptions=self.preemptions,
             steps=len(self.steps),
             iterations=self.iterations,

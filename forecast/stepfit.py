@@ -1,16 +1,21 @@
 """Fitting a step-time model to measured runs (numpy and SciPy's least squares).
 
-Two stages. First a linear estimate from the records alone: while a request decodes, each of
-its steps produces one of its tokens, so the time from its first to its last token is the sum
-of ``output − 1`` steps, and what those steps held is known from the other requests: the
-tokens they decoded meanwhile (and their context), the prompts whose first token came
-meanwhile (their uncached tokens and attention). Non-negative least squares over every
-request gives the step coefficients. Then the replay itself is fitted: each run is replayed
-with the requests it really sent (their send times, lengths and cached tokens), and the
-coefficients, the front end's delay and the steps' jitter are moved until the replayed
-TTFT, TPOT and E2E quantiles match the measured ones (in log, with a soft L1 loss so one
-saturated run cannot pull the rest) and the number of steps matches what the server counted
-(``vllm:iteration_tokens_total``), when it was sampled.
+Two stages. First a linear estimate. While a request decodes, each of its steps produces one of
+its tokens, so the time from its first to its last token is the sum of ``output − 1`` steps,
+and what those steps held is known from the other requests: the tokens they decoded meanwhile
+(and their context), the prompts whose first token came meanwhile (their uncached tokens and
+attention). Non-negative least squares over every request gives the step constant and the
+decode costs; prompts are a small part of what those steps held, so the cost per prefill token
+is taken, where the server counted it, from the server's own prefill times
+(``vllm:request_prefill_time_seconds``, first scheduled → first token): between two
+``/metrics`` samples, the requests that finished spent that long in the steps that computed
+their prompts, and the steps' constant and decodes (from the windows) leave the prompt tokens'
+share. The two are solved in turn until they agree. Then the replay itself is fitted: each run
+is replayed with the requests it really sent (their send times, lengths and cached tokens), and
+the coefficients the data can tell apart, the front end's delay and the steps' jitter are moved
+until the replayed TTFT, TPOT and E2E quantiles match the measured ones (in log, with a soft L1
+loss so one saturated run cannot pull the rest) and the number of steps matches what the
+server counted (``vllm:iteration_tokens_total``), when it was sampled.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ from typing import Any
 
 from vprof.analysis.keys import SummaryKey as K
 from vprof.common.errors import ForecastError
-from vprof.forecast.observed import Observed
+from vprof.forecast.observed import Observed, ServerIntervals
 from vprof.forecast.simulate import OK, simulate
 from vprof.forecast.stepcost import COEFFICIENTS, StepCost
 
@@ -33,6 +38,9 @@ E2E_QUANTILES = (50,)
 MATCHED = (("ttft_ms", TTFT_QUANTILES), ("tpot_ms", TPOT_QUANTILES), ("e2e_ms", E2E_QUANTILES))
 MAX_EVALUATIONS = 120  # replays of every run the calibration may spend
 EVIDENCE = 10.0  # BIC points a context or attention term must win by to join the model
+# Prefill-time intervals are used while the steps hold at most this share of the token budget,
+# so a prompt's chunks are its own tokens over what the decodes leave of the budget
+LIGHT_LOAD = 0.5
 VARIED = 0.25  # prompts vary enough to show a per-token front-end cost (std / mean)
 SEED = 0
 
@@ -46,22 +54,31 @@ class Fitted:
     residual: float  # the calibration's final cost (smaller is better)
 
 
-def linear_estimate(runs: Sequence[Observed]) -> tuple[StepCost, tuple[str, ...]]:
-    """The first stage: step coefficients from decode windows (see the module's text), and
-    which coefficients the data can tell apart (the ones the calibration may move).
+def linear_estimate(
+    runs: Sequence[Observed], say: Callable[[str], None] = lambda _: None
+) -> tuple[StepCost, tuple[str, ...]]:
+    """The first stage: step coefficients from decode windows and, where the server counted
+    them, prefill times (see the module's text), and which coefficients the data can tell apart
+    (the ones the calibration may move).
 
     The constant, per-prefill-token and per-decode terms are always fitted; the context and
     attention terms join only when they explain the windows clearly better (BIC lower by
     more than ``EVIDENCE``): with one prompt length, per-token and per-pair costs are the same
-    column and a fit could put the cost on either."""
+    column and a fit could put the cost on either. A per-prefill-token cost taken from the
+    server's prefill times is kept as it is: the replay's latencies cannot tell it from the
+    front end's delay."""
     import numpy as np
 
-    rows, ys = [], []
+    rows, ys, prefill_rows, prefill_ys = [], [], [], []
     for o in runs:
         a, y = _decode_windows(o)
         if a.size:
             rows.append(a)
             ys.append(y)
+        b, yb = _prefill_rows(o)
+        if b.size:
+            prefill_rows.append(b)
+            prefill_ys.append(yb)
     if not rows:
         raise ForecastError(
             "no request of these runs decoded more than one token: nothing to fit a step on",
@@ -70,10 +87,12 @@ def linear_estimate(runs: Sequence[Observed]) -> tuple[StepCost, tuple[str, ...]
         )
     a = np.vstack(rows)
     y = np.concatenate(ys)
+    b = np.vstack(prefill_rows) if prefill_rows else None
+    yb = np.concatenate(prefill_ys) if prefill_ys else None
     best: tuple[float, tuple[int, ...], Any] | None = None
     for extra in ((), (3,), (4,), (3, 4)):
         columns = (0, 1, 2, *extra)
-        x, sse = _nnls(a[:, columns], y)
+        x, sse = _nnls(a[:, columns], y) if b is None else _alternate(a, y, b, yb, columns)
         n = y.size
         bic = n * math.log(max(sse, 1e-12) / n) + len(columns) * math.log(n)
         if best is None or bic < best[0] - (EVIDENCE if extra else 0.0):
@@ -84,15 +103,95 @@ def linear_estimate(runs: Sequence[Observed]) -> tuple[StepCost, tuple[str, ...]
     for column, value in zip(columns, x, strict=True):
         values[column] = float(value)
     cost = StepCost(*values)
+    if b is not None:
+        say(
+            f"prefill token cost from the server's prefill times over {len(b)} intervals: "
+            f"{cost.prefill_token_ms * 1e3:.3g} µs"
+        )
     fronts: list[float] = []
     for o in runs:
         fronts.extend(_frontend_residuals(o, cost))
     front = float(np.percentile(fronts, 25)) if fronts else 0.0
-    active = [COEFFICIENTS[c] for c in columns] + ["frontend_ms"]
+    active = [COEFFICIENTS[c] for c in columns if b is None or c != 1] + ["frontend_ms"]
     prompts = np.concatenate([o.requests.prompt_tokens for o in runs]).astype(np.float64)
     if prompts.size and np.std(prompts) > VARIED * np.mean(prompts):
         active.append("frontend_ms_per_1k_prompt")  # only varied prompts can show it
     return dataclasses.replace(cost, frontend_ms=max(front, 0.0)), tuple(active)
+
+
+def _alternate(
+    a: Any, y: Any, b: Any, yb: Any, columns: Sequence[int], rounds: int = 100
+) -> tuple[Any, float]:
+    """Decode windows ``a`` (for every column but the prefill token's) and prefill times ``b``
+    (for the prefill token's) solved in turn until they agree: (coefficients in ``columns``'
+    order, the windows' sum of squared errors)."""
+    import numpy as np
+
+    others = [c for c in columns if c != 1]
+    pb = b[:, 1]
+    cp = 0.0
+    x = np.zeros(len(others))
+    for _ in range(rounds):
+        x, _ = _nnls(a[:, others], y - cp * a[:, 1])
+        left = yb - b[:, others] @ x
+        new = max(float(left @ pb / max(float(pb @ pb), 1e-12)), 0.0)
+        done = abs(new - cp) <= 1e-4 * max(new, 1e-9)
+        cp = new
+        if done:
+            break
+    residual = y - a[:, others] @ x - cp * a[:, 1]
+    by_column = dict(zip(others, x.tolist(), strict=True)) | {1: cp}
+    return np.array([by_column[c] for c in columns]), float(residual @ residual)
+
+
+def _prefill_rows(o: Observed) -> tuple[Any, Any]:
+    """One row per ``/metrics`` interval at light load: the steps that computed the prompts of
+    the requests that finished in it (the columns of :func:`_decode_windows`), and the time
+    the server counted for them (ms). Empty without the server's counters."""
+    import numpy as np
+
+    iv: ServerIntervals | None = o.intervals
+    if iv is None or not iv.n:
+        return np.empty((0, 5)), np.empty(0)
+    m = o.measured
+    ok = m["ok"] & np.isfinite(m["last_s"])
+    prompt = o.requests.prompt_tokens.astype(np.float64)
+    cached = np.maximum(np.asarray(o.requests.known_hit, dtype=np.float64), 0.0)
+    own = np.maximum(prompt - cached, 1.0)
+    pairs = own * (cached + own / 2)
+    # the context a decode reads, on average over the run
+    context = float(np.mean(prompt + o.requests.output_tokens / 2.0))
+    budget = float(o.rules.max_num_batched_tokens)
+    rows, ys = [], []
+    for k in range(iv.n):
+        steps, served = float(iv.steps[k]), float(iv.prefilled[k])
+        if steps <= 0 or served <= 0:
+            continue
+        per_step = float(iv.prefill_tokens[k]) / steps
+        decodes = float(iv.decode_tokens[k]) / steps
+        if per_step + decodes > LIGHT_LOAD * budget:
+            continue
+        fin = ok & (m["last_s"] > iv.start_s[k]) & (m["last_s"] <= iv.end_s[k])
+        if not fin.any():
+            continue
+        share = served / float(fin.sum())  # the server's count over the records'
+        if o.rules.chunked_prefill:
+            chunks = float(np.ceil(own[fin] / max(budget - decodes, 1.0)).sum()) * share
+        else:
+            chunks = served
+        rows.append(
+            [
+                chunks,
+                float(iv.prefill_computed[k]) + chunks * per_step,
+                chunks * decodes,
+                chunks * decodes * context * 1e-3,
+                float(pairs[fin].sum()) * share * 1e-6,
+            ]
+        )
+        ys.append(float(iv.prefill_time_s[k]) * 1000.0)
+    if not rows:
+        return np.empty((0, 5)), np.empty(0)
+    return np.asarray(rows), np.asarray(ys)
 
 
 def _nnls(a: Any, y: Any) -> tuple[Any, float]:

@@ -152,6 +152,54 @@ def test_fit_recovers_the_step_costs_of_cpu_like_runs_and_predicts_held_out_work
     assert config.rules.kv_cache_tokens == 524_288 and config.rules.block_size == 128
 
 
+def test_the_servers_prefill_times_give_the_cost_per_prefill_token(cpu_runs):
+    from vprof.forecast.observed import load_observed
+    from vprof.forecast.stepfit import _prefill_rows, linear_estimate
+    from vprof.records import expand_runs
+
+    runs = [load_observed(p) for p in expand_runs([cpu_runs / "fit"])]
+    assert all(o.intervals is not None and o.intervals.n >= 3 for o in runs)
+    truth = cpu_truth().cost
+    # the counters the replayed server kept, less the steps' constant and decodes, leave the
+    # prompt tokens' share: the per-token cost that generated them
+    b = np.vstack([_prefill_rows(o)[0] for o in runs])
+    yb = np.concatenate([_prefill_rows(o)[1] for o in runs])
+    left = yb - truth.base_ms * b[:, 0] - truth.decode_seq_ms * b[:, 2]
+    assert float(left @ b[:, 1] / (b[:, 1] @ b[:, 1])) == pytest.approx(
+        truth.prefill_token_ms, rel=0.1
+    )
+    cost, active = linear_estimate(runs)
+    assert cost.prefill_token_ms == pytest.approx(truth.prefill_token_ms, rel=0.1)
+    assert cost.base_ms == pytest.approx(truth.base_ms, rel=0.1)
+    assert cost.decode_seq_ms == pytest.approx(truth.decode_seq_ms, rel=0.2)
+    assert "prefill_token_ms" not in active  # the server measured it: the replay leaves it
+
+
+def test_runs_without_the_servers_counters_fit_from_the_records_alone(cpu_runs):
+    from vprof.forecast.observed import load_observed, server_intervals
+    from vprof.forecast.stepfit import linear_estimate
+    from vprof.records import expand_runs
+
+    runs = [load_observed(p) for p in expand_runs([cpu_runs / "fit"])]
+    older = [
+        {**s, "values": {k: v for k, v in s["values"].items() if "prefill_time" not in k}}
+        for s in _metric_samples(runs[0].path)
+    ]
+    assert server_intervals(tuple(older)) is None
+    broken = [dict(s, values=dict(s["values"])) for s in _metric_samples(runs[0].path)]
+    broken[1]["values"]["vllm:iteration_tokens_total_count"] = float("nan")
+    assert server_intervals(tuple(broken)) is None
+    cost, active = linear_estimate([dataclasses.replace(o, intervals=None) for o in runs])
+    assert "prefill_token_ms" in active
+    assert cost.base_ms == pytest.approx(cpu_truth().cost.base_ms, rel=0.15)
+
+
+def _metric_samples(path: Path) -> list[dict]:
+    from vprof.records.rundir import RunDir
+
+    return list(RunDir(path).metric_samples())
+
+
 def test_fit_takes_gpu_like_runs_the_same_way(tmp_path):
     truth = gpu_truth()
     for rate in (10.0, 25.0, 40.0):
