@@ -12,10 +12,11 @@ is taken, where the server counted it, from the server's own prefill times
 their prompts, and the steps' constant and decodes (from the windows) leave the prompt tokens'
 share. The two are solved in turn until they agree. Then the replay itself is fitted: each run
 is replayed with the requests it really sent (their send times, lengths and cached tokens), and
-the coefficients the data can tell apart, the front end's delay and the steps' jitter are moved
-until the replayed TTFT, TPOT and E2E quantiles match the measured ones (in log, with a soft L1
-loss so one saturated run cannot pull the rest) and the number of steps matches what the
-server counted (``vllm:iteration_tokens_total``), when it was sampled.
+the front end's delay, the steps' jitter and (without the server's prefill times) the
+coefficients the data can tell apart are moved until the replayed TTFT, TPOT and E2E
+quantiles match the measured ones (in log, with a soft L1 loss so one saturated run cannot
+pull the rest) and the number of steps matches what the server counted
+(``vllm:iteration_tokens_total``), when it was sampled.
 """
 
 from __future__ import annotations
@@ -64,9 +65,11 @@ def linear_estimate(
     The constant, per-prefill-token and per-decode terms are always fitted; the context and
     attention terms join only when they explain the windows clearly better (BIC lower by
     more than ``EVIDENCE``): with one prompt length, per-token and per-pair costs are the same
-    column and a fit could put the cost on either. A per-prefill-token cost taken from the
-    server's prefill times is kept as it is: the replay's latencies cannot tell it from the
-    front end's delay."""
+    column and a fit could put the cost on either. A step fitted with the server's prefill
+    times is kept as it is, the calibration moving only the front end and the jitter: on
+    runs of one workload the replay's latency quantiles cannot tell the prefill tokens' cost
+    from the front end's delay, and move the decode cost where the tails of a few slow
+    seconds pull it (the README's forecast section has the measurement)."""
     import numpy as np
 
     rows, ys, prefill_rows, prefill_ys = [], [], [], []
@@ -112,7 +115,8 @@ def linear_estimate(
     for o in runs:
         fronts.extend(_frontend_residuals(o, cost))
     front = float(np.percentile(fronts, 25)) if fronts else 0.0
-    active = [COEFFICIENTS[c] for c in columns if b is None or c != 1] + ["frontend_ms"]
+    # with the server's prefill times the step is fixed here; the replay adds the front end
+    active = ([COEFFICIENTS[c] for c in columns] if b is None else []) + ["frontend_ms"]
     prompts = np.concatenate([o.requests.prompt_tokens for o in runs]).astype(np.float64)
     if prompts.size and np.std(prompts) > VARIED * np.mean(prompts):
         active.append("frontend_ms_per_1k_prompt")  # only varied prompts can show it
