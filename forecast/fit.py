@@ -12,6 +12,7 @@ from vprof.common.errors import ForecastError
 from vprof.forecast.check import check_observed
 from vprof.forecast.model import ConfigModel, ForecastModel
 from vprof.forecast.observed import Observed, load_observed
+from vprof.forecast.stalls import fit_stalls
 from vprof.forecast.stepfit import calibrate, linear_estimate
 from vprof.records.rundir import RunDir
 
@@ -79,8 +80,12 @@ def fit_config(
     rules = min((o.rules for o in runs), key=lambda r: r.kv_cache_tokens)
     linear, active = linear_estimate(runs, say=lambda line: say("  " + line))
     say(f"  linear estimate: {_cost_text(linear)}")
+    stalls = fit_stalls([o.stalls for o in runs if o.stalls is not None])
+    say(f"  stalls: {stalls.text() if stalls else 'none seen'}")
     kwargs = {} if max_evaluations is None else {"max_evaluations": max_evaluations}
-    fitted = calibrate(runs, linear, active, say=lambda line: say("  " + line), **kwargs)
+    fitted = calibrate(
+        runs, linear, active, say=lambda line: say("  " + line), stalls=stalls, **kwargs
+    )
     say(f"  fitted: {_cost_text(fitted.cost)}")
     extra = [o.chat_extra_tokens for o in runs if o.chat_extra_tokens is not None]
     idle = [o.idle_ms for o in runs if o.idle_ms is not None and not o.open_loop]
@@ -94,6 +99,7 @@ def fit_config(
         closed_loop_gap_ms=float(np.median(idle)) if idle else 1.0,
         fitted_on=tuple(_run_row(o) for o in runs),
         span=_span(runs),
+        stalls=stalls,
     )
 
 

@@ -20,6 +20,7 @@ from vprof.analysis.keys import HEADLINE_KEYS
 from vprof.analysis.keys import SummaryKey as K
 from vprof.common.errors import ForecastError
 from vprof.forecast.rules import ConfigKey, SchedulerRules
+from vprof.forecast.stalls import STALL_FIELDS, StallProcess
 from vprof.forecast.stepcost import COEFFICIENTS, StepCost
 
 KIND = "vprof-forecast-model"
@@ -40,6 +41,7 @@ class ConfigModel:
     fitted_on: tuple[Mapping[str, Any], ...] = ()  # one row per run the fit used
     span: Mapping[str, Sequence[float]] = field(default_factory=dict)  # what those runs covered
     errors: Mapping[str, Any] = field(default_factory=dict)  # "fitted", "held_out": reports
+    stalls: StallProcess | None = None  # the server's pauses (None: none seen, or not fitted)
 
     @property
     def label(self) -> str:
@@ -70,6 +72,7 @@ class ConfigModel:
             "fitted_on": [dict(r) for r in self.fitted_on],
             "span": {k: list(v) for k, v in self.span.items()},
             "errors": dict(self.errors),
+            **({"stalls": self.stalls.to_json()} if self.stalls is not None else {}),
         }
 
 
@@ -246,6 +249,15 @@ _COST = _obj(
     {**{name: _number(0, 1e7) for name in COEFFICIENTS}, "jitter": _number(0, 10)},
     required=COEFFICIENTS,
 )
+_STALLS = _obj(
+    {
+        "rate_per_s": _number(0, 1e3),
+        "continue_prob": _number(0, 0.99),
+        "min_ms": _number(0, 6e4),
+        "mean_excess_ms": _number(0, 6e4),
+    },
+    required=STALL_FIELDS,
+)
 _KEY = _obj(
     {name: _text for name in ("profile", "identity", "hardware", "hardware_id", "vllm_version")},
     required=("profile", "identity", "hardware", "hardware_id"),
@@ -264,6 +276,7 @@ _CONFIG = _obj(
         "fitted_on": _items(_any_obj),
         "span": _any_obj,
         "errors": _obj({"fitted": _REPORT, "held_out": _REPORT}),
+        "stalls": _STALLS,
     },
     required=("config", "rules", "step_cost"),
 )
@@ -351,6 +364,11 @@ def _config(data: Mapping[str, Any]) -> ConfigModel:
         fitted_on=tuple(data.get("fitted_on") or ()),
         span={k: tuple(v) for k, v in (data.get("span") or {}).items() if isinstance(v, list)},
         errors=dict(data.get("errors") or {}),
+        stalls=(
+            StallProcess(**{k: float(data["stalls"][k]) for k in STALL_FIELDS})
+            if "stalls" in data
+            else None
+        ),
     )
 
 

@@ -12,6 +12,7 @@ from vprof.analysis.keys import SummaryKey as K
 from vprof.common.errors import ForecastError
 from vprof.forecast.rules import ConfigKey, SchedulerRules, config_key, rules_from_run
 from vprof.forecast.simulate import Replay, Requests
+from vprof.forecast.stalls import RunStalls, find_stalls, token_times
 
 ITERATIONS = "vllm:iteration_tokens_total_count"  # steps the engine took (a histogram's count)
 ITERATION_TOKENS = "vllm:iteration_tokens_total_sum"
@@ -74,6 +75,7 @@ class Observed:
     open_loop: bool = False
     chat_extra_tokens: float | None = None  # chat: tokens the template adds to the content
     idle_ms: float | None = None  # closed loop: a user's pause between answer and next send
+    stalls: RunStalls | None = None  # the server's stalls, from the tokens' times
 
     @property
     def workload_name(self) -> str:
@@ -169,7 +171,25 @@ def load_observed(path: str | Path) -> Observed:
         open_loop=bool(summary.get(K.OPEN_LOOP)),
         chat_extra_tokens=extra,
         idle_ms=float(np.median(idle)) if idle.size else None,
+        stalls=_stalls(run.records, f["first_token_at"] - epoch, ok),
     )
+
+
+def _stalls(records: Any, first_s: Any, ok: Any) -> RunStalls | None:
+    """The stalls in the answered requests' token times (None without ``itl_ms``)."""
+    import numpy as np
+
+    from vprof.records.arrays import list_block
+
+    if "itl_ms" not in records.column_names:
+        return None
+    blocks = [list_block(chunk) for chunk in records.column("itl_ms").chunks]
+    if not blocks:
+        return None
+    gaps = np.concatenate([b[0] for b in blocks])
+    lengths = np.concatenate([b[1] for b in blocks])
+    per = token_times(first_s, gaps, lengths)
+    return find_stalls([t for t, good in zip(per, ok, strict=True) if good])
 
 
 def _expected_output(records: Any, fallback: Any) -> Any:

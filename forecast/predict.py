@@ -51,7 +51,9 @@ def replay(
             chat_template_tokens=config.chat_template_tokens,
             gap_ms=config.closed_loop_gap_ms,
         )
-        replayed = simulate(stream.requests, stream.client, rules, config.cost, seed=SEED)
+        replayed = simulate(
+            stream.requests, stream.client, rules, config.cost, seed=SEED, stalls=config.stalls
+        )
         if stream.open_loop or not _asked_for_more(replayed, stream):
             return replayed, stream
         n = stream.requests.n * 4

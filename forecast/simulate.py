@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vprof.forecast.rules import SchedulerRules
+from vprof.forecast.stalls import PauseClock, StallProcess
 from vprof.forecast.stepcost import StepCost
 
 # Statuses of simulated requests (the records' statuses)
@@ -231,11 +232,13 @@ def simulate(
     *,
     seed: int = 0,
     horizon_s: float | None = None,
+    stalls: StallProcess | None = None,
 ) -> Replayed:
     """Replay ``requests`` as ``client`` sends them to a server with ``rules`` and ``cost``.
 
     ``horizon_s``: requests still unanswered then are cut off (``cancelled``); by default the
-    client's end plus the load generator's stop timeout.
+    client's end plus the load generator's stop timeout. ``stalls``: the engine pauses as this
+    process says (drawn from ``seed``), besides the steps' own jitter.
     """
     import numpy as np
 
@@ -250,7 +253,7 @@ def simulate(
             sent = clients.sent[np.isfinite(clients.sent)]
             end = float(sent.max()) if sent.size else 0.0
         horizon_s = float(end) + STOP_TIMEOUT_S
-    state = _State(requests, prompt, output, rules, cost, clients, seed)
+    state = _State(requests, prompt, output, rules, cost, clients, seed, stalls)
     state.run(horizon_s)
     return state.result()
 
@@ -270,6 +273,7 @@ class _State:
         cost: StepCost,
         clients: _Clients,
         seed: int,
+        stalls: StallProcess | None = None,
     ) -> None:
         import numpy as np
 
@@ -345,6 +349,9 @@ class _State:
             else None
         )
         self.noise_at = 0
+        self.pauses = (
+            PauseClock(stalls, seed) if stalls is not None and stalls.rate_per_s > 0 else None
+        )
         # what the server's /metrics would count
         self.preemptions = 0
         self.iterations = 0
@@ -569,13 +576,15 @@ class _State:
             # a few steps: plain Python is faster than numpy's call overhead
             ends = []
             noise, at, size = self.noise, self.noise_at, len(self.noise or ())
+            pauses = self.pauses
             for j in range(k):
                 step = base + slope * j
                 if noise is not None:
                     step *= noise[at]
                     at = at + 1 if at + 1 < size else 0
-                ends.append(t + step)
-                t += step
+                end = t + step if pauses is None else pauses.step_end(t, t + step)
+                ends.append(end)
+                t = end
                 if t >= until:
                     break  # the next step starts after the arrival: it is not part of the run
             self.noise_at = at
@@ -588,6 +597,8 @@ class _State:
             if self.sigma > 0:
                 dt = dt * self.rng.lognormal(-(self.sigma**2) / 2, self.sigma, k)
             ends_a = t + np.cumsum(dt)
+            if self.pauses is not None and self.pauses.due_before(float(ends_a[-1])):
+                ends_a = self.pauses.shift_ends(t, ends_a, until)
             if until < math.inf:
                 # only the steps that start before the next arrival are unaffected by it
                 k = max(1, min(k, int(np.searchsorted(ends_a, until, side="left")) + 1))
@@ -702,7 +713,10 @@ class _State:
         )
         if self.noise is not None:
             dt *= self._factor()
+        start = self.t
         self.t += dt
+        if self.pauses is not None:
+            self.t = self.pauses.step_end(start, self.t)
         s = len(self.steps)
         self.steps.append(self.t)
         self.step_decodes.append(decodes)

@@ -31,6 +31,7 @@ from vprof.analysis.keys import SummaryKey as K
 from vprof.common.errors import ForecastError
 from vprof.forecast.observed import Observed, ServerIntervals
 from vprof.forecast.simulate import OK, simulate
+from vprof.forecast.stalls import StallProcess
 from vprof.forecast.stepcost import COEFFICIENTS, StepCost
 
 TTFT_QUANTILES = (10, 50, 90, 95)
@@ -192,7 +193,14 @@ def _prefill_rows(o: Observed) -> tuple[Any, Any]:
                 float(pairs[fin].sum()) * share * 1e-6,
             ]
         )
-        ys.append(float(iv.prefill_time_s[k]) * 1000.0)
+        span = float(iv.end_s[k] - iv.start_s[k])
+        paused = (
+            float(o.stalls.paused_ms(iv.start_s[k : k + 1], iv.end_s[k : k + 1])[0]) * 1e-3
+            if o.stalls is not None
+            else 0.0
+        )
+        # prompts were in prefill during the stalls as often as at any time: their share goes
+        ys.append(float(iv.prefill_time_s[k]) * 1000.0 * max(1.0 - paused / span, 0.0))
     if not rows:
         return np.empty((0, 5)), np.empty(0)
     return np.asarray(rows), np.asarray(ys)
@@ -260,6 +268,8 @@ def _decode_windows(o: Observed) -> tuple[Any, Any]:
         ]
     )
     y = (a_hi - a_lo) * 1000.0
+    if o.stalls is not None:
+        y = y - o.stalls.paused_ms(a_lo, a_hi)  # the steps' time, not the stalls'
     good = np.isfinite(y) & (y > 0)
     return rows[good], y[good]
 
@@ -295,10 +305,12 @@ def _targets(o: Observed) -> dict[str, Any]:
     return out
 
 
-def _replayed_metrics(o: Observed, cost: StepCost, pick: Any) -> dict[str, Any]:
+def _replayed_metrics(
+    o: Observed, cost: StepCost, pick: Any, stalls: StallProcess | None = None
+) -> dict[str, Any]:
     import numpy as np
 
-    rep = simulate(o.requests, o.client, o.rules, cost, seed=SEED)
+    rep = simulate(o.requests, o.client, o.rules, cost, seed=SEED, stalls=stalls)
     ok = (rep.status == OK) & pick
     sent = rep.sent_s
     ttft = (rep.first_s - sent) * 1000.0
@@ -315,9 +327,11 @@ def calibrate(
     *,
     max_evaluations: int = MAX_EVALUATIONS,
     say: Callable[[str], None] = lambda _: None,
+    stalls: StallProcess | None = None,
 ) -> Fitted:
     """The second stage: the ``active`` coefficients (and the jitter) fitted so replays match
-    the measured quantiles; the others stay at ``start``'s values."""
+    the measured quantiles; the others stay at ``start``'s values. The replays pause as
+    ``stalls`` says, so the jitter is only what the stalls leave."""
     import numpy as np
     from scipy.optimize import least_squares
 
@@ -345,7 +359,7 @@ def calibrate(
         cost = cost_of(z)
         out: list[float] = []
         for o, target in zip(runs, targets, strict=True):
-            got = _replayed_metrics(o, cost, target["pick"])
+            got = _replayed_metrics(o, cost, target["pick"], stalls)
             for name, qs in MATCHED:
                 want = target[name]
                 if want is None:

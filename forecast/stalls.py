@@ -1,0 +1,217 @@
+"""Stalls: moments when the server gives no request a token for much longer than a step while
+requests are decoding — found in a run's own token times, fitted as a seeded random process,
+and replayed as pauses of the engine (pure, numpy).
+
+A *stall* is a gap in the union of every request's token times, while some request is between
+its first and its last token, longer than ``STALL_FACTOR`` × the 99th percentile of such gaps
+(the run's longest ordinary steps); its *pause* is the gap less the run's median inter-token
+gap (the step that followed the pause). Stalls come in *episodes*: one that ends less than
+``EPISODE_GAP_S`` before the next begins belongs to the same episode. The process replayed:
+episodes begin at random (a Poisson process in wall time, at ``rate_per_s``); each holds one
+pause, and after each pause and one ordinary step another pause follows with probability
+``continue_prob``; a pause lasts ``min_ms`` plus an exponential excess of mean
+``mean_excess_ms``. The rate is per second in which some request was decoding (the only time a
+stall can be seen), so a process that does not depend on the load is read the same at any rate.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+STALL_FACTOR = 3.0  # a stall: a gap this many times the run's 99th-percentile step
+EPISODE_GAP_S = 0.1  # stalls closer than this belong to one episode
+MIN_STALLS = 5  # fewer stalls over the fitted runs fit no process
+
+
+@dataclass(frozen=True)
+class RunStalls:
+    """The stalls of one run: each pause's start (s) and length (ms), whether the next stall
+    continued its episode, and the seconds in which some request was decoding."""
+
+    start_s: Any  # numpy float arrays, one value per stall
+    pause_ms: Any
+    continued: Any  # numpy bool array: the next stall belongs to this one's episode
+    exposure_s: float
+    threshold_ms: float
+
+    @property
+    def episodes(self) -> int:
+        return int(len(self.pause_ms) - self.continued.sum())
+
+    def paused_ms(self, lo: Any, hi: Any) -> Any:
+        """The pauses' time (ms) of the stalls that begin in ``[lo, hi)`` (numpy arrays of
+        times): what a window of the server's time holds beyond its steps."""
+        import numpy as np
+
+        total = np.concatenate(([0.0], np.cumsum(self.pause_ms)))
+        a = np.searchsorted(self.start_s, lo, side="left")
+        b = np.searchsorted(self.start_s, hi, side="left")
+        return total[b] - total[a]
+
+
+@dataclass(frozen=True)
+class StallProcess:
+    """The fitted stall process (see the module's text)."""
+
+    rate_per_s: float  # episodes per second
+    continue_prob: float  # after a pause and one step, another pause of the same episode
+    min_ms: float  # the shortest pause
+    mean_excess_ms: float  # a pause's mean length beyond ``min_ms`` (exponential)
+
+    def to_json(self) -> dict[str, float]:
+        return {k: float(v) for k, v in asdict(self).items()}
+
+    @property
+    def mean_pause_ms(self) -> float:
+        return self.min_ms + self.mean_excess_ms
+
+    def text(self) -> str:
+        per = 1.0 / max(1.0 - self.continue_prob, 1e-9)
+        return (
+            f"{self.rate_per_s:.2f} stall episodes/s of {per:.2f} pauses, "
+            f"{self.min_ms:.0f} ms + {self.mean_excess_ms:.0f} ms (exponential) each"
+        )
+
+
+STALL_FIELDS = tuple(StallProcess.__dataclass_fields__)
+
+
+def token_times(first_s: Any, gaps_ms: Any, lengths: Any) -> list[Any]:
+    """Every token's time of each request, from its first token's time and its inter-token
+    gaps (``gaps_ms`` flat, ``lengths`` per request: the records' ``itl_ms``)."""
+    import numpy as np
+
+    cuts = np.cumsum(lengths)[:-1]
+    return [
+        f + np.concatenate(([0.0], np.cumsum(g) * 1e-3))
+        for f, g in zip(first_s, np.split(np.asarray(gaps_ms, dtype=np.float64), cuts), strict=True)
+    ]
+
+
+def find_stalls(times: Sequence[Any]) -> RunStalls | None:
+    """The stalls in one run's token times (one array per answered request, each starting at
+    its first token); None when fewer than two requests decoded."""
+    import numpy as np
+
+    times = [t for t in times if len(t) >= 2 and np.isfinite(t).all()]
+    if len(times) < 2:
+        return None
+    first = np.sort([float(t[0]) for t in times])
+    last = np.sort([float(t[-1]) for t in times])
+    union = np.sort(np.concatenate(times))
+    gaps = np.diff(union)
+    # some request is decoding across the gap: it had its first token, not yet its last
+    decoding = (
+        np.searchsorted(first, union[:-1], side="right")
+        - np.searchsorted(last, union[1:], side="left")
+    ) > 0
+    if decoding.sum() < 100:
+        return None
+    busy = gaps[decoding]
+    threshold = STALL_FACTOR * float(np.percentile(busy, 99))
+    step = float(np.median(np.concatenate([np.diff(t) for t in times])))
+    at = np.flatnonzero(decoding & (gaps > threshold))
+    start = union[at]
+    end = union[at + 1]
+    continued = np.zeros(len(at), dtype=bool)
+    if len(at) > 1:
+        continued[:-1] = start[1:] - end[:-1] < EPISODE_GAP_S
+    return RunStalls(
+        start_s=start,
+        pause_ms=np.maximum(gaps[at] - step, 0.0) * 1e3,
+        continued=continued,
+        exposure_s=float(busy.sum()),
+        threshold_ms=threshold * 1e3,
+    )
+
+
+def fit_stalls(runs: Sequence[RunStalls]) -> StallProcess | None:
+    """The process of the stalls of these runs pooled (maximum likelihood: the episode rate
+    per decoding second, the continuation's share, a shifted exponential length); None when
+    they hold fewer than ``MIN_STALLS``."""
+    import numpy as np
+
+    pauses = np.concatenate([r.pause_ms for r in runs]) if runs else np.empty(0)
+    if pauses.size < MIN_STALLS:
+        return None
+    exposure = sum(r.exposure_s for r in runs)
+    episodes = sum(r.episodes for r in runs)
+    continued = sum(int(r.continued.sum()) for r in runs)
+    low = float(pauses.min())
+    return StallProcess(
+        rate_per_s=episodes / max(exposure, 1e-9),
+        continue_prob=continued / pauses.size,
+        min_ms=low,
+        mean_excess_ms=float(pauses.mean()) - low,
+    )
+
+
+class PauseClock:
+    """The stall process replayed: :meth:`step_end` turns a step's end as costed into its end
+    with any pause that fell in it (a pause that began and ended while the engine was idle is
+    not seen). Seeded: a replay with the same seed pauses at the same times."""
+
+    def __init__(self, process: StallProcess, seed: int) -> None:
+        import numpy as np
+
+        self.p = process
+        self.rng = np.random.default_rng([seed, 0x57A11])
+        self.armed = False  # the next step runs, then a pause of the same episode begins
+        self.start = self._after(0.0)
+        self.length = self._length()
+
+    def _after(self, t: float) -> float:
+        rate = self.p.rate_per_s
+        return t + float(self.rng.exponential(1.0 / rate)) if rate > 0 else math.inf
+
+    def _length(self) -> float:
+        excess = float(self.rng.exponential(self.p.mean_excess_ms)) if self.p.mean_excess_ms else 0
+        return (self.p.min_ms + excess) * 1e-3
+
+    def step_end(self, start: float, end: float) -> float:
+        """The end of a step that began at ``start`` and would end at ``end`` without pauses."""
+        if self.armed:
+            self.armed = False
+            self.start = end  # this step runs; the pause holds the next one
+            return end
+        while self.start + self.length <= start:
+            # it came and went while the engine was idle (its episode with it)
+            self.start = self._after(self.start + self.length)
+            self.length = self._length()
+        if self.start >= end:
+            return end
+        shift = self.start + self.length - start if self.start < start else self.length
+        end += shift
+        self.length = self._length()
+        if self.rng.random() < self.p.continue_prob:
+            self.armed = True
+            self.start = math.inf
+        else:
+            self.start = self._after(end)
+        return end
+
+    def due_before(self, end: float) -> bool:
+        """Whether a pause may touch a step ending before ``end`` (False: none can)."""
+        return self.armed or self.start < end
+
+    def shift_ends(self, t: float, ends: Any, until: float = math.inf) -> Any:
+        """``ends`` (numpy, consecutive steps from ``t``) with the pauses that fall in the steps
+        that begin before ``until`` (the later ones are not the replay's yet)."""
+        import numpy as np
+
+        k = len(ends)
+        j = 0 if self.armed else int(np.searchsorted(ends, self.start, side="right"))
+        while j < k:
+            begin = float(ends[j - 1]) if j else t
+            if begin >= until:
+                break
+            new = self.step_end(begin, float(ends[j]))
+            if new != ends[j]:
+                ends[j:] += new - float(ends[j])
+            if not self.due_before(float(ends[-1])):
+                break
+            j = j + 1 if self.armed else max(j + 1, int(np.searchsorted(ends, self.start, "right")))
+        return ends
