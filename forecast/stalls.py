@@ -137,13 +137,22 @@ def fit_stalls(runs: Sequence[RunStalls]) -> StallProcess | None:
     pauses = np.concatenate([r.pause_ms for r in runs]) if runs else np.empty(0)
     if pauses.size < MIN_STALLS:
         return None
-    exposure = sum(r.exposure_s for r in runs)
+    # episodes begin in the time between them (the replay draws the next from the last's end)
+    exposure = sum(r.exposure_s for r in runs) - float(pauses.sum()) * 1e-3
     episodes = sum(r.episodes for r in runs)
     continued = sum(int(r.continued.sum()) for r in runs)
+    # an episode that began within EPISODE_GAP_S of the last one's end was read as its
+    # continuation: the rate seen is rate · exp(−rate · gap); solve for the rate, and give the
+    # continuations back the episodes they took
+    seen = episodes / max(exposure, 1e-9)
+    rate = seen
+    for _ in range(50):
+        rate = seen * math.exp(min(rate * EPISODE_GAP_S, 50.0))
+    merged = rate * exposure * (1.0 - math.exp(-rate * EPISODE_GAP_S))
     low = float(pauses.min())
     return StallProcess(
-        rate_per_s=episodes / max(exposure, 1e-9),
-        continue_prob=continued / pauses.size,
+        rate_per_s=rate,
+        continue_prob=min(max(continued - merged, 0.0) / pauses.size, 0.99),
         min_ms=low,
         mean_excess_ms=float(pauses.mean()) - low,
     )
