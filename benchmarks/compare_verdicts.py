@@ -41,6 +41,12 @@ METRICS = ("median_ttft_ms", "p95_ttft_ms", "median_tpot_ms", "request_throughpu
 T0 = 1_800_000_000.0
 TOKENS = 32
 URLS = ("http://127.0.0.1:1", "http://127.0.0.1:2")
+# Measured on the CPU build (2026-12-04, an open-loop A/A of chunked-256 on chat, 437 requests
+# sent to both sides of a block): within a slice, log TTFT has a standard deviation of 0.49 and
+# a request's log TPOT of 0.30; between a request and its twin on the other side, log TTFT
+# correlates 0.59 and log TPOT 0.35 (each slice's own mean taken off) (--shared-ttft, --shared-tpot)
+TTFT_SD, TPOT_SD = 0.5, 0.3
+MAX_REQUESTS = 4096  # a period's requests at most (their own noise is drawn this long)
 
 
 @dataclass(frozen=True)
@@ -51,6 +57,11 @@ class Noise:
     instance_cv: float  # a server instance's offset, on latency and on capacity
     throughput_cv: float  # a period's own throughput factor
     rate_rps: float  # requests per second a server of capacity 1 serves
+    # The share of a request's log-latency variance that is the request's own (its prompt, its
+    # answer's length, who arrived with it): both sides of a block (or of a pair of repeats)
+    # are sent the same requests at the same offsets, so this part is the same on both sides.
+    shared_ttft: float = 0.0
+    shared_tpot: float = 0.0
 
 
 def _factor(rng, cv: float) -> float:
@@ -68,17 +79,25 @@ def _period_records(
     slice_k: int = -1,
     replica: str = "",
     first_index: int = 0,
+    stream: tuple[int, ...] = (),
 ) -> dict[str, np.ndarray]:
     """One period's requests against a server whose latencies are scaled by ``factor`` and
-    whose throughput by ``capacity``, each times the period's own factors."""
+    whose throughput by ``capacity``, each times the period's own factors. ``stream`` seeds
+    the requests' own noise: periods given the same stream were sent the same requests."""
     # as vprof's open-loop schedules: the count a period serves is its rate's, evenly spread
     rate = noise.rate_rps * capacity * _factor(rng, noise.throughput_cv)
     n = max(1, round(rate * length_s))
     sent = start + (np.arange(n) + rng.uniform(0.0, 1.0, n)) * (length_s / n)
     ttft_factor = factor * _factor(rng, noise.ttft_cv)
     itl_factor = factor * _factor(rng, noise.itl_cv)
-    ttft = rng.lognormal(np.log(80.0 * ttft_factor), 0.5, n)
-    gaps = rng.lognormal(np.log(10.0 * itl_factor), 0.3, (n, TOKENS - 1))
+    own = np.random.default_rng(stream) if stream else rng
+    requests = own.standard_normal((2, max(n, MAX_REQUESTS)))[:, :n]  # the same per stream
+    ttft_z = _mix(requests[0], rng.standard_normal(n), noise.shared_ttft)
+    tpot_z = _mix(requests[1], rng.standard_normal(n), noise.shared_tpot)
+    ttft = np.exp(np.log(80.0 * ttft_factor) + TTFT_SD * ttft_z)
+    # a request's gaps: its own level (shared like its TPOT) times each gap's own noise
+    level = np.exp(np.log(10.0 * itl_factor) + TPOT_SD * tpot_z)
+    gaps = level[:, None] * rng.lognormal(0.0, 0.22, (n, TOKENS - 1))
     first = sent + ttft / 1000.0
     last = first + gaps.sum(axis=1) / 1000.0
     return {
@@ -91,6 +110,11 @@ def _period_records(
         "slice": np.full(n, slice_k),
         "replica": np.full(n, replica, dtype=object),
     }
+
+
+def _mix(shared: np.ndarray, own: np.ndarray, share: float) -> np.ndarray:
+    """Standard normal noise of which ``share`` of the variance is ``shared``."""
+    return math.sqrt(share) * shared + math.sqrt(1.0 - share) * own
 
 
 def _table(parts: list[dict[str, np.ndarray]]) -> pa.Table:
@@ -135,6 +159,7 @@ def repeats(rng, noise: Noise, args, shift: float, *, paired: bool) -> list[Run]
     n = max(2, int(args.measure_s / 2 // args.run_s))
     order = block_order(2, n, "interleaved")  # vprof bench's own order: A B | B A | …
     span = len(order) * (args.run_s + args.restart_s)
+    base = int(rng.integers(2**32))  # this comparison's request streams: one per repeat
     runs = []
     for position, (side, r) in enumerate(order):
         start = T0 + position * (args.run_s + args.restart_s)
@@ -153,6 +178,7 @@ def repeats(rng, noise: Noise, args, shift: float, *, paired: bool) -> list[Run]
                     capacity=speed / drift,
                     noise=noise,
                     first_index=p * STRIDE,
+                    stream=(base, r, p),
                 )
             )
         name = "ab"[side] + ("" if r == 1 else f"--r{r}")
@@ -184,6 +210,7 @@ def alternating(rng, noise: Noise, args, shift: float, *, swap: bool) -> list[Ru
     total_s = blocks * block_s + (args.restart_s if swap else 0.0)
     instances = [_factor(rng, noise.instance_cv), _factor(rng, noise.instance_cv)]
     speeds = [_factor(rng, noise.instance_cv), _factor(rng, noise.instance_cv)]
+    base = int(rng.integers(2**32))  # this comparison's request streams: one per block
     runs, epoch = [], T0
     for number, count in enumerate(phases, start=1):
         schedule = SliceSchedule(epoch=epoch, slice_s=args.slice_s, warmup_s=args.warmup_s, sides=2)
@@ -204,6 +231,7 @@ def alternating(rng, noise: Noise, args, shift: float, *, swap: bool) -> list[Ru
                     slice_k=k,
                     replica=URLS[side],
                     first_index=k * STRIDE,
+                    stream=(base, number, schedule.block_of(k)),
                 )
             )
         sides = [
@@ -285,11 +313,24 @@ def main() -> None:
     parser.add_argument("--instance-cv", type=float, default=0.04)
     parser.add_argument("--throughput-cv", type=float, default=0.025)
     parser.add_argument("--rate", type=float, default=10.0, help="requests per second")
+    parser.add_argument(
+        "--shared-ttft", type=float, default=0.59, help="a request's own share of TTFT variance"
+    )
+    parser.add_argument(
+        "--shared-tpot", type=float, default=0.35, help="a request's own share of TPOT variance"
+    )
     parser.add_argument("--design", action="append", help="only these designs (repeatable)")
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args()
     noise = Noise(
-        args.ttft_cv, args.itl_cv, args.drift, args.instance_cv, args.throughput_cv, args.rate
+        args.ttft_cv,
+        args.itl_cv,
+        args.drift,
+        args.instance_cv,
+        args.throughput_cv,
+        args.rate,
+        args.shared_ttft,
+        args.shared_tpot,
     )
     print(
         f"{args.pairs} A/A and {args.pairs} A/B pairs per design; {args.measure_s:g} s measured "
