@@ -507,7 +507,9 @@ class AlternatingBench:
                 slice_s=alt.slice_s,
                 slice_warmup_s=alt.warmup_s,
                 on_worker_loss=spec.on_worker_loss,
-                cut_in_flight_s=CUT_IN_FLIGHT_S,
+                # the last slice's answers get as long as any other slice's had (the next
+                # slice, at least): cut sooner, a slower side would lose its slowest answers
+                cut_in_flight_s=max(CUT_IN_FLIGHT_S, alt.slice_s),
             )
         )
         watch = ClientWatch(run)
