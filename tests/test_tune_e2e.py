@@ -2,9 +2,11 @@
 its profile passes `vprof validate` and `vprof launch` starts it, and an independent
 `vprof sweep load` of that server confirms the claimed rate within 10 %.
 
-Kept short: two candidates (max-num-batched-tokens 512 and 2048 with chunked prefill, the rest
-pinned, eager start-up), 10 s levels (at 6 s a level's p95 rested on about 17 requests, and a
-claim and its check once came out 10.3 % apart). The server must be what saturates, not the
+Kept short: a grid of two candidates (max-num-batched-tokens 512 and 2048 with chunked
+prefill, the rest pinned, eager start-up) of which the budget measures one (ranking candidates
+is test_tune_cli's, against the emulator; here the point is a real claim), 10 s levels (at 6 s
+a level's p95 rested on about 17 requests, and a claim and its check once came out 10.3 %
+apart). The server must be what saturates, not the
 client: vLLM's CPU threads are bound to core 0 (the load generator keeps the other), and the
 workload is prefill-bound — 6000-token prompts, 8-token answers — so the server tops out near
 3 req/s (each prefill takes about 0.3 s) while the client has almost nothing to do; under
@@ -70,7 +72,7 @@ def _tune(files: Path, name: str):
         "--workload", str(files / "answers.yaml"), "--traffic", str(files / "level.yaml"),
         "--slo", SLO, "--space", "max-num-batched-tokens=512,2048",
         "--set", "enforce-eager=true", "--set", "enable-chunked-prefill=true",
-        "--set", "max-num-seqs=8", "--budget-trials", "2", "--repeat", "1",
+        "--set", "max-num-seqs=8", "--budget-trials", "1", "--repeat", "1",
         "--level-s", "10", "--warmup-s", "1", "--start-rps", "1.5",
         "--port", str(free_port(lo=18800, hi=18899)), "--out", str(out),
         timeout_s=1200,
@@ -99,12 +101,13 @@ def tuned(files: Path):
 
 def test_a_small_tune_finishes_and_says_what_it_measured(tuned):
     out, state, proc = tuned
-    assert state["candidates_measured"] == 2 and state["grid_size"] == 2
+    assert state["candidates_measured"] == 1 and state["grid_size"] == 2
     assert state["best"].startswith("pinned@bt")
     assert state["sustainable_rps"] > 0
     rows = {row["candidate"]: row for row in state["trials"]}
+    assert len(rows) == 1
     for row in rows.values():
-        assert row["state"] in ("measured", "clearly worse"), row
+        assert row["state"] == "measured", row
         assert all((out / Path(run).name / "summary.json").is_file() for run in row["runs"])
     assert "Best: pinned@bt" in proc.stdout
     assert (out / "report.html").is_file()
@@ -175,9 +178,10 @@ def _sweep(
     url: str, path: Path, dirs: list[str], files: Path, claim: float, name: str
 ) -> tuple[float | None, str]:
     """An independent `vprof sweep load` around ``claim``: its sustainable rate and basis."""
-    # 0.9× must meet the SLO, and the interpolated answer lands within ±10 % unless the
-    # claim is wrong: too high and 0.9× misses, too low and 1.1× meets too
-    levels = ",".join(f"{claim * f:.3g}" for f in (0.9, 1.0, 1.1, 1.25))
+    # 0.9× must meet the SLO and 1.1× miss it, so the interpolated answer lands within ±10 %
+    # unless the claim is wrong: too high and 0.9× misses, too low and 1.1× meets too (1.25×
+    # then says how far)
+    levels = ",".join(f"{claim * f:.3g}" for f in (0.9, 1.1, 1.25))
     # fmt: off
     sweep = vprof(
         "sweep", "load", str(path), *dirs, "--url", url,
