@@ -9,6 +9,7 @@ the profile as it ran) and the price of a GPU-hour.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -33,12 +34,9 @@ _LEVEL_KEYS = (
 
 
 def _stats(summary: dict[str, Any], metric: str) -> dict[str, Any]:
-    out = {}
-    suffix = f"_{metric}_ms"
-    for key, value in summary.items():
-        if key.endswith(suffix) and (key.startswith("p") or key.startswith("median")):
-            out[key] = value
-    return out
+    """The metric's median and percentiles (``p95_ttft_ms``; not ``p95_session_e2el_ms``)."""
+    pattern = re.compile(rf"(median|p\d+(\.\d+)?)_{re.escape(metric)}_ms")
+    return {key: value for key, value in summary.items() if pattern.fullmatch(key)}
 
 
 def _level(run_id: str | None, summary: dict[str, Any], metrics: Sequence[str]) -> dict[str, Any]:

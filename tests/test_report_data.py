@@ -158,3 +158,21 @@ def write_sweep(root: Path, n: int = 80) -> Path:
     )
     write_manifest(root, "batched-tokens", "baseline", rows, recommendation)
     return root
+
+
+def test_a_capacity_level_holds_the_metrics_percentiles_and_no_lookalike():
+    from vprof.report.capacity import _level
+
+    summary = {
+        "p95_e2el_ms": 900.0,
+        "median_e2el_ms": 400.0,
+        "p99.9_e2el_ms": 1500.0,
+        "p95_session_e2el_ms": 9000.0,
+        "mean_e2el_ms": 450.0,
+    }
+    level = _level("r1", summary, ["e2el"])
+    assert {k for k in level if k.endswith("e2el_ms")} == {
+        "p95_e2el_ms",
+        "median_e2el_ms",
+        "p99.9_e2el_ms",
+    }
