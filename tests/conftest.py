@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -76,24 +76,18 @@ def vllm_test_argv(model_dir: Path, port: int) -> list[str]:
 
 # -- one worker for what measures time -------------------------------------------------------
 #
-# `pytest` runs on two workers (pytest-xdist, ``-n 2`` in pyproject's addopts). The modules that
-# start vLLM or Chromium, and the few unit tests that assert on a client's timing, form one
-# group that one worker runs in this order, while the other worker takes the unit tests a
-# module at a time (so module fixtures are built once): first what a busy core cannot upset
-# (refusals, counts, clean stops), then — after waiting for the unit tests to be done (a
-# marker file each worker leaves) — what measures latency, rates and lag. (xdist's own
-# ``xdist_group`` marks are not honoured under pytest 9: its loadgroup mode renames node ids
-# through an attribute pytest no longer reads.)
-SERIAL_ORDER = (
-    "test_launch",
-    "test_server_e2e",
-    "test_hostile_runs_e2e",
-    "test_workloads_e2e",
-    "test_bench_e2e",
-    "test_replicas_e2e",
-    "test_report_browser",
-    "test_webui_browser",
-    # from here on every test measures latency, rates or lag: they wait for the unit tests
+# `pytest` runs on four workers (pytest-xdist, ``-n 4`` in pyproject's addopts) on two cores.
+# The modules that measure latency, rates or lag on real servers (``QUIET``) form one unit of
+# work that one worker runs in this order, alone: its first test waits until every other
+# worker has run its last test (a marker file each worker leaves), having started the shared
+# vLLM server meanwhile (a start is not a measurement). Everything else runs on the other
+# workers, a module at a time (so module fixtures are built once) — unit tests, and the tests
+# that start vLLM or Chromium but measure nothing a busy core can upset (refusals, counts,
+# clean stops); those that share the session's vLLM server are one unit (``SHARED_SERVER``),
+# so one worker starts it for them. Three workers keep two cores busy while the unit tests'
+# Locust runs wait on their traffic. (xdist's own ``xdist_group`` marks are not honoured under
+# pytest 9: its loadgroup mode renames node ids through an attribute pytest no longer reads.)
+QUIET = (
     "test_alternate_e2e",
     "test_report_real_e2e",
     "test_verdicts_e2e",
@@ -106,12 +100,26 @@ SERIAL_ORDER = (
     "test_loadgen_health",
     "test_calibrate_timing",
 )
-SERIAL_GROUP = "serial"
-QUIET_FROM = SERIAL_ORDER.index("test_alternate_e2e")
-_QUIET_WAIT_S = 1800.0
-# Slow (marked e2e) but starting neither vLLM nor Chromium and measuring nothing: first among
-# the unit tests, so the other worker builds its fresh environment beside the serial group.
+# Start vLLM or Chromium without measuring time: beside the unit tests, longest first.
+SHARED_SERVER = (
+    "test_replicas_e2e",
+    "test_locust_counts_e2e",
+    "test_server_e2e",
+    "test_hostile_runs_e2e",
+    "test_workloads_e2e",
+)
+BUSY_OK = (
+    "test_bench_e2e",
+    *SHARED_SERVER,
+    "test_sweep_e2e",
+    "test_launch",
+    "test_webui_browser",
+    "test_report_browser",
+)
+# Slow (marked e2e) but starting neither vLLM nor Chromium and measuring nothing.
 BESIDE_UNITS = ("test_dependencies",)
+QUIET_GROUP, SHARED_GROUP = "quiet", "shared-server"
+_QUIET_WAIT_S = 1800.0
 
 
 def _module(nodeid: str) -> str:
@@ -119,21 +127,21 @@ def _module(nodeid: str) -> str:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """The serial modules first, in :data:`SERIAL_ORDER` (stable within a module); a test that
-    starts vLLM or Chromium outside them is a mistake of the suite's, said at once."""
+    """The quiet modules first (in :data:`QUIET`'s order), then the ones that start vLLM or
+    Chromium beside the unit tests, then the unit tests (stable within a module); a test that
+    starts vLLM or Chromium outside those lists is a mistake of the suite's, said at once."""
+    ordered = (*QUIET, *BUSY_OK, *BESIDE_UNITS)
     for item in items:
         real = item.get_closest_marker("e2e") or item.get_closest_marker("browser")
-        if real and _module(item.nodeid) not in (*SERIAL_ORDER, *BESIDE_UNITS):
+        if real and _module(item.nodeid) not in ordered:
             raise pytest.UsageError(
-                f"{item.nodeid} starts vLLM or Chromium: add its module to SERIAL_ORDER in "
-                "tests/conftest.py, or two workers will measure at once"
+                f"{item.nodeid} starts vLLM or Chromium: add its module to QUIET or BUSY_OK in "
+                "tests/conftest.py"
             )
 
     def rank(item: pytest.Item) -> int:
         module = _module(item.nodeid)
-        if module in SERIAL_ORDER:
-            return SERIAL_ORDER.index(module)
-        return len(SERIAL_ORDER) + (module not in BESIDE_UNITS)
+        return ordered.index(module) if module in ordered else len(ordered)
 
     items.sort(key=rank)
 
@@ -152,6 +160,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         marker = _done_marker(worker)
         marker.parent.mkdir(exist_ok=True)
         marker.touch()
+    _shared_stack.close()
 
 
 _quiet = False
@@ -159,17 +168,22 @@ _quiet = False
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
-    """Before the first test that measures time (its fixtures included), wait until the other
-    workers have run their last unit test: their work would otherwise share the two cores
-    with a vLLM server and its load generator (a CI run's prefix-caching A/B came out
-    +131 % [-46 %, +897 %] with the unit tests beside it)."""
+    """Before the first quiet test (its fixtures included), start the shared vLLM server and
+    wait until the other workers have run their last test: their work would otherwise share
+    the two cores with a vLLM server and its load generator (a CI run's prefix-caching A/B
+    came out +131 % [-46 %, +897 %] with the unit tests beside it)."""
     global _quiet
-    module = _module(item.nodeid)
     worker = os.environ.get("PYTEST_XDIST_WORKER")
-    if _quiet or not worker or module not in SERIAL_ORDER[QUIET_FROM:]:
+    if _quiet or not worker or _module(item.nodeid) not in QUIET:
         return
+    import tempfile
     import time
 
+    quiet = [i for i in item.session.items if _module(i.nodeid) in QUIET]
+    if not os.environ.get("VPROF_TEST_VLLM_URL") and any(
+        "vllm_server" in i.fixturenames for i in quiet
+    ):
+        _shared_server(ensure_tiny_model(), Path(tempfile.mkdtemp(prefix="vprof-vllm-")))
     count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
     others = [f"gw{i}" for i in range(count) if f"gw{i}" != worker]
     deadline = time.monotonic() + _QUIET_WAIT_S
@@ -180,17 +194,19 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
-    """Work units: the serial group, then one per module, in collection order (the serial
-    group first, so the longest unit starts at once)."""
+    """Work units: the quiet group, the shared server's group, then one per module, in
+    collection order (the quiet group first, so one worker holds it from the start)."""
     from xdist.scheduler import LoadScopeScheduling
 
-    class SerialGroupScheduling(LoadScopeScheduling):
+    class QuietGroupScheduling(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
             module = _module(nodeid)
-            return SERIAL_GROUP if module in SERIAL_ORDER else nodeid.split("::", 1)[0]
+            if module in QUIET:
+                return QUIET_GROUP
+            return SHARED_GROUP if module in SHARED_SERVER else nodeid.split("::", 1)[0]
 
     config.option.loadscopereorder = False
-    return SerialGroupScheduling(config, log)
+    return QuietGroupScheduling(config, log)
 
 
 @pytest.fixture(scope="session")
@@ -200,16 +216,26 @@ def tiny_model() -> Path:
 
 
 @pytest.fixture(scope="session")
-def vllm_server(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[VllmServer]:
-    """One real vLLM CPU server on the tiny model, shared by the whole session."""
+def vllm_server(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> VllmServer:
+    """One real vLLM CPU server on the tiny model, shared by the whole session (the worker's:
+    started by the quiet group's wait, or here; stopped when the worker's session ends)."""
     external = os.environ.get("VPROF_TEST_VLLM_URL")
     if external:
-        yield VllmServer(
+        return VllmServer(
             url=external.rstrip("/"), model=TINY_MODEL_NAME, model_dir=tiny_model, log_path=None
         )
-        return
-    with running_vllm_server(tiny_model, tmp_path_factory.mktemp("vllm")) as server:
-        yield server
+    return _shared_server(tiny_model, tmp_path_factory.mktemp("vllm"))
+
+
+_shared_stack = ExitStack()
+_shared: list[VllmServer] = []
+
+
+def _shared_server(tiny_model: Path, log_dir: Path) -> VllmServer:
+    """This worker's shared server, started on first use."""
+    if not _shared:
+        _shared.append(_shared_stack.enter_context(running_vllm_server(tiny_model, log_dir)))
+    return _shared[0]
 
 
 @contextmanager

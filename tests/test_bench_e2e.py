@@ -150,17 +150,6 @@ def test_ctrl_c_stops_cleanly_keeps_the_partial_run_and_leaves_no_process(tmp_pa
     assert watcher.leftovers() == []
 
 
-def test_sweep_batched_tokens_walks_two_rungs_and_recommends_one(tmp_path):
-    out = tmp_path / "runs"
-    proc = launch_and_run(out, "sweep", "batched-tokens", "baseline", "--rungs", "2",
-                          "--traffic", "smoke", timeout_s=1200)  # fmt: skip
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    for value in ("2048", "4096"):
-        assert f"mnbt={value}" in proc.stdout
-    assert "Recommended: baseline@mnbt=" in proc.stdout
-    assert len(run_dirs(out)) == 2
-
-
 def test_bench_measures_a_server_it_did_not_launch_with_two_locust_processes(tmp_path, vllm_server):
     out = tmp_path / "runs"
     proc = subprocess.run(

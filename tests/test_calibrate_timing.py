@@ -9,7 +9,7 @@ the writes' gaps. Calibrate's certificate at the same load must agree within 1 m
 3 ms at p99 (TTFT p50 and p99, ITL p99), at 64 and at 256 users.
 
 Timing-sensitive: it measures a client's latency on a shared machine, so it belongs in the
-serial group of tests that wait for the unit tests (``SERIAL_ORDER`` in ``conftest.py``).
+quiet group of tests that wait for every other test (``QUIET`` in ``conftest.py``).
 """
 
 from __future__ import annotations
