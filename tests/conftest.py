@@ -77,7 +77,7 @@ def vllm_test_argv(model_dir: Path, port: int) -> list[str]:
 # -- one worker for what measures time -------------------------------------------------------
 #
 # `pytest` runs on four workers (pytest-xdist, ``-n 4`` in pyproject's addopts) on two cores.
-# The modules that measure latency, rates or lag on real servers (``QUIET``) form one unit of
+# The modules that measure latency, rates or lag (``QUIET``: real vLLM or not) form one unit of
 # work that one worker runs in this order, alone: its first test waits until every other
 # worker has run its last test (a marker file each worker leaves), having started the shared
 # vLLM server meanwhile (a start is not a measurement). Everything else runs on the other
@@ -99,23 +99,21 @@ QUIET = (
     "test_emulator_locust",
     "test_loadgen_health",
     "test_calibrate_timing",
+    "test_webui_browser",  # the live header's rate against the records' (within 5 %)
 )
-# Start vLLM or Chromium without measuring time: beside the unit tests, longest first.
+# Start vLLM or Chromium without measuring time: beside the unit tests. The shared server's
+# users are one unit, so one vLLM-heavy test runs at a time beside them (three at once on two
+# cores slowed a two-server alternating bench until slices went empty).
 SHARED_SERVER = (
+    "test_bench_e2e",
+    "test_sweep_e2e",
     "test_replicas_e2e",
     "test_locust_counts_e2e",
     "test_server_e2e",
     "test_hostile_runs_e2e",
     "test_workloads_e2e",
 )
-BUSY_OK = (
-    "test_bench_e2e",
-    *SHARED_SERVER,
-    "test_sweep_e2e",
-    "test_launch",
-    "test_webui_browser",
-    "test_report_browser",
-)
+BUSY_OK = (*SHARED_SERVER, "test_launch", "test_report_browser")
 # Slow (marked e2e) but starting neither vLLM nor Chromium and measuring nothing.
 BESIDE_UNITS = ("test_dependencies",)
 QUIET_GROUP, SHARED_GROUP = "quiet", "shared-server"

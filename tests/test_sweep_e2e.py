@@ -1,5 +1,5 @@
 """`vprof sweep batched-tokens` end to end: real vLLM (CPU build), real Locust, a server
-launched per rung. A module of its own so that it runs beside test_bench_e2e's faults."""
+launched per rung."""
 
 from __future__ import annotations
 
