@@ -9,11 +9,11 @@ the profile as it ran) and the price of a GPU-hour.
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Sequence
 from typing import Any
 
 from vprof.analysis.keys import SummaryKey as K
+from vprof.analysis.keys import split_stat_key
 from vprof.common.errors import ProfileError, ReportError
 from vprof.report.options import ReportOptions
 
@@ -35,8 +35,12 @@ _LEVEL_KEYS = (
 
 def _stats(summary: dict[str, Any], metric: str) -> dict[str, Any]:
     """The metric's median and percentiles (``p95_ttft_ms``; not ``p95_session_e2el_ms``)."""
-    pattern = re.compile(rf"(median|p\d+(\.\d+)?)_{re.escape(metric)}_ms")
-    return {key: value for key, value in summary.items() if pattern.fullmatch(key)}
+    out = {}
+    for key, value in summary.items():
+        split = split_stat_key(key)
+        if split is not None and split[1] == metric and split[0] not in ("mean", "std"):
+            out[key] = value
+    return out
 
 
 def _level(run_id: str | None, summary: dict[str, Any], metrics: Sequence[str]) -> dict[str, Any]:
