@@ -112,6 +112,14 @@ def _period_records(
     }
 
 
+def _share(text: str) -> float:
+    """A share of variance from the command line: a finite number from 0 to 1."""
+    value = float(text)
+    if not 0.0 <= value <= 1.0:  # False for nan too
+        raise argparse.ArgumentTypeError(f"{text!r} is not a share from 0 to 1")
+    return value
+
+
 def _mix(shared: np.ndarray, own: np.ndarray, share: float) -> np.ndarray:
     """Standard normal noise of which ``share`` of the variance is ``shared``."""
     return math.sqrt(share) * shared + math.sqrt(1.0 - share) * own
@@ -314,10 +322,10 @@ def main() -> None:
     parser.add_argument("--throughput-cv", type=float, default=0.025)
     parser.add_argument("--rate", type=float, default=10.0, help="requests per second")
     parser.add_argument(
-        "--shared-ttft", type=float, default=0.59, help="a request's own share of TTFT variance"
+        "--shared-ttft", type=_share, default=0.59, help="a request's own share of TTFT variance"
     )
     parser.add_argument(
-        "--shared-tpot", type=float, default=0.35, help="a request's own share of TPOT variance"
+        "--shared-tpot", type=_share, default=0.35, help="a request's own share of TPOT variance"
     )
     parser.add_argument("--design", action="append", help="only these designs (repeatable)")
     parser.add_argument("--seed", type=int, default=1)
