@@ -455,7 +455,8 @@ def alternate_options(func):
             default=None,
             metavar="DURATION",
             help=f"With --alternate: how long each side gets the load. [default: "
-            f"{DEFAULT_SLICE_S:g}s]",
+            f"{DEFAULT_SLICE_S:g}s, shortened by up to a fifth when one more block then "
+            "fills --time-budget]",
         ),
         click.option(
             "--slice-warmup",
@@ -592,6 +593,7 @@ def _alternate(profile_names: tuple[str, ...], fmt: str, opts: dict[str, Any]) -
         if opts["time_budget_text"]
         else None,
         swap=not url_sides if opts["swap"] is None else opts["swap"],
+        fit_slice=not opts["slice_text"],
         url_sides=tuple(url_sides),
     )
     spec = _spec({**opts, "urls": ()})

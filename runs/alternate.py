@@ -60,6 +60,10 @@ MIN_BLOCKS = 3  # a precision target is judged on at least this many whole block
 # What a phase costs besides its blocks: the load generator's start, the summary and report
 # after it (about 4 s and 3-5 s against two emulators), kept inside the time budget.
 PHASE_OVERHEAD_S = 10.0
+# With a time budget and no --slice: slices may shorten by at most this share so that one
+# more whole block fills the budget (a block of two 20-s slices left up to 40 s unused per
+# phase; more blocks narrow a paired interval more than slightly shorter slices widen it).
+MAX_SLICE_SHRINK = 0.2
 
 
 @dataclass(frozen=True)
@@ -71,6 +75,7 @@ class AlternateSpec:
     precision_pct: float | None = None
     time_budget_s: float | None = None
     swap: bool = False
+    fit_slice: bool = False  # the slice length was not asked for: it may shorten to fill the budget
     metrics: tuple[str, ...] = ()  # judged by precision; empty: the headline metrics
     url_sides: tuple[tuple[str, tuple[str, ...]], ...] = ()  # --url NAME=URL: servers running
 
@@ -363,6 +368,7 @@ class AlternatingBench:
                 if phase.run.state == RunState.COMPLETED:
                     say(f"phase {phase.number}: already completed ({phase.run.path})")
                     phase.measured_blocks = _blocks_in(phase.run)
+                    self._resume_slices(phase.run)
                     outcomes.append(self._outcome(phase, SKIPPED, ""))
                     continue
                 if phase.number == 2:
@@ -403,7 +409,17 @@ class AlternatingBench:
         left = budget - (time.monotonic() - self.began) - PHASE_OVERHEAD_S
         if alt.swap and phase.number == 1:
             left = (left - self.start_s - PHASE_OVERHEAD_S) / 2
-        fit = max(whole_blocks(max(left, 0.0), alt.slice_s, len(self.sides)), 1)
+        n = len(self.sides)
+        fit = max(whole_blocks(max(left, 0.0), alt.slice_s, n), 1)
+        if alt.fit_slice and phase.number == 1 and fit < phase.blocks:
+            shorter = math.floor(left / ((fit + 1) * n) * 10) / 10
+            if shorter >= (1 - MAX_SLICE_SHRINK) * alt.slice_s and shorter > alt.warmup_s:
+                self.alt = alt = replace(alt, slice_s=shorter)
+                fit += 1
+                self.say(
+                    f"phase 1: {shorter:g}-s slices, so that {fit} whole blocks fill what is "
+                    "left of the time budget"
+                )
         fit = max(fit, min(phase.blocks, MIN_BLOCKS))
         if fit < phase.blocks:
             self.say(
@@ -411,6 +427,14 @@ class AlternatingBench:
                 f"fit in what is left of the time budget"
             )
             phase.blocks = fit
+
+    def _resume_slices(self, run: RunDir) -> None:
+        """A completed phase's slice length, which the phases after it keep (the time budget
+        may have shortened it)."""
+        section = run.meta().get("alternate")
+        slice_s = section.get("slice_s") if isinstance(section, dict) else None
+        if isinstance(slice_s, (int, float)) and self.alt.warmup_s < slice_s <= self.alt.slice_s:
+            self.alt = replace(self.alt, slice_s=float(slice_s))
 
     def _outcome(self, phase: _Phase, state: str, reason: str) -> RunOutcome:
         label = " vs ".join(s.name for s in self.sides)

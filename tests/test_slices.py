@@ -65,3 +65,31 @@ def test_sides_are_parsed_per_host():
 
 def test_whole_blocks():
     assert whole_blocks(600, 20, 2) == 15 and whole_blocks(10, 20, 2) == 1
+
+
+@pytest.mark.parametrize(
+    ("fit_slice", "blocks", "slice_s"),
+    [(True, 6, 19.7), (False, 5, 20.0)],
+)
+def test_a_time_budget_shortens_slices_so_whole_blocks_fill_it(
+    tmp_path, fit_slice, blocks, slice_s
+):
+    import time
+
+    from vprof.records import RunDir
+    from vprof.runs.alternate import AlternateSpec, AlternatingBench, _Phase
+
+    bench = AlternatingBench.__new__(AlternatingBench)  # the budget arithmetic alone
+    spec = AlternateSpec(20.0, 5.0, time_budget_s=600.0, swap=True, fit_slice=fit_slice)
+    bench.alt, bench.sides, bench.start_s = spec, [None, None], 53.0
+    bench.began = time.monotonic() - 53.0  # the servers took 53 s to start
+    said: list[str] = []
+    bench.say = said.append
+    phase = _Phase(RunDir(tmp_path / "run"), 1, 7)
+    bench._fit_to_budget(phase)
+    # each phase gets (600 − 53 − 10 − 53 − 10) / 2 = 237 s: five blocks of 2 × 20 s leave
+    # 37 s unused, six blocks of 2 × 19.7 s fill it
+    assert (phase.blocks, bench.alt.slice_s) == (blocks, slice_s), said
+    second = _Phase(RunDir(tmp_path / "run2"), 2, blocks)
+    bench._fit_to_budget(second)  # the second phase keeps the first one's slices
+    assert bench.alt.slice_s == slice_s
