@@ -80,8 +80,10 @@ def vllm_test_argv(model_dir: Path, port: int) -> list[str]:
 # The modules that measure latency, rates or lag (``QUIET``: real vLLM or not) form one unit of
 # work that one worker runs in this order, alone: its first test waits until every other
 # worker has run its last test (a marker file each worker leaves), having started the shared
-# vLLM server meanwhile (a start is not a measurement). Everything else runs on the other
-# workers, a module at a time (so module fixtures are built once) — unit tests, and the tests
+# vLLM server meanwhile (a start is not a measurement). Before that, the same worker runs the
+# tests that start servers of their own (``OWN_SERVERS``) beside the rest. Everything else
+# runs on the other workers, a module at a time (so module fixtures are built once) — unit
+# tests, and the tests
 # that start vLLM or Chromium but measure nothing a busy core can upset (refusals, counts,
 # clean stops); those that share the session's vLLM server are one unit (``SHARED_SERVER``),
 # so one worker starts it for them. Three workers keep two cores busy while the unit tests'
@@ -101,22 +103,33 @@ QUIET = (
     "test_calibrate_timing",
     "test_webui_browser",  # the live header's rate against the records' (within 5 %)
 )
+# Start vLLM servers of their own and measure nothing a busy core can upset (a killed server,
+# Ctrl-C, a sweep's rungs): the quiet group's worker runs them first, beside the others, before
+# it waits for them.
+OWN_SERVERS = ("test_bench_e2e", "test_sweep_e2e")
 # Start vLLM or Chromium without measuring time: beside the unit tests. The shared server's
-# users are one unit, so one vLLM-heavy test runs at a time beside them (three at once on two
-# cores slowed a two-server alternating bench until slices went empty).
+# users are one unit, so one of them runs at a time (beside the own servers' unit; three
+# vLLM-heavy tests at once on two cores slowed a two-server alternating bench until slices
+# went empty).
 SHARED_SERVER = (
-    "test_bench_e2e",
-    "test_sweep_e2e",
+    "test_bench_url_e2e",
     "test_replicas_e2e",
     "test_locust_counts_e2e",
     "test_server_e2e",
     "test_hostile_runs_e2e",
     "test_workloads_e2e",
 )
-BUSY_OK = (*SHARED_SERVER, "test_launch", "test_report_browser")
+BUSY_OK = (*OWN_SERVERS, *SHARED_SERVER, "test_launch", "test_report_browser")
 # Slow (marked e2e) but starting neither vLLM nor Chromium and measuring nothing.
 BESIDE_UNITS = ("test_dependencies",)
 QUIET_GROUP, SHARED_GROUP = "quiet", "shared-server"
+# Outside the quiet group, vLLM servers run beside other servers and tests on two cores, and
+# OpenMP's threads spin at every barrier for a thread that is not running (two servers of two
+# threads each slowed each other ×20, see README's placement): there the servers' OpenMP
+# threads sleep while they wait (``OMP_WAIT_POLICY=PASSIVE``, inherited by every process a
+# test starts). The quiet group measures the servers as vprof starts them, unchanged.
+_OMP_WAIT = "OMP_WAIT_POLICY"
+_OMP_WAIT_GIVEN = os.environ.get(_OMP_WAIT)
 _QUIET_WAIT_S = 1800.0
 
 
@@ -128,7 +141,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """The quiet modules first (in :data:`QUIET`'s order), then the ones that start vLLM or
     Chromium beside the unit tests, then the unit tests (stable within a module); a test that
     starts vLLM or Chromium outside those lists is a mistake of the suite's, said at once."""
-    ordered = (*QUIET, *BUSY_OK, *BESIDE_UNITS)
+    ordered = (*OWN_SERVERS, *QUIET, *BUSY_OK, *BESIDE_UNITS)
     for item in items:
         real = item.get_closest_marker("e2e") or item.get_closest_marker("browser")
         if real and _module(item.nodeid) not in ordered:
@@ -172,6 +185,11 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     came out +131 % [-46 %, +897 %] with the unit tests beside it)."""
     global _quiet
     worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if worker and _OMP_WAIT_GIVEN is None:
+        if _module(item.nodeid) in QUIET:
+            os.environ.pop(_OMP_WAIT, None)
+        else:
+            os.environ[_OMP_WAIT] = "PASSIVE"
     if _quiet or not worker or _module(item.nodeid) not in QUIET:
         return
     import tempfile
@@ -199,7 +217,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     class QuietGroupScheduling(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
             module = _module(nodeid)
-            if module in QUIET:
+            if module in QUIET or module in OWN_SERVERS:
                 return QUIET_GROUP
             return SHARED_GROUP if module in SHARED_SERVER else nodeid.split("::", 1)[0]
 
