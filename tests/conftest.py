@@ -78,7 +78,8 @@ def vllm_test_argv(model_dir: Path, port: int) -> list[str]:
 #
 # `pytest` runs on four workers (pytest-xdist, ``-n 4`` in pyproject's addopts) on two cores.
 # The modules that measure latency, rates or lag (``QUIET``: real vLLM or not) form one unit of
-# work that one worker runs in this order, alone: its first test waits until every other
+# work that one worker runs in this order, alone: its first measuring test (marked e2e or
+# browser; unit tests in those modules need no quiet cores) waits until every other
 # worker has run its last test (a marker file each worker leaves), having started the shared
 # vLLM server meanwhile (a start is not a measurement). Before that, the same worker runs the
 # tests that start servers of their own (``OWN_SERVERS``) beside the rest. Everything else
@@ -190,8 +191,9 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
             os.environ.pop(_OMP_WAIT, None)
         else:
             os.environ[_OMP_WAIT] = "PASSIVE"
-    if _quiet or not worker or _module(item.nodeid) not in QUIET:
-        return
+    measures = item.get_closest_marker("e2e") or item.get_closest_marker("browser")
+    if _quiet or not worker or _module(item.nodeid) not in QUIET or not measures:
+        return  # a quiet module's unit tests need no quiet cores: the fast tier never waits
     import tempfile
     import time
 

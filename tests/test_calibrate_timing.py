@@ -39,6 +39,7 @@ from vprof.runs.calibrate import (
 )
 from vprof.server.process import free_port
 
+pytestmark = pytest.mark.e2e  # a real client timed for a minute: the slow tier
 DURATION_S = 6.0  # measured per measurement (four per load); calibrate's default is 20 s
 P50_AGREE_MS, P99_AGREE_MS = 1.0, 3.0
 

@@ -13,6 +13,7 @@ from vprof.emulator.config import EmulatorConfig
 from vprof.emulator.server import Emulator
 from vprof.records import read_records
 
+pytestmark = pytest.mark.e2e  # a real client timed against the emulator: the slow tier
 TTFT_MS, ITL_MS = 50.0, 10.0
 
 

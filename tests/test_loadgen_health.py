@@ -157,6 +157,7 @@ def _run(url: str, run_dir: Path, users: int, seconds: int) -> dict:
     return summarize_run(run_dir)
 
 
+@pytest.mark.e2e  # a real client at 256 users for half a minute: the slow tier
 def test_a_few_users_are_called_healthy_and_256_users_overloaded(emulator, tmp_path):
     calm = _run(emulator, tmp_path / "calm" / "run", 4, 10)
     assert calm["completed"] > 0 and calm["loadgen_loop_lag_p99_ms"] is not None

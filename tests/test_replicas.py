@@ -245,6 +245,7 @@ def _check_replicas(run: dict, urls: tuple[str, str]) -> tuple[dict, dict]:
     return fast, slow
 
 
+@pytest.mark.e2e  # real Locust timed against two emulators: the slow tier
 def test_least_outstanding_sends_the_faster_replica_more_in_closed_loop(tmp_path, replicas):
     run = _bench(tmp_path, replicas, "kind: steady\nusers: 4\nduration_s: 5\nwarmup_s: 1\n")
     assert run["meta"]["balance"] == "least-outstanding"  # the default
@@ -269,6 +270,7 @@ def open_loop(tmp_path_factory, replicas) -> dict[str, dict]:
     return {"two": two, "one": one}
 
 
+@pytest.mark.e2e  # real Locust timed against two emulators: the slow tier
 def test_round_robin_splits_evenly_in_open_loop_over_two_processes(open_loop, replicas):
     run = open_loop["two"]
     fast, slow = _check_replicas(run, replicas)
@@ -330,6 +332,7 @@ def test_the_report_has_a_replicas_table_and_names_where_server_metrics_came_fro
     assert "<h3>Replicas</h3>" not in write_report([single], tmp_path / "r1.html").read_text()
 
 
+@pytest.mark.e2e  # real Locust timed against two emulators: the slow tier
 def test_plan_checks_linear_scaling_against_the_measured_two_replica_run(open_loop):
     """Throughput scaled (two replicas at 10 req/s each served 2 × what one did at 10 req/s),
     but the SLO did not: the slow replica's 200 ms first tokens miss it."""
@@ -348,6 +351,7 @@ def test_plan_checks_linear_scaling_against_the_measured_two_replica_run(open_lo
     assert p.replicas == math.ceil(40 / (p.sustainable_rps * efficiency) - 1e-9)
 
 
+@pytest.mark.e2e  # real Locust timed against two emulators: the slow tier
 def test_plain_locust_spreads_over_hosts_and_refuses_a_repeated_one(tmp_path, replicas):
     import subprocess
     import sys
