@@ -349,18 +349,26 @@ def test_llm_tab_fills_with_live_percentiles(locust_web, browser, tmp_path):
 
     records = read_records(tmp_path / "run")
     heard = records[records.status != "cancelled"]  # what Locust was told of
-    first_s, last_s = samples[0][0], samples[-1][0]
     # Locust's current RPS averages the 10 whole seconds that ended 2 s before its last
-    # request, polled every 2 s and cached for 2 s: the records over the same span.
-    lo, hi = math.floor(first_s) - 14, math.floor(last_s) - 2
-    lo = max(lo, math.floor(records.sent_at.min()))  # as Locust's window starts at the test's
-    in_span = heard[(heard.finished_at >= lo) & (heard.finished_at < hi)]
-    records_rps = len(in_span) / (hi - lo)
+    # request (by the second each answer was logged), and the header shows a value polled
+    # every 2 s and cached for 2 s: a reading at t rests on a window ending 2-6 s before t.
+    # Each reading is held against the records' rate over every such window (comparing it
+    # with one span around all readings once missed by 5.3 % while the load's rate moved).
+    finished = heard.finished_at.to_numpy()
+    start = math.floor(records.sent_at.min())  # as Locust's window starts at the test's
+    lows, highs = [], []
+    for t, _ in samples:
+        rates = []
+        for end in range(math.floor(t - 4) - 2, math.floor(t) - 1):
+            lo = max(end - 10, start)
+            rates.append(float(((finished >= lo) & (finished < end)).sum()) / (end - lo))
+        lows.append(min(rates))
+        highs.append(max(rates))
     header_rps = float(np.median([rps for _, rps in samples]))
-    span = f"[{lo - first_s:+.0f} s, {hi - first_s:+.0f} s]"
+    low, high = float(np.median(lows)), float(np.median(highs))
     print(f"header RPS {header_rps:.2f} (median of {len(samples)} readings) vs records "
-          f"{records_rps:.2f} req/s over {span} around the readings")  # fmt: skip
-    assert header_rps == pytest.approx(records_rps, rel=0.05)
+          f"{low:.2f}-{high:.2f} req/s over the windows the readings rest on")  # fmt: skip
+    assert 0.97 * low <= header_rps <= 1.03 * high, (header_rps, low, high)
     # And Locust's Aggregated count is the requests', once each (workers report late).
     _poll(
         "Locust's request count to equal the records'",
