@@ -84,12 +84,12 @@ def vllm_test_argv(model_dir: Path, port: int) -> list[str]:
 # vLLM server meanwhile (a start is not a measurement). Before that, the same worker runs the
 # tests that start servers of their own (``OWN_SERVERS``) beside the rest. Everything else
 # runs on the other workers, a module at a time (so module fixtures are built once) — unit
-# tests, and the tests
-# that start vLLM or Chromium but measure nothing a busy core can upset (refusals, counts,
-# clean stops); those that share the session's vLLM server are one unit (``SHARED_SERVER``),
-# so one worker starts it for them. Three workers keep two cores busy while the unit tests'
-# Locust runs wait on their traffic. (xdist's own ``xdist_group`` marks are not honoured under
-# pytest 9: its loadgroup mode renames node ids through an attribute pytest no longer reads.)
+# tests, and the tests that start vLLM or Chromium but measure nothing a busy core can upset
+# (refusals, counts, clean stops); those that share the session's vLLM server are one unit
+# (``SHARED_SERVER``), so one worker starts it for them. Three workers keep two cores busy
+# while the unit tests' Locust runs wait on their traffic. (xdist's own ``xdist_group`` marks
+# are not honoured under pytest 9: its loadgroup mode renames node ids through an attribute
+# pytest no longer reads.)
 QUIET = (
     "test_alternate_e2e",
     "test_report_real_e2e",
@@ -102,7 +102,7 @@ QUIET = (
     "test_emulator_locust",
     "test_loadgen_health",
     "test_calibrate_timing",
-    "test_webui_browser",  # the live header's rate against the records' (within 5 %)
+    "test_webui_browser",  # the live header's rate against the records' (within 3 %)
 )
 # Start vLLM servers of their own and measure nothing a busy core can upset (a killed server,
 # Ctrl-C, a sweep's rungs): the quiet group's worker runs them first, beside the others, before
@@ -139,9 +139,10 @@ def _module(nodeid: str) -> str:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """The quiet modules first (in :data:`QUIET`'s order), then the ones that start vLLM or
-    Chromium beside the unit tests, then the unit tests (stable within a module); a test that
-    starts vLLM or Chromium outside those lists is a mistake of the suite's, said at once."""
+    """The quiet worker's own-server modules, then the quiet modules (in :data:`QUIET`'s
+    order), then the ones that start vLLM or Chromium beside the unit tests, then the unit
+    tests (stable within a module); a test that starts vLLM or Chromium outside those lists is
+    a mistake of the suite's, said at once."""
     ordered = (*OWN_SERVERS, *QUIET, *BUSY_OK, *BESIDE_UNITS)
     for item in items:
         real = item.get_closest_marker("e2e") or item.get_closest_marker("browser")
