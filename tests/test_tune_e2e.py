@@ -178,10 +178,12 @@ def _sweep(
     url: str, path: Path, dirs: list[str], files: Path, claim: float, name: str
 ) -> tuple[float | None, str]:
     """An independent `vprof sweep load` around ``claim``: its sustainable rate and basis."""
-    # 0.9× must meet the SLO and 1.1× miss it, so the interpolated answer lands within ±10 %
-    # unless the claim is wrong: too high and 0.9× misses, too low and 1.1× meets too (1.25×
-    # then says how far)
-    levels = ",".join(f"{claim * f:.3g}" for f in (0.9, 1.1, 1.25))
+    # 0.91× must meet the SLO and 1.1× miss it, so the answer lands within ±10 % unless the
+    # claim is wrong: too high and 0.91× misses, too low and 1.1× meets too (1.25× then says
+    # how far). Not 0.9×: when more than 5 % of the missed level's requests go unanswered its
+    # p95 is unbounded, there is no slope to follow and the answer is the met level itself
+    # (a CI run: claim 1.601, levels 1.44 and 1.76, answer 1.44 — 10.06 % below)
+    levels = ",".join(f"{claim * f:.4g}" for f in (0.91, 1.1, 1.25))
     # fmt: off
     sweep = vprof(
         "sweep", "load", str(path), *dirs, "--url", url,
