@@ -14,10 +14,11 @@ share. The two are solved in turn until they agree. Where the records hold every
 writes ``itl_ms``), the steps themselves are measured instead: each gap between two tokens of a
 decoding request is one step, and what it held is seen in the other requests' tokens (the
 decodes that got a token in it, the prompts whose chunks it computed: the last where the
-prompt's first token came, the earlier ones in the steps just before). Least squares over the
-steps (each counted once) gives every step coefficient; the server's prefill times span more
-than the prompt's own steps (the README's forecast section has the measurement), so they are
-not used then. Then the replay itself is fitted: each run
+prompt's first token came, the earlier ones in the steps just before). The steps that computed
+prompts (each counted once), less the constant and decodes the windows give, price the prompts
+(per token, and by the same BIC rule per chunk and per attention pair); the server's prefill
+times span more than the prompt's own steps (the README's forecast section has the
+measurement), so they are not used then. Then the replay itself is fitted: each run
 is replayed with the requests it really sent (their send times, lengths and cached tokens), and
 the front end's delay, the steps' jitter and (without the server's prefill times) the
 coefficients the data can tell apart are moved until the replayed TTFT, TPOT and E2E
