@@ -247,7 +247,8 @@ _RULES = _obj(
 )
 _COST = _obj(
     {**{name: _number(0, 1e7) for name in COEFFICIENTS}, "jitter": _number(0, 10)},
-    required=COEFFICIENTS,
+    # a model written before the cost per prefill chunk was fitted has none
+    required=tuple(c for c in COEFFICIENTS if c != "prefill_chunk_ms"),
 )
 _STALLS = _obj(
     {

@@ -76,6 +76,9 @@ class Observed:
     chat_extra_tokens: float | None = None  # chat: tokens the template adds to the content
     idle_ms: float | None = None  # closed loop: a user's pause between answer and next send
     stalls: RunStalls | None = None  # the server's stalls, from the tokens' times
+    # per request (as ``requests``): its tokens' times in seconds from time 0, as the client
+    # saw them (empty when it was not answered; None: the records hold no ``itl_ms``)
+    token_s: tuple[Any, ...] | None = None
 
     @property
     def workload_name(self) -> str:
@@ -154,6 +157,13 @@ def load_observed(path: str | Path) -> Observed:
         diff = cols.ints["prompt_tokens"][chat] - cols.ints["expected_prompt_tokens"][chat]
         extra = float(np.median(diff))
     idle = f["idle_before_ms"][np.isfinite(f["idle_before_ms"])]
+    per = _token_times(run.records, f["first_token_at"] - epoch)
+    answered = None
+    if per is not None:
+        none = np.empty(0)
+        answered = [
+            t if good and np.isfinite(t).all() else none for t, good in zip(per, ok, strict=True)
+        ]
     return Observed(
         name=run.name,
         path=run.path,
@@ -171,12 +181,14 @@ def load_observed(path: str | Path) -> Observed:
         open_loop=bool(summary.get(K.OPEN_LOOP)),
         chat_extra_tokens=extra,
         idle_ms=float(np.median(idle)) if idle.size else None,
-        stalls=_stalls(run.records, f["first_token_at"] - epoch, ok),
+        stalls=find_stalls([t for t in answered if t.size]) if answered is not None else None,
+        token_s=tuple(answered[i] for i in idx) if answered is not None else None,
     )
 
 
-def _stalls(records: Any, first_s: Any, ok: Any) -> RunStalls | None:
-    """The stalls in the answered requests' token times (None without ``itl_ms``)."""
+def _token_times(records: Any, first_s: Any) -> list[Any] | None:
+    """Every record's token times (from its first token's time and ``itl_ms``; None without
+    that column)."""
     import numpy as np
 
     from vprof.records.arrays import list_block
@@ -188,8 +200,7 @@ def _stalls(records: Any, first_s: Any, ok: Any) -> RunStalls | None:
         return None
     gaps = np.concatenate([b[0] for b in blocks])
     lengths = np.concatenate([b[1] for b in blocks])
-    per = token_times(first_s, gaps, lengths)
-    return find_stalls([t for t, good in zip(per, ok, strict=True) if good])
+    return token_times(first_s, gaps, lengths)
 
 
 def _expected_output(records: Any, fallback: Any) -> Any:

@@ -340,6 +340,7 @@ class _State:
         self.c_dec = cost.decode_seq_ms * 1e-3
         self.c_ctx = cost.decode_context_ms_per_1k * 1e-6
         self.c_att = cost.prefill_attention_ms_per_1m * 1e-9
+        self.c_chunk = cost.prefill_chunk_ms * 1e-3
         self.rng = np.random.default_rng(seed)
         jitter = float(cost.jitter)
         self.sigma = math.sqrt(math.log1p(jitter * jitter)) if jitter > 0 else 0.0
@@ -710,6 +711,7 @@ class _State:
             + self.c_dec * decodes
             + self.c_ctx * context
             + self.c_att * attention
+            + self.c_chunk * len(scheduled)
         )
         if self.noise is not None:
             dt *= self._factor()

@@ -1,17 +1,19 @@
 """How long one scheduler step takes, from what it holds (pure).
 
 A step's time is a constant plus a cost per prefill token, per decoding sequence, per context
-token the decodes read, and per query × key pair of the prefill chunks (attention, which grows
-with the context a chunk attends to)::
+token the decodes read, per query × key pair of the prefill chunks (attention, which grows
+with the context a chunk attends to) and per prefill chunk (a prompt's share of the step's
+work that does not grow with its length)::
 
     step_ms = base + prefill_token · P + decode_seq · D + decode_context · C / 1e3
-              + prefill_attention · A / 1e6
+              + prefill_attention · A / 1e6 + prefill_chunk · N
 
 where P is the prefill tokens computed in the step, D the sequences decoding, C the context
-tokens those decodes attend to and A the pairs a chunk's tokens attend to (chunk × (tokens
-before it + chunk / 2)). Requests also spend ``frontend_ms`` (+ per prompt token) between the
-client's send and the engine (HTTP, tokenising, and streaming back), and steps vary by
-``jitter`` (their coefficient of variation). Nothing here knows CPUs or GPUs: the coefficients
+tokens those decodes attend to, A the pairs a chunk's tokens attend to (chunk × (tokens
+before it + chunk / 2)) and N the prompts the step computes a chunk of. Requests also spend
+``frontend_ms`` (+ per prompt token) between the client's send and the engine (HTTP,
+tokenising, and streaming back), and steps vary by ``jitter`` (their coefficient of
+variation). Nothing here knows CPUs or GPUs: the coefficients
 are fitted on the server's own runs.
 """
 
@@ -27,6 +29,7 @@ COEFFICIENTS = (
     "decode_seq_ms",
     "decode_context_ms_per_1k",
     "prefill_attention_ms_per_1m",
+    "prefill_chunk_ms",
     "frontend_ms",
     "frontend_ms_per_1k_prompt",
 )
@@ -39,12 +42,18 @@ class StepCost:
     decode_seq_ms: float
     decode_context_ms_per_1k: float = 0.0
     prefill_attention_ms_per_1m: float = 0.0
+    prefill_chunk_ms: float = 0.0
     frontend_ms: float = 0.0
     frontend_ms_per_1k_prompt: float = 0.0
     jitter: float = 0.0  # coefficient of variation of a step's time
 
     def step_ms(
-        self, prefill_tokens: float, decodes: float, context: float, attention: float
+        self,
+        prefill_tokens: float,
+        decodes: float,
+        context: float,
+        attention: float,
+        chunks: float = 0.0,
     ) -> float:
         """The time of one step holding these (see the module's formula)."""
         return (
@@ -53,6 +62,7 @@ class StepCost:
             + self.decode_seq_ms * decodes
             + self.decode_context_ms_per_1k * context * 1e-3
             + self.prefill_attention_ms_per_1m * attention * 1e-6
+            + self.prefill_chunk_ms * chunks
         )
 
     def frontend_s(self, prompt_tokens: Any) -> Any:

@@ -10,7 +10,15 @@ is taken, where the server counted it, from the server's own prefill times
 (``vllm:request_prefill_time_seconds``, first scheduled → first token): between two
 ``/metrics`` samples, the requests that finished spent that long in the steps that computed
 their prompts, and the steps' constant and decodes (from the windows) leave the prompt tokens'
-share. The two are solved in turn until they agree. Then the replay itself is fitted: each run
+share. The two are solved in turn until they agree. Where the records hold every token's time (vprof
+writes ``itl_ms``), the steps themselves are measured instead: each gap between two tokens of a
+decoding request is one step, and what it held is seen in the other requests' tokens (the
+decodes that got a token in it, the prompts whose chunks it computed: the last where the
+prompt's first token came, the earlier ones in the steps just before). The steps that computed
+prompts (each counted once), less the constant and decodes the windows give, price the prompts
+(per token, and by the same BIC rule per chunk and per attention pair); the server's prefill
+times span more than the prompt's own steps (the README's forecast section has the
+measurement), so they are not used then. Then the replay itself is fitted: each run
 is replayed with the requests it really sent (their send times, lengths and cached tokens), and
 the front end's delay, the steps' jitter and (without the server's prefill times) the
 coefficients the data can tell apart are moved until the replayed TTFT, TPOT and E2E
@@ -44,6 +52,10 @@ EVIDENCE = 10.0  # BIC points a context or attention term must win by to join th
 # so a prompt's chunks are its own tokens over what the decodes leave of the budget
 LIGHT_LOAD = 0.5
 VARIED = 0.25  # prompts vary enough to show a per-token front-end cost (std / mean)
+# A client sees one step's tokens within about a millisecond of each other: a token up to this
+# long (or a quarter of the run's median inter-token gap, if less) after another request's
+# token belongs to the step that gave that one
+TOKEN_SPREAD_S = 1e-3
 SEED = 0
 
 
@@ -59,30 +71,28 @@ class Fitted:
 def linear_estimate(
     runs: Sequence[Observed], say: Callable[[str], None] = lambda _: None
 ) -> tuple[StepCost, tuple[str, ...]]:
-    """The first stage: step coefficients from decode windows and, where the server counted
-    them, prefill times (see the module's text), and which coefficients the data can tell apart
-    (the ones the calibration may move).
+    """The first stage: step coefficients from decode windows and, where the records hold
+    token times, the steps that computed prompts (else, where the server counted them, its
+    prefill times; see the module's text), and which coefficients the data can tell apart (the
+    ones the calibration may move).
 
     The constant, per-prefill-token and per-decode terms are always fitted; the context and
     attention terms join only when they explain the windows clearly better (BIC lower by
     more than ``EVIDENCE``): with one prompt length, per-token and per-pair costs are the same
-    column and a fit could put the cost on either. A step fitted with the server's prefill
-    times is kept as it is, the calibration moving only the front end and the jitter: on
-    runs of one workload the replay's latency quantiles cannot tell the prefill tokens' cost
-    from the front end's delay, and move the decode cost where the tails of a few slow
-    seconds pull it (the README's forecast section has the measurement)."""
+    column and a fit could put the cost on either. The cost per prefill chunk joins the same
+    way, on the steps that computed prompts. A step fitted with the steps or the server's
+    prefill times is kept as it is, the calibration moving only the front end and the
+    jitter: on runs of one workload the replay's latency quantiles cannot tell the prefill
+    tokens' cost from the front end's delay, and move the decode cost where the tails of a
+    few slow seconds pull it (the README's forecast section has the measurement)."""
     import numpy as np
 
-    rows, ys, prefill_rows, prefill_ys = [], [], [], []
+    rows, ys = [], []
     for o in runs:
         a, y = _decode_windows(o)
         if a.size:
             rows.append(a)
             ys.append(y)
-        b, yb = _prefill_rows(o)
-        if b.size:
-            prefill_rows.append(b)
-            prefill_ys.append(yb)
     if not rows:
         raise ForecastError(
             "no request of these runs decoded more than one token: nothing to fit a step on",
@@ -91,62 +101,119 @@ def linear_estimate(
         )
     a = np.vstack(rows)
     y = np.concatenate(ys)
-    b = np.vstack(prefill_rows) if prefill_rows else None
-    yb = np.concatenate(prefill_ys) if prefill_ys else None
+    prefill, source = _prefill_evidence(runs)
+    # the terms of the prompts' steps are judged on the steps, where they show; the rest on
+    # the windows
+    by_steps = prefill is not None and source == "steps"
     best: tuple[float, tuple[int, ...], Any] | None = None
-    for extra in ((), (3,), (4,), (3, 4)):
+    for extra in ((), (3,)) if by_steps else ((), (3,), (4,), (3, 4)):
         columns = (0, 1, 2, *extra)
-        x, sse = _nnls(a[:, columns], y) if b is None else _alternate(a, y, b, yb, columns)
+        if prefill is None:
+            x, sse, _ = (*_nnls(a[:, columns], y), 0.0)
+        else:
+            x, sse, _ = _alternate(a, y, *prefill, columns)
         n = y.size
         bic = n * math.log(max(sse, 1e-12) / n) + len(columns) * math.log(n)
         if best is None or bic < best[0] - (EVIDENCE if extra else 0.0):
             best = (bic, columns, x)
     assert best is not None
     _, columns, x = best
-    values = [0.0] * 5
+    if by_steps:
+        assert prefill is not None
+        steps = float(prefill[2].sum())  # each prompt's step counted once
+        chosen: tuple[float, tuple[int, ...], Any] | None = None
+        plain = 0.0
+        for extra in ((), (4,), (CHUNKS,), (4, CHUNKS)):
+            x_extra, _, sse = _alternate(a, y, *prefill, (*columns, *extra))
+            bic = steps * math.log(max(sse, 1e-12) / steps) + len(extra) * math.log(steps)
+            if not extra:
+                plain = bic
+            else:
+                names = " and ".join(COEFFICIENTS[c] for c in extra)
+                say(f"{names} on {steps:.0f} prompts' steps: BIC {bic - plain:+.1f}")
+            if chosen is None or bic < chosen[0] - (EVIDENCE if extra else 0.0):
+                chosen = (bic, (*columns, *extra), x_extra)
+        assert chosen is not None
+        _, columns, x = chosen
+    values = [0.0] * (CHUNKS + 1)
     for column, value in zip(columns, x, strict=True):
         values[column] = float(value)
     cost = StepCost(*values)
-    if b is not None:
+    if prefill is not None:
         say(
-            f"prefill token cost from the server's prefill times over {len(b)} intervals: "
-            f"{cost.prefill_token_ms * 1e3:.3g} µs"
+            f"prefill token cost from the {source}: {cost.prefill_token_ms * 1e3:.3g} µs"
+            + (f" + {cost.prefill_chunk_ms:.3g} ms per chunk" if CHUNKS in columns else "")
         )
     fronts: list[float] = []
     for o in runs:
         fronts.extend(_frontend_residuals(o, cost))
     front = float(np.percentile(fronts, 25)) if fronts else 0.0
-    # with the server's prefill times the step is fixed here; the replay adds the front end
-    active = ([COEFFICIENTS[c] for c in columns] if b is None else []) + ["frontend_ms"]
+    # with the prefill measured the step is fixed here; the replay adds the front end
+    active = ([COEFFICIENTS[c] for c in columns] if prefill is None else []) + ["frontend_ms"]
     prompts = np.concatenate([o.requests.prompt_tokens for o in runs]).astype(np.float64)
     if prompts.size and np.std(prompts) > VARIED * np.mean(prompts):
         active.append("frontend_ms_per_1k_prompt")  # only varied prompts can show it
     return dataclasses.replace(cost, frontend_ms=max(front, 0.0)), tuple(active)
 
 
-def _alternate(
-    a: Any, y: Any, b: Any, yb: Any, columns: Sequence[int], rounds: int = 100
-) -> tuple[Any, float]:
-    """Decode windows ``a`` (for every column but the prefill token's) and prefill times ``b``
-    (for the prefill token's) solved in turn until they agree: (coefficients in ``columns``'
-    order, the windows' sum of squared errors)."""
+CHUNKS = 5  # the column of prefill chunks (after those of :func:`_decode_windows`)
+PREFILL_COLUMNS = (1, 4, CHUNKS)  # what the prefill evidence fits; the windows the rest
+
+
+def _prefill_evidence(runs: Sequence[Observed]) -> tuple[tuple[Any, Any, Any] | None, str]:
+    """What prices the prompts: the steps that computed them, seen in the token times (rows,
+    times, weights), when every run has token times; else the server's prefill times per
+    sample interval; else nothing (the windows alone)."""
     import numpy as np
 
-    others = [c for c in columns if c != 1]
-    pb = b[:, 1]
-    cp = 0.0
+    if all(o.token_s is not None for o in runs):
+        parts = [_step_gaps(o) for o in runs]
+        parts = [(b[m], yb[m], wb[m]) for b, yb, wb in parts if (m := b[:, CHUNKS] > 0).any()]
+        if parts:
+            stacked = tuple(np.concatenate([p[k] for p in parts]) for k in range(3))
+            return (stacked[0], stacked[1], stacked[2]), "steps"
+    intervals = [_prefill_rows(o) for o in runs]
+    intervals = [(b, yb) for b, yb in intervals if b.size]
+    if intervals:
+        b = np.vstack([p[0] for p in intervals])
+        b = np.column_stack([b, np.zeros(len(b))])  # no chunk column: never fitted on these
+        yb = np.concatenate([p[1] for p in intervals])
+        return (b, yb, np.ones_like(yb)), "server's prefill times"
+    return None, ""
+
+
+def _alternate(
+    a: Any, y: Any, b: Any, yb: Any, wb: Any, columns: Sequence[int], rounds: int = 100
+) -> tuple[Any, float, float]:
+    """Decode windows ``a`` (for every column but the prefill's) and prefill evidence ``b``
+    weighted by ``wb`` (for the prefill token's and chunk's) solved in turn until they agree:
+    (coefficients in ``columns``' order, the windows' sum of squared errors, the prefill
+    evidence's weighted one)."""
+    import numpy as np
+
+    others = [c for c in columns if c not in PREFILL_COLUMNS]
+    mine = [c for c in columns if c in PREFILL_COLUMNS]
+    root = np.sqrt(wb)
+    cp = np.zeros(len(mine))
     x = np.zeros(len(others))
     for _ in range(rounds):
-        x, _ = _nnls(a[:, others], y - cp * a[:, 1])
+        x, _ = _nnls(a[:, others], y - a[:, mine] @ cp)
         left = yb - b[:, others] @ x
-        new = max(float(left @ pb / max(float(pb @ pb), 1e-12)), 0.0)
-        done = abs(new - cp) <= 1e-4 * max(new, 1e-9)
+        new, _ = _nnls(b[:, mine] * root[:, None], left * root)
+        done = bool(np.all(np.abs(new - cp) <= 1e-4 * np.maximum(np.abs(new), 1e-9)))
         cp = new
         if done:
             break
-    residual = y - a[:, others] @ x - cp * a[:, 1]
-    by_column = dict(zip(others, x.tolist(), strict=True)) | {1: cp}
-    return np.array([by_column[c] for c in columns]), float(residual @ residual)
+    residual = y - a[:, others] @ x - a[:, mine] @ cp
+    rb = (yb - b[:, others] @ x - b[:, mine] @ cp) * root
+    by_column = dict(zip(others, x.tolist(), strict=True)) | dict(
+        zip(mine, cp.tolist(), strict=True)
+    )
+    return (
+        np.array([by_column[c] for c in columns]),
+        float(residual @ residual),
+        float(rb @ rb),
+    )
 
 
 def _prefill_rows(o: Observed) -> tuple[Any, Any]:
@@ -206,6 +273,97 @@ def _prefill_rows(o: Observed) -> tuple[Any, Any]:
     return np.asarray(rows), np.asarray(ys)
 
 
+def _step_gaps(o: Observed) -> tuple[Any, Any, Any]:
+    """One row per gap between two tokens of a decoding request (one step): what the step
+    held (the columns of :func:`_decode_windows`, then the prompts it computed a chunk of),
+    its time (ms) and a weight (1 / the decodes it held, so that each step counts once).
+    Left out: gaps over a stall, and steps whose prompts as placed here overfill the token
+    budget (two prompts sharing it: the split is not known). Empty without token times."""
+    import numpy as np
+
+    empty = (np.empty((0, 6)), np.empty(0), np.empty(0))
+    times = o.token_s
+    if times is None:
+        return empty
+    sizes = np.array([t.size for t in times])
+    answered = np.flatnonzero(sizes > 0)
+    decoding = np.flatnonzero(sizes >= 2)
+    if not decoding.size:
+        return empty
+    prompt = o.requests.prompt_tokens.astype(np.float64)
+    cached = np.maximum(np.asarray(o.requests.known_hit, dtype=np.float64), 0.0)
+    own = np.maximum(prompt - cached, 1.0)
+    # every decoded token (each request's tokens after its first) and the context it read
+    dec_t = np.concatenate([times[i][1:] for i in decoding])
+    dec_ctx = np.concatenate([prompt[i] + np.arange(1, sizes[i]) for i in decoding])
+    order = np.argsort(dec_t)
+    dec_t = dec_t[order]
+    ctx_cum = np.concatenate(([0.0], np.cumsum(dec_ctx[order])))
+    spread = min(
+        TOKEN_SPREAD_S,
+        0.25 * float(np.median(np.concatenate([np.diff(times[i]) for i in decoding]))),
+    )
+    first = np.array([times[i][0] for i in answered])
+    porder = np.argsort(first)
+    first = first[porder]
+    p_own, p_cached = own[answered][porder], cached[answered][porder]
+    rules = o.rules
+    budget = float(rules.max_num_batched_tokens)
+    rows, ys = [], []
+    for i in decoding:
+        t = times[i]
+        hi = t[1:] + spread
+        lo = t[:-1] + spread
+        d0 = np.searchsorted(dec_t, lo, side="right")
+        d1 = np.searchsorted(dec_t, hi, side="right")
+        decodes = (d1 - d0).astype(np.float64)
+        n = decodes.size
+        tokens, pairs, chunks = np.zeros(n), np.zeros(n), np.zeros(n)
+        j0 = int(np.searchsorted(first, lo[0], side="right"))
+        j1 = int(np.searchsorted(first, hi[-1], side="right"))
+        if j1 > j0:
+            # a prompt's last chunk is in the step that gave its first token, the earlier
+            # ones (each what the decodes left of the budget) in the steps before
+            last = np.searchsorted(hi, first[j0:j1], side="left")
+            size_j, cached_j = p_own[j0:j1], p_cached[j0:j1]
+            room = np.maximum(budget - decodes[last], 1.0) if rules.chunked_prefill else size_j
+            if rules.long_prefill_token_threshold > 0:
+                room = np.minimum(room, float(rules.long_prefill_token_threshold))
+            count = np.ceil(size_j / room).astype(np.int64)
+            c = np.arange(count.sum()) - np.repeat(np.cumsum(count) - count, count)
+            room_c, count_c = np.repeat(room, count), np.repeat(count, count)
+            size = np.where(
+                c < count_c - 1, room_c, np.repeat(size_j, count) - (count_c - 1) * room_c
+            )
+            at = np.repeat(last, count) - (count_c - 1) + c
+            seen = at >= 0
+            np.add.at(chunks, at[seen], 1.0)
+            np.add.at(tokens, at[seen], size[seen])
+            before = np.repeat(cached_j, count) + c * room_c
+            np.add.at(pairs, at[seen], (size * (before + size / 2))[seen])
+        rows.append(
+            np.column_stack(
+                [
+                    np.ones(n),
+                    tokens,
+                    decodes,
+                    (ctx_cum[d1] - ctx_cum[d0]) * 1e-3,
+                    pairs * 1e-6,
+                    chunks,
+                ]
+            )
+        )
+        y = np.diff(t) * 1000.0
+        if o.stalls is not None:
+            y = np.where(o.stalls.paused_ms(t[:-1] - spread, t[1:]) > 0, np.nan, y)
+        ys.append(y)
+    a = np.vstack(rows)
+    y = np.concatenate(ys)
+    good = np.isfinite(y) & (y > 0) & (a[:, 1] + a[:, 2] <= budget)
+    a, y = a[good], y[good]
+    return a, y, 1.0 / np.maximum(a[:, 2], 1.0)
+
+
 def _nnls(a: Any, y: Any) -> tuple[Any, float]:
     """Non-negative least squares on scaled columns: (coefficients, sum of squared errors)."""
     import numpy as np
@@ -234,7 +392,7 @@ def _decode_windows(o: Observed) -> tuple[Any, Any]:
     dec = ok & (output > 1)
     counts = (output[dec] - 1).astype(np.int64)
     if not counts.sum():
-        return np.empty((0, 5)), np.empty(0)
+        return np.empty((0, CHUNKS + 1)), np.empty(0)
     offsets = np.repeat(np.cumsum(counts) - counts, counts)
     k = np.arange(counts.sum()) - offsets + 1  # token number 1 … output-1
     span = np.repeat((last[dec] - first[dec]) / np.maximum(output[dec] - 1, 1), counts)
@@ -249,8 +407,18 @@ def _decode_windows(o: Observed) -> tuple[Any, Any]:
     pairs = own * (cached[ok] + own / 2)
     porder = np.argsort(pre_t)
     pre_t, own, pairs = pre_t[porder], own[porder], pairs[porder]
+    # its chunks: what the requests decoding meanwhile leave of the budget, at a time
+    budget = float(o.rules.max_num_batched_tokens)
+    if o.rules.chunked_prefill:
+        decoding = np.searchsorted(np.sort(first[dec]), pre_t, side="left") - np.searchsorted(
+            np.sort(last[dec]), pre_t, side="left"
+        )
+        chunks = np.ceil(np.maximum(own, 1.0) / np.maximum(budget - decoding, 1.0))
+    else:
+        chunks = np.ones_like(own)
     own_cum = np.concatenate(([0.0], np.cumsum(own)))
     pair_cum = np.concatenate(([0.0], np.cumsum(pairs)))
+    chunk_cum = np.concatenate(([0.0], np.cumsum(chunks)))
     pick = dec & m["after_warmup"]
     a_lo, a_hi = first[pick], last[pick]
     lo = np.searchsorted(times, a_lo, side="right")
@@ -265,6 +433,7 @@ def _decode_windows(o: Observed) -> tuple[Any, Any]:
             (hi - lo).astype(np.float64),
             (ctx_cum[hi] - ctx_cum[lo]) * 1e-3,
             (pair_cum[phi] - pair_cum[plo]) * 1e-6,
+            chunk_cum[phi] - chunk_cum[plo],
         ]
     )
     y = (a_hi - a_lo) * 1000.0
@@ -286,7 +455,7 @@ def _frontend_residuals(o: Observed, cost: StepCost) -> list[float]:
     own = np.maximum(prompt - cached, 1.0)
     budget = float(o.rules.max_num_batched_tokens)
     chunks = np.ceil(own / budget) if o.rules.chunked_prefill else np.ones_like(own)
-    step = chunks * cost.base_ms + cost.prefill_token_ms * own
+    step = chunks * (cost.base_ms + cost.prefill_chunk_ms) + cost.prefill_token_ms * own
     step += cost.prefill_attention_ms_per_1m * own * (cached + own / 2) * 1e-6
     return list((m["ttft_ms"] - step)[ok])
 
@@ -415,6 +584,7 @@ def _scales(runs: Sequence[Observed], start: StepCost) -> Any:
         "decode_seq_ms": step / busy,
         "decode_context_ms_per_1k": step / max(busy * prompt * 1e-3, 1e-3),
         "prefill_attention_ms_per_1m": step / max(prompt * prompt * 0.5e-6, 1e-6),
+        "prefill_chunk_ms": step,
         "frontend_ms": step,
         "frontend_ms_per_1k_prompt": step / max(prompt * 1e-3, 1e-3),
     }

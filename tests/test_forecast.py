@@ -175,7 +175,42 @@ def test_the_servers_prefill_times_give_the_cost_per_prefill_token(cpu_runs):
     assert "prefill_token_ms" not in active  # the server measured it: the replay leaves it
 
 
-def test_runs_without_the_servers_counters_fit_from_the_records_alone(cpu_runs):
+def test_the_steps_in_the_token_times_recover_a_cost_per_prefill_chunk(tmp_path):
+    from vprof.forecast.observed import load_observed
+    from vprof.forecast.stepfit import linear_estimate
+    from vprof.records import expand_runs
+
+    plain = cpu_truth()
+    cost = dataclasses.replace(plain.cost, prefill_token_ms=0.01, prefill_chunk_ms=2.0)
+    truth = dataclasses.replace(plain, cost=cost)
+    for rate in (4.0, 8.0, 12.0):
+        measured_run(tmp_path, truth, "chat", shape(rate, duration_s=15.0))
+    said: list[str] = []
+    fitted, active = linear_estimate(
+        [load_observed(p) for p in expand_runs([tmp_path])], say=said.append
+    )
+    assert fitted.prefill_chunk_ms == pytest.approx(2.0, rel=0.1)
+    assert fitted.prefill_token_ms == pytest.approx(0.01, rel=0.2)
+    assert fitted.base_ms == pytest.approx(cost.base_ms, rel=0.1)
+    assert fitted.prefill_attention_ms_per_1m == 0.0
+    assert "prefill_chunk_ms" not in active  # measured on the steps: the replay leaves it
+    assert any("prefill_chunk_ms on" in line for line in said)
+
+
+def test_a_server_without_a_cost_per_chunk_is_not_given_one(cpu_runs):
+    from vprof.forecast.observed import load_observed
+    from vprof.forecast.stepfit import linear_estimate
+    from vprof.records import expand_runs
+
+    runs = [load_observed(p) for p in expand_runs([cpu_runs / "fit"])]
+    assert all(o.token_s is not None for o in runs)
+    fitted, _ = linear_estimate(runs)
+    truth = cpu_truth().cost
+    assert fitted.prefill_chunk_ms == 0.0 and fitted.prefill_attention_ms_per_1m == 0.0
+    assert fitted.prefill_token_ms == pytest.approx(truth.prefill_token_ms, rel=0.1)
+
+
+def test_runs_without_token_times_or_the_servers_counters_fit_from_decode_windows(cpu_runs):
     from vprof.forecast.observed import load_observed, server_intervals
     from vprof.forecast.stepfit import linear_estimate
     from vprof.records import expand_runs
@@ -189,7 +224,8 @@ def test_runs_without_the_servers_counters_fit_from_the_records_alone(cpu_runs):
     broken = [dict(s, values=dict(s["values"])) for s in _metric_samples(runs[0].path)]
     broken[1]["values"]["vllm:iteration_tokens_total_count"] = float("nan")
     assert server_intervals(tuple(broken)) is None
-    cost, active = linear_estimate([dataclasses.replace(o, intervals=None) for o in runs])
+    bare = [dataclasses.replace(o, intervals=None, token_s=None) for o in runs]
+    cost, active = linear_estimate(bare)
     assert "prefill_token_ms" in active
     assert cost.base_ms == pytest.approx(cpu_truth().cost.base_ms, rel=0.15)
 
@@ -249,6 +285,14 @@ def test_a_foreign_or_damaged_model_file_is_refused_with_its_key(model_file, edi
         read_model(model_file)
     assert key in (raised.value.key or "") and words in raised.value.message
     assert raised.value.path == str(model_file) and raised.value.line
+
+
+def test_a_model_file_written_before_the_cost_per_chunk_reads_as_none(model_file):
+    data = json.loads(model_file.read_text())
+    del data["configs"][0]["step_cost"]["prefill_chunk_ms"]
+    model_file.write_text(json.dumps(data))
+    (config,) = read_model(model_file).configs
+    assert config.cost.prefill_chunk_ms == 0.0
 
 
 def test_a_model_file_that_is_not_json_is_refused_with_its_line(model_file):
