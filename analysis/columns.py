@@ -222,6 +222,7 @@ def _from_table(table: Any) -> Columns:
     import pyarrow as pa
 
     from vprof.records import arrays
+    from vprof.records.store import release_file_of
 
     n = table.num_rows
     names = set(table.column_names)
@@ -246,12 +247,16 @@ def _from_table(table: Any) -> Columns:
         arrays.bools(table.column("open_loop")) if "open_loop" in names else np.zeros(n, dtype=bool)
     )
     chunks = table.column("itl_ms").chunks if "itl_ms" in names else []
+    blocks = tuple(arrays.list_block(chunk) for chunk in chunks if len(chunk))
+    if blocks:
+        # reading each batch's offsets mapped the pages around them: hand the file back
+        release_file_of(blocks[0][0])
     return Columns(
         n,
         Lazy(FLOAT_COLUMNS, floats),
         Lazy(INT_COLUMNS, ints),
         status,
         open_loop,
-        tuple(arrays.list_block(chunk) for chunk in chunks if len(chunk)),
+        blocks,
         Lazy(STRING_COLUMNS, lambda name: strings(name, "")),
     )

@@ -473,6 +473,8 @@ def _itl(
     """
     import numpy as np
 
+    from vprof.records.store import release_file_of
+
     end = _nanmax(cols.floats["last_token_at"][mask])
     first = cols.floats["first_token_at"]  # read here, before any thread uses it
     n_bins = int(math.ceil(end - t0)) + 2 if not math.isnan(end - t0) else 0
@@ -505,6 +507,8 @@ def _itl(
         if quantiles.plan(wanted):  # the sample's guess missed a rank: one more pass
             for gaps, _, _ in _gap_groups(cols, mask, t0):
                 quantiles.collect(gaps)
+        # the pass mapped pages beside each block it handed back (offsets, read-ahead)
+        release_file_of(cols.itl_blocks[0][0])
         return quantiles, bins
 
     parts = _parts(cols)
