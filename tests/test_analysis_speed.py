@@ -74,3 +74,26 @@ def test_a_precision_that_is_not_a_positive_number_is_refused(runs):
     for bad in (0.0, -1.0, math.nan, math.inf):
         with pytest.raises(RunError, match="precision"):
             compare(paths, metrics=["p95_ttft_ms"], precision_pct=bad)
+
+
+@pytest.mark.parametrize("n", [0, 1, 15, 16, 17, 1000, 4099])
+def test_the_running_sum_in_rows_searches_like_a_cumulative_sum(n):
+    import numpy as np
+
+    from vprof.analysis.summary import _RunningSum
+
+    rng = np.random.default_rng(n)
+    values = rng.lognormal(3.0, 1.0, n)
+    values[::7] = 0.0  # a gap of zero: equal sums side by side
+    plain = np.cumsum(values)
+    running = _RunningSum(values)
+    sums = running.at(np.arange(n)) if n else np.zeros(0)
+    # within a rounding of the one-after-another sum, and rising as it does
+    assert np.allclose(sums, plain, rtol=1e-12, atol=0)
+    assert (np.diff(sums) >= 0).all()
+    total = plain[-1] if n else 0.0
+    anywhere = rng.uniform(-1.0, total + 1.0, 500)
+    assert running.count_below(anywhere).tolist() == np.searchsorted(plain, anywhere).tolist()
+    # at its own sums (ties, the ends) exactly as a search in them
+    exact = np.concatenate([sums, [0.0, total, -1.0, total + 1.0]])
+    assert running.count_below(exact).tolist() == np.searchsorted(sums, exact).tolist()
