@@ -27,7 +27,14 @@ from vprof.analysis.keys import Metric, stat_key
 from vprof.analysis.keys import SummaryKey as K
 from vprof.analysis.samples import PER_REPLICA_SERVER, host_stats, loadgen_stats, server_stats
 from vprof.analysis.slo import Slo, SloTarget, parse_slo
-from vprof.analysis.stats import DEFAULT_PERCENTILES, BlockQuantiles, describe, pct_key, percentile
+from vprof.analysis.stats import (
+    DEFAULT_PERCENTILES,
+    BlockQuantiles,
+    describe,
+    pct_key,
+    percentile,
+    sorted_within_groups,
+)
 from vprof.common.errors import RunError
 from vprof.common.numbers import check_interval_rows, check_number
 from vprof.records.schema import CUT_AT_END, Status
@@ -1000,12 +1007,9 @@ def _binned_quantiles(bins: Any, values: Any, n_bins: int, qs: Sequence[int] = (
     import numpy as np
 
     good = ~np.isnan(bins) & ~np.isnan(values)
-    b, v = bins[good].astype(np.int64), values[good]
-    order = np.lexsort((v, b))
-    b, v = b[order], v[order]
-    edges = np.arange(n_bins)
-    starts = np.searchsorted(b, edges, side="left")
-    counts = np.searchsorted(b, edges, side="right") - starts
+    v, edges = sorted_within_groups(bins[good].astype(np.int64), values[good], n_bins)
+    starts = edges[:-1]
+    counts = np.diff(edges)
     has = counts > 0
     out = {}
     for q in qs:

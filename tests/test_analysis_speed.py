@@ -97,3 +97,19 @@ def test_the_running_sum_in_rows_searches_like_a_cumulative_sum(n):
     # at its own sums (ties, the ends) exactly as a search in them
     exact = np.concatenate([sums, [0.0, total, -1.0, total + 1.0]])
     assert running.count_below(exact).tolist() == np.searchsorted(sums, exact).tolist()
+
+
+@pytest.mark.parametrize("n_groups", [0, 1, 7, 240, 5000])
+def test_values_sorted_within_groups_are_a_lexsort(n_groups):
+    import numpy as np
+
+    from vprof.analysis.stats import sorted_within_groups
+
+    rng = np.random.default_rng(n_groups)
+    groups = np.sort(rng.integers(0, max(n_groups, 1), 20_000)) if n_groups else np.zeros(0)
+    groups = groups[np.argsort(groups + rng.normal(0, 2, groups.size))]  # nearly in order
+    values = np.round(rng.lognormal(3, 1, groups.size), 1)  # ties too
+    ordered, starts = sorted_within_groups(groups, values, n_groups)
+    order = np.lexsort((values, groups))
+    assert ordered.tolist() == values[order].tolist()
+    assert starts.tolist() == np.searchsorted(groups[order], np.arange(n_groups + 1)).tolist()
