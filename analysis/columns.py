@@ -145,8 +145,11 @@ class Columns:
         for block_values, block_lengths in self.itl_blocks:
             m = mask[row : row + block_lengths.size]
             row += block_lengths.size
-            values.append(block_values[np.repeat(m, block_lengths)])
-            lengths.append(block_lengths[m])
+            kept = block_lengths[m]
+            # failed requests usually streamed no gaps: then every gap is kept as it is
+            whole = int(kept.sum()) == block_values.size
+            values.append(block_values if whole else block_values[np.repeat(m, block_lengths)])
+            lengths.append(kept)
         if not values:
             return np.empty(0), np.zeros(int(mask.sum()), dtype=np.int64)
         return np.concatenate(values), np.concatenate(lengths)
