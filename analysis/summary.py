@@ -953,17 +953,28 @@ def timeline(records: Any, interval_s: float = 5.0) -> Any:
 
     ``t_s`` is the interval's start in seconds from the first send.
     """
-    import numpy as np
     import pandas as pd
+
+    series = timeline_series(records, interval_s)
+    if series is None:
+        return pd.DataFrame(columns=list(TIMELINE_COLUMNS))
+    return pd.DataFrame(series)[list(TIMELINE_COLUMNS)]
+
+
+TIMELINE_COLUMNS = ("t_s", "started", "finished", K.FAILED, *TIMELINE_SERIES)
+
+
+def timeline_series(records: Any, interval_s: float = 5.0) -> dict[str, Any] | None:
+    """:func:`timeline`'s columns as numpy arrays, without pandas (None: nothing was sent)."""
+    import numpy as np
 
     check_number(interval_s, above=0, error=RunError, key="--interval")
     cols = records if isinstance(records, Columns) else from_records(records)
     f = cols.floats
-    columns = ["t_s", "started", "finished", K.FAILED, *TIMELINE_SERIES]
     started_at = np.where(np.isnan(f["sent_at"]), f["scheduled_at"], f["sent_at"])
     t0 = _nanmin(started_at)
     if math.isnan(t0):
-        return pd.DataFrame(columns=columns)
+        return None
     ends = np.where(np.isnan(f["finished_at"]), f["last_token_at"], f["finished_at"])
     ok = cols.status.isin(Status.OK.value)
     start_bin = np.floor((started_at - t0) / interval_s)
@@ -985,20 +996,18 @@ def timeline(records: Any, interval_s: float = 5.0) -> Any:
         return np.bincount(bins[good].astype(np.int64), weights=w, minlength=n_bins)[:n_bins]
 
     output = np.maximum(cols.ints["completion_tokens"], 0).astype(np.float64)
-    frame = pd.DataFrame(
-        {
-            "t_s": np.arange(n_bins) * interval_s,
-            "started": count(start_bin, np.ones(cols.n, dtype=bool)),
-            "finished": count(end_bin, ok),
-            K.FAILED: count(end_bin, cols.status.isin(*_FAILED)),
-        }
-    )
+    frame = {
+        "t_s": np.arange(n_bins) * interval_s,
+        "started": count(start_bin, np.ones(cols.n, dtype=bool)),
+        "finished": count(end_bin, ok),
+        K.FAILED: count(end_bin, cols.status.isin(*_FAILED)),
+    }
     frame[K.REQUEST_THROUGHPUT] = frame["finished"] / interval_s
     frame[K.OUTPUT_THROUGHPUT] = count(end_bin, ok, output) / interval_s
     for metric in (Metric.TTFT, Metric.TPOT):
         for q, values in _binned_quantiles(start_bin[ok], f[f"{metric}_ms"][ok], n_bins).items():
             frame[stat_key(pct_key(q), metric)] = values
-    return frame[columns]
+    return frame
 
 
 def _binned_quantiles(bins: Any, values: Any, n_bins: int, qs: Sequence[int] = (50, 95)) -> dict:

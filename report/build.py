@@ -197,14 +197,16 @@ def _compare(
     group: Sequence[int],
     opts: ReportOptions,
 ) -> dict[str, Any]:
-    from vprof.analysis import compare
+    from vprof.analysis.compare import comparison
     from vprof.analysis.run import display_names, json_safe
 
     known = {runs[i].path: summaries[i] for i in group}
-    frame = compare([runs[i] for i in group], n_boot=opts.n_boot, seed=opts.seed, summaries=known)
+    frame = comparison(
+        [runs[i] for i in group], n_boot=opts.n_boot, seed=opts.seed, summaries=known
+    )
     names = display_names([summaries[i] for i in group])
     by_name = {name: ids[i] for name, i in zip(names, group, strict=True)}
-    rows = json_safe(frame.to_dict("records"))
+    rows = json_safe(frame.records())
     for row in rows:
         row["run_id"] = by_name.get(row["run"])
         row["baseline_id"] = by_name.get(row["baseline"])
@@ -245,14 +247,14 @@ def _compare_sides(
     ids: Sequence[str],
 ) -> dict[str, Any]:
     """An alternating run's paired comparison of its sides (its first side the baseline)."""
-    from vprof.analysis import compare
+    from vprof.analysis.compare import comparison
     from vprof.analysis.run import json_safe
 
-    frame = compare(list(phases))
+    frame = comparison(list(phases))
     by_side: dict[str, str] = {}
     for i in views:  # the first phase's view of each side stands for it
         by_side.setdefault(str(summaries[i].get(K.PROFILE)), ids[i])
-    rows = json_safe(frame.to_dict("records"))
+    rows = json_safe(frame.records())
     for row in rows:
         row["run_id"] = by_side.get(row["run"])
         row["baseline_id"] = by_side.get(row["baseline"])

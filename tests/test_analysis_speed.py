@@ -113,3 +113,26 @@ def test_values_sorted_within_groups_are_a_lexsort(n_groups):
     order = np.lexsort((values, groups))
     assert ordered.tolist() == values[order].tolist()
     assert starts.tolist() == np.searchsorted(groups[order], np.arange(n_groups + 1)).tolist()
+
+
+def test_comparison_rows_read_as_a_dataframe_gives_them():
+    import random
+
+    import numpy as np
+    import pandas as pd
+
+    from vprof.analysis.compare import Rows
+
+    pool = [1, 0, 1.5, math.nan, math.inf, None, True, False, np.float64(2.5), np.int64(3)]
+    pool += [np.bool_(True), "x", ["w"], [], np.float64("nan")]
+
+    def kinds(rows):  # NaN != NaN: compare by type and text
+        return [[(k, type(v).__name__, repr(v)) for k, v in row.items()] for row in rows]
+
+    rng = random.Random(0)
+    for _ in range(3000):  # rows with keys missing, numbers mixed, text with gaps
+        rows = [
+            {k: rng.choice(pool) for k in rng.sample("abcd", rng.randint(0, 4))}
+            for _ in range(rng.randint(1, 4))
+        ]
+        assert kinds(Rows(rows).records()) == kinds(pd.DataFrame(rows).to_dict("records"))
