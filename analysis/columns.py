@@ -141,6 +141,8 @@ class Columns:
         """(pooled gaps, per-request gap counts) of the requests selected by ``mask``."""
         import numpy as np
 
+        from vprof.records.store import release_file_of
+
         values, lengths, row = [], [], 0
         for block_values, block_lengths in self.itl_blocks:
             m = mask[row : row + block_lengths.size]
@@ -152,7 +154,9 @@ class Columns:
             lengths.append(kept)
         if not values:
             return np.empty(0), np.zeros(int(mask.sum()), dtype=np.int64)
-        return np.concatenate(values), np.concatenate(lengths)
+        pooled = np.concatenate(values)
+        release_file_of(self.itl_blocks[0][0])  # copied: the mapped pages are not needed
+        return pooled, np.concatenate(lengths)
 
 
 def from_records(records: Any) -> Columns:
