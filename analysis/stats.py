@@ -247,19 +247,12 @@ class BlockQuantiles:
         if self.fallback:
             kept.partition(self._ranks)
             return {r: float(kept[r]) for r in self._ranks}
-        keys = kept.view(np.int64) >> self.SHIFT
-        out: dict[int, float] = {}
-        for bucket in sorted(set(self._bucket_of.values())):
-            inside = kept[keys == bucket]
-            local = [
-                r - self._cum_before[bucket] for r in self._ranks if self._bucket_of[r] == bucket
-            ]
-            inside.partition(local)
-            for r, i in zip(
-                [r for r in self._ranks if self._bucket_of[r] == bucket], local, strict=True
-            ):
-                out[r] = float(inside[i])
-        return out
+        # ``kept`` holds every value of the wanted buckets: a rank in bucket b is the values
+        # of wanted buckets below b, then its place in b; one partition finds them all
+        below = np.cumsum(np.where(self._wanted, self.counts, 0)) - self.counts * self._wanted
+        at = {r: int(below[b]) + r - self._cum_before[b] for r, b in self._bucket_of.items()}
+        kept.partition(sorted(set(at.values())))
+        return {r: float(kept[i]) for r, i in at.items()}
 
     def describe(self, name: str, percentiles: Sequence[float]) -> dict[str, float]:
         """The same keys and values as :func:`describe` over all blocks."""
