@@ -35,6 +35,7 @@ from vprof.analysis.stats import (
     percentile,
     sorted_within_groups,
 )
+from vprof.common.cpus import usable_cpus
 from vprof.common.errors import RunError
 from vprof.common.numbers import check_interval_rows, check_number
 from vprof.records.schema import CUT_AT_END, Status
@@ -535,13 +536,8 @@ _THREADED_GAPS = 8_000_000
 
 def _parts(cols: Columns) -> list[tuple[int, int]]:
     """Ranges of gap blocks to pass over at once: all of them, or two halves."""
-    import os
-
     n = len(cols.itl_blocks)
-    try:
-        cpus = len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        cpus = os.cpu_count() or 1
+    cpus = usable_cpus()
     if cpus < 2 or n < 2 or sum(v.size for v, _ in cols.itl_blocks) < _THREADED_GAPS:
         return [(0, n)]
     return [(0, n // 2), (n // 2, n)]

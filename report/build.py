@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 from vprof.analysis.keys import SummaryKey as K
+from vprof.common.cpus import usable_cpus
 from vprof.common.errors import ReportError
 from vprof.records.rundir import RunDir, RunState
 from vprof.report.options import ReportOptions, check_options
@@ -42,26 +44,31 @@ def build_data(
     started = time.perf_counter()
     paths = list(paths)
     inputs = resolve_inputs(paths)
-    loaded = [load_run(p) for p in inputs.runs]
-    runs = [view for run in loaded for view in side_views(run)]  # an alternating run: its sides
-    summaries = [summarize_loaded(r, slo=opts.slo) for r in runs]
-    order = _reading_order(summaries)
-    runs, summaries = [runs[i] for i in order], [summaries[i] for i in order]
-    labels = display_names(summaries)
-    ids = [f"r{i}" for i in range(len(runs))]
-    entries = []
-    for run_id, label, run, summary in zip(ids, labels, runs, summaries, strict=True):
-        cols = columns(run)
-        entries.append(
-            {
-                "id": run_id,
-                "label": label,
+    # Runs are read, summarised and drawn one per core: each is its own, and numpy lets go
+    # of the interpreter in the work on its arrays.
+    with each_run() as each:
+        loaded = each(load_run, inputs.runs)
+        runs = [view for run in loaded for view in side_views(run)]  # alternating: its sides
+        summaries = each(lambda r: summarize_loaded(r, slo=opts.slo), runs)
+        order = _reading_order(summaries)
+        runs, summaries = [runs[i] for i in order], [summaries[i] for i in order]
+        labels = display_names(summaries)
+        ids = [f"r{i}" for i in range(len(runs))]
+
+        def pictures(run: Any, summary: dict[str, Any]) -> dict[str, Any]:
+            cols = columns(run)
+            return {
                 "summary": json_safe(summary),
                 "distributions": json_safe(distributions(run, summary, cols, seed=opts.seed)),
                 "timeline": json_safe(timelines(run, summary, cols)),
                 "provenance": json_safe(provenance(run)),
             }
-        )
+
+        drawn = each(pictures, runs, summaries)
+    entries = [
+        {"id": run_id, "label": label, **entry}
+        for run_id, label, entry in zip(ids, labels, drawn, strict=True)
+    ]
     forecast: dict[str, Any] = {"curves": [], "notes": []}
     if opts.model is not None:
         from vprof.report.forecast import predicted_curves
@@ -129,6 +136,20 @@ def build_data(
             "build_s": round(time.perf_counter() - started, 3),
         }
     )
+
+
+@contextmanager
+def each_run() -> Iterator[Callable[..., list[Any]]]:
+    """``each(fn, items, …)``: ``[fn(*args) for args in zip(items, …)]``, two at a time when
+    the process may use two cores (results in order; the first failure is raised)."""
+    workers = min(2, usable_cpus())
+    if workers < 2:
+        yield lambda fn, *items: [fn(*args) for args in zip(*items, strict=True)]
+        return
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(workers, thread_name_prefix="vprof-report") as pool:
+        yield lambda fn, *items: list(pool.map(fn, *items))
 
 
 def _reading_order(summaries: Sequence[dict[str, Any]]) -> list[int]:

@@ -136,3 +136,16 @@ def test_comparison_rows_read_as_a_dataframe_gives_them():
             for _ in range(rng.randint(1, 4))
         ]
         assert kinds(Rows(rows).records()) == kinds(pd.DataFrame(rows).to_dict("records"))
+
+
+def test_a_report_built_two_runs_at_a_time_is_the_one_built_one_by_one(runs, monkeypatch):
+    from vprof.report import build, build_data
+
+    def data() -> dict:
+        out = build_data(list(runs.values()), slo=golden.SLO, n_boot=50)
+        return {k: v for k, v in out.items() if k not in ("build_s", "generated_at")}
+
+    monkeypatch.setattr(build, "usable_cpus", lambda: 2)
+    two = data()
+    monkeypatch.setattr(build, "usable_cpus", lambda: 1)
+    assert data() == two
