@@ -143,6 +143,9 @@ class Columns:
 
         from vprof.records.store import release_file_of
 
+        rows = np.flatnonzero(mask)
+        if self.itl_blocks and rows.size * _FEW_ROWS < mask.size:
+            return self._gaps_of_rows(rows)
         values, lengths, row = [], [], 0
         for block_values, block_lengths in self.itl_blocks:
             m = mask[row : row + block_lengths.size]
@@ -157,6 +160,31 @@ class Columns:
         pooled = np.concatenate(values)
         release_file_of(self.itl_blocks[0][0])  # copied: the mapped pages are not needed
         return pooled, np.concatenate(lengths)
+
+    def _gaps_of_rows(self, rows: Any) -> tuple[Any, Any]:
+        """:meth:`gaps` of a few requests (``rows`` ascending): only their gaps are read."""
+        import numpy as np
+
+        values, lengths, first = [], [], 0
+        for block_values, block_lengths in self.itl_blocks:
+            end = first + block_lengths.size
+            lo, hi = np.searchsorted(rows, [first, end])
+            if hi > lo:
+                mine = rows[lo:hi] - first
+                counts = block_lengths[mine]
+                starts = (np.cumsum(block_lengths) - block_lengths)[mine]
+                # each request's gaps: its start, then one after another
+                step = np.repeat(starts - (np.cumsum(counts) - counts), counts)
+                values.append(block_values[step + np.arange(int(counts.sum()))])
+                lengths.append(counts)
+            first = end
+        if not values:
+            return np.empty(0), np.zeros(0, dtype=np.int64)
+        return np.concatenate(values), np.concatenate(lengths)
+
+
+# A selection of fewer than one request in this many reads only their gaps.
+_FEW_ROWS = 16
 
 
 def from_records(records: Any) -> Columns:

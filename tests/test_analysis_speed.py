@@ -149,3 +149,17 @@ def test_a_report_built_two_runs_at_a_time_is_the_one_built_one_by_one(runs, mon
     two = data()
     monkeypatch.setattr(build, "usable_cpus", lambda: 1)
     assert data() == two
+
+
+@pytest.mark.parametrize("share", [0.0, 0.001, 0.03, 0.5, 1.0])
+def test_the_gaps_of_a_few_requests_are_those_of_a_pass_over_all(runs, share, monkeypatch):
+    import numpy as np
+
+    from vprof.analysis import columns
+
+    cols = load_run(runs["synthetic-open-a"]).columns
+    mask = np.random.default_rng(7).random(cols.n) < share
+    few = cols.gaps(mask)
+    monkeypatch.setattr(columns, "_FEW_ROWS", 0)  # never "few": the pass over every block
+    all_blocks = cols.gaps(mask)
+    assert [a.tolist() for a in few] == [a.tolist() for a in all_blocks]
