@@ -114,7 +114,7 @@ def build_data(
                 )
                 + " (--n-boot sets how many)"
             )
-        comparisons = each(lambda group: _compare(runs, summaries, ids, group, opts), groups)
+        comparisons = [_compare(runs, summaries, ids, group, opts) for group in groups]
         alternated = _alternating_cells(loaded, runs, sides)
         comparisons += [
             _compare_sides(phases, views, summaries, ids) for phases, views in alternated
