@@ -165,6 +165,8 @@ class Columns:
         """:meth:`gaps` of a few requests (``rows`` ascending): only their gaps are read."""
         import numpy as np
 
+        from vprof.records.store import release_file_of
+
         values, lengths, first = [], [], 0
         for block_values, block_lengths in self.itl_blocks:
             end = first + block_lengths.size
@@ -180,6 +182,7 @@ class Columns:
             first = end
         if not values:
             return np.empty(0), np.zeros(0, dtype=np.int64)
+        release_file_of(self.itl_blocks[0][0])  # the pages around those read (read-ahead)
         return np.concatenate(values), np.concatenate(lengths)
 
 
