@@ -141,15 +141,53 @@ class Columns:
         """(pooled gaps, per-request gap counts) of the requests selected by ``mask``."""
         import numpy as np
 
+        from vprof.records.store import release_file_of
+
+        rows = np.flatnonzero(mask)
+        if self.itl_blocks and rows.size * _FEW_ROWS < mask.size:
+            return self._gaps_of_rows(rows)
         values, lengths, row = [], [], 0
         for block_values, block_lengths in self.itl_blocks:
             m = mask[row : row + block_lengths.size]
             row += block_lengths.size
-            values.append(block_values[np.repeat(m, block_lengths)])
-            lengths.append(block_lengths[m])
+            kept = block_lengths[m]
+            # failed requests usually streamed no gaps: then every gap is kept as it is
+            whole = int(kept.sum()) == block_values.size
+            values.append(block_values if whole else block_values[np.repeat(m, block_lengths)])
+            lengths.append(kept)
         if not values:
             return np.empty(0), np.zeros(int(mask.sum()), dtype=np.int64)
+        pooled = np.concatenate(values)
+        release_file_of(self.itl_blocks[0][0])  # copied: the mapped pages are not needed
+        return pooled, np.concatenate(lengths)
+
+    def _gaps_of_rows(self, rows: Any) -> tuple[Any, Any]:
+        """:meth:`gaps` of a few requests (``rows`` ascending): only their gaps are read."""
+        import numpy as np
+
+        from vprof.records.store import release_file_of
+
+        values, lengths, first = [], [], 0
+        for block_values, block_lengths in self.itl_blocks:
+            end = first + block_lengths.size
+            lo, hi = np.searchsorted(rows, [first, end])
+            if hi > lo:
+                mine = rows[lo:hi] - first
+                counts = block_lengths[mine]
+                starts = (np.cumsum(block_lengths) - block_lengths)[mine]
+                # each request's gaps: its start, then one after another
+                step = np.repeat(starts - (np.cumsum(counts) - counts), counts)
+                values.append(block_values[step + np.arange(int(counts.sum()))])
+                lengths.append(counts)
+            first = end
+        if not values:
+            return np.empty(0), np.zeros(0, dtype=np.int64)
+        release_file_of(self.itl_blocks[0][0])  # the pages around those read (read-ahead)
         return np.concatenate(values), np.concatenate(lengths)
+
+
+# A selection of fewer than one request in this many reads only their gaps.
+_FEW_ROWS = 16
 
 
 def from_records(records: Any) -> Columns:
@@ -222,6 +260,7 @@ def _from_table(table: Any) -> Columns:
     import pyarrow as pa
 
     from vprof.records import arrays
+    from vprof.records.store import release_file_of
 
     n = table.num_rows
     names = set(table.column_names)
@@ -246,12 +285,16 @@ def _from_table(table: Any) -> Columns:
         arrays.bools(table.column("open_loop")) if "open_loop" in names else np.zeros(n, dtype=bool)
     )
     chunks = table.column("itl_ms").chunks if "itl_ms" in names else []
+    blocks = tuple(arrays.list_block(chunk) for chunk in chunks if len(chunk))
+    if blocks:
+        # reading each batch's offsets mapped the pages around them: hand the file back
+        release_file_of(blocks[0][0])
     return Columns(
         n,
         Lazy(FLOAT_COLUMNS, floats),
         Lazy(INT_COLUMNS, ints),
         status,
         open_loop,
-        tuple(arrays.list_block(chunk) for chunk in chunks if len(chunk)),
+        blocks,
         Lazy(STRING_COLUMNS, lambda name: strings(name, "")),
     )

@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -200,18 +200,62 @@ def _labels(groups: Sequence[Sequence[Run]], summaries: Sequence[Sequence[dict]]
     return [f"{name}#{i + 1}" for i, name in enumerate(names)]
 
 
+@dataclass
+class Rows:
+    """A comparison's rows (one dict per metric and group, as built) and ``attrs`` (notes,
+    warnings, n_boot): what :func:`compare` returns as a DataFrame, without pandas."""
+
+    rows: list[dict[str, Any]]
+    attrs: dict[str, Any] = field(default_factory=dict)
+
+    def records(self) -> list[dict[str, Any]]:
+        """The rows as ``DataFrame(rows).to_dict("records")`` gives them: every column in
+        every row (NaN where a row has none), a column of numbers that holds a float or a gap
+        all floats, numpy scalars as Python's."""
+        columns: dict[str, list[Any]] = {}
+        for i, row in enumerate(self.rows):
+            for key in row:
+                columns.setdefault(key, [math.nan] * i)
+            for key, values in columns.items():
+                values.append(row.get(key, math.nan))
+        if not columns:
+            return [{} for _ in self.rows]
+        return [
+            dict(zip(columns, values, strict=True))
+            for values in zip(*(_column(v) for v in columns.values()), strict=True)
+        ]
+
+    def frame(self) -> Any:
+        """The rows as a pandas DataFrame, ``attrs`` attached."""
+        import pandas as pd
+
+        frame = pd.DataFrame(self.rows)
+        frame.attrs.update(self.attrs)
+        return frame
+
+
+def _column(values: list[Any]) -> list[Any]:
+    """One column's values as pandas infers and boxes them (see :meth:`Rows.records`):
+    numbers with a float or a gap become floats, text with gaps holds NaN for None."""
+    plain = [v.item() if hasattr(v, "item") and hasattr(v, "dtype") else v for v in values]
+    given = [v for v in plain if v is not None]
+    if not given:
+        return plain
+    if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in given):
+        if len(given) < len(plain) or any(isinstance(v, float) for v in given):
+            return [math.nan if v is None else float(v) for v in plain]
+        return plain
+    gap = [isinstance(v, float) and math.isnan(v) for v in given]
+    if all(isinstance(v, str) or g for v, g in zip(given, gap, strict=True)) and not all(gap):
+        return [math.nan if v is None else v for v in plain]
+    return plain
+
+
 def compare(
-    runs: Sequence[str | Path | Run] | Sequence[Sequence[str | Path | Run]],
-    *,
-    metrics: Sequence[str] = DEFAULT_METRICS,
-    n_boot: int | None = None,
-    seed: int = 0,
-    slo: str | None = None,
-    summaries: Mapping[Path, dict[str, Any]] | None = None,
-    detect: float | None = None,
-    precision_pct: float = DEFAULT_PRECISION_PCT,
+    runs: Sequence[str | Path | Run] | Sequence[Sequence[str | Path | Run]], **options: Any
 ) -> Any:
-    """Compare groups of runs with the first group as baseline; one row per (metric, group).
+    """Compare groups of runs with the first group as baseline; one row per (metric, group),
+    as a pandas DataFrame (``options``: :func:`comparison`'s keywords, described below).
 
     ``runs`` is a list of runs (repeats of one configuration are grouped, see
     :func:`group_runs`) or a list of explicit groups (lists of runs). Columns: ``metric``,
@@ -232,8 +276,22 @@ def compare(
     Example:
         >>> compare(["runs/baseline", "runs/chunked-256"])  # doctest: +SKIP
     """
-    import pandas as pd
+    return comparison(runs, **options).frame()
 
+
+def comparison(
+    runs: Sequence[str | Path | Run] | Sequence[Sequence[str | Path | Run]],
+    *,
+    metrics: Sequence[str] = DEFAULT_METRICS,
+    n_boot: int | None = None,
+    seed: int = 0,
+    slo: str | None = None,
+    summaries: Mapping[Path, dict[str, Any]] | None = None,
+    detect: float | None = None,
+    precision_pct: float = DEFAULT_PRECISION_PCT,
+) -> Rows:
+    """:func:`compare`'s rows and notes without pandas (the report reads them as they are);
+    its parameters are described there."""
     if not (isinstance(precision_pct, (int, float)) and 0 < precision_pct < math.inf):
         raise RunError(
             f"the bootstrap's precision must be a positive number, got {precision_pct!r}"
@@ -263,7 +321,7 @@ def compare(
                 row = _within_run(metric, base, other, boots[0].get(metric), boots[i].get(metric))
             judged = _judge(row, base, other, detect)
             rows.append({**judged, "warnings": base.damage + other.damage})
-    frame = pd.DataFrame(rows)
+    frame = Rows(rows)
     frame.attrs["notes"] = _notes(groups)
     frame.attrs["warnings"] = [line for g in groups for line in g.damage]
     frame.attrs["n_boot"] = drawn
@@ -278,10 +336,8 @@ def compare(
 
 def _compare_alternating(
     phases: Sequence[Run], metrics: Sequence[str], slo: str | None, detect: float | None
-) -> Any:
+) -> Rows:
     """Sides of one alternating run (its phases): a paired t over the blocks' differences."""
-    import pandas as pd
-
     if not all(is_alternating(r) for r in phases):
         raise RunError(
             "an alternating run cannot be compared with ordinary runs",
@@ -317,7 +373,7 @@ def _compare_alternating(
                 row.update(interval_fields(interval))
             judged = _judge(row, base, other, detect)
             rows.append({**judged, "warnings": base.damage + other.damage})
-    frame = pd.DataFrame(rows)
+    frame = Rows(rows)
     frame.attrs["warnings"] = [line for g in groups for line in g.damage]
     alt = alternation(phases[0])
     assert alt is not None

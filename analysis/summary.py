@@ -27,7 +27,15 @@ from vprof.analysis.keys import Metric, stat_key
 from vprof.analysis.keys import SummaryKey as K
 from vprof.analysis.samples import PER_REPLICA_SERVER, host_stats, loadgen_stats, server_stats
 from vprof.analysis.slo import Slo, SloTarget, parse_slo
-from vprof.analysis.stats import DEFAULT_PERCENTILES, BlockQuantiles, describe, pct_key, percentile
+from vprof.analysis.stats import (
+    DEFAULT_PERCENTILES,
+    BlockQuantiles,
+    describe,
+    pct_key,
+    percentile,
+    sorted_within_groups,
+)
+from vprof.common.cpus import usable_cpus
 from vprof.common.errors import RunError
 from vprof.common.numbers import check_interval_rows, check_number
 from vprof.records.schema import CUT_AT_END, Status
@@ -473,6 +481,8 @@ def _itl(
     """
     import numpy as np
 
+    from vprof.records.store import release_file_of
+
     end = _nanmax(cols.floats["last_token_at"][mask])
     first = cols.floats["first_token_at"]  # read here, before any thread uses it
     n_bins = int(math.ceil(end - t0)) + 2 if not math.isnan(end - t0) else 0
@@ -481,7 +491,7 @@ def _itl(
     if not cols.itl_blocks:  # no gaps recorded: every request is its first chunk only
         rel = first[mask] - t0
         if n_bins:
-            _bin_chunks(bins, np.empty(0), np.zeros(rel.size, dtype=np.int64), rel, np.empty(0))
+            _bin_chunks(bins, np.empty(0), np.zeros(rel.size, dtype=np.int64), rel)
         quantiles.plan(percentiles)
         return lambda: (quantiles, bins)
     wanted = [50.0, *percentiles]
@@ -489,13 +499,10 @@ def _itl(
 
     def one_part(part: tuple[int, int]) -> tuple[BlockQuantiles, Any]:
         mine, counts = quantiles.spawn(), np.zeros(n_bins, dtype=np.int64)
-        cumsum_scratch = np.empty(0)
         for gaps, lengths, first_s in _gap_groups(cols, mask, t0, part=part):
             mine.add(gaps)
             if n_bins:
-                if cumsum_scratch.size < gaps.size:
-                    cumsum_scratch = np.empty(gaps.size)
-                _bin_chunks(counts, gaps, lengths, first_s, cumsum_scratch)
+                _bin_chunks(counts, gaps, lengths, first_s)
         return mine, counts
 
     def finish(done: list[tuple[BlockQuantiles, Any]]) -> tuple[BlockQuantiles, Any]:
@@ -505,6 +512,8 @@ def _itl(
         if quantiles.plan(wanted):  # the sample's guess missed a rank: one more pass
             for gaps, _, _ in _gap_groups(cols, mask, t0):
                 quantiles.collect(gaps)
+        # the pass mapped pages beside each block it handed back (offsets, read-ahead)
+        release_file_of(cols.itl_blocks[0][0])
         return quantiles, bins
 
     parts = _parts(cols)
@@ -527,13 +536,8 @@ _THREADED_GAPS = 8_000_000
 
 def _parts(cols: Columns) -> list[tuple[int, int]]:
     """Ranges of gap blocks to pass over at once: all of them, or two halves."""
-    import os
-
     n = len(cols.itl_blocks)
-    try:
-        cpus = len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        cpus = os.cpu_count() or 1
+    cpus = usable_cpus()
     if cpus < 2 or n < 2 or sum(v.size for v, _ in cols.itl_blocks) < _THREADED_GAPS:
         return [(0, n)]
     return [(0, n // 2), (n // 2, n)]
@@ -642,24 +646,25 @@ def _gap_groups(
         yield flush()
 
 
-def _bin_chunks(bins: Any, gaps: Any, lengths: Any, first_s: Any, scratch: Any) -> None:
+def _bin_chunks(bins: Any, gaps: Any, lengths: Any, first_s: Any) -> None:
     """Add each request's chunks to 1-s ``bins`` (chunk j at first + Σ its first j gaps).
 
     Instead of materialising a time per chunk, count per request the chunks before each
-    whole second it spans, with one binary search per (request, second) in the running sum
-    of gaps. That sum rises monotonically because gaps are never negative.
+    whole second it spans, with one search per (request, second) in the running sum of
+    gaps (:class:`_RunningSum`), which rises monotonically because gaps are never negative.
     """
     import numpy as np
 
     good = np.isfinite(first_s)
-    csum = np.cumsum(gaps, out=scratch[: gaps.size])
     ends = np.cumsum(lengths)
     starts = ends - lengths
     base = np.zeros(lengths.size)
-    base[starts > 0] = csum[starts[starts > 0] - 1]
     span_ms = np.zeros(lengths.size)
+    running = _RunningSum(gaps)
+    later = starts > 0
+    base[later] = running.at(starts[later] - 1)
     has = lengths > 0
-    span_ms[has] = csum[ends[has] - 1] - base[has]
+    span_ms[has] = running.at(ends[has] - 1) - base[has]
     if not good.all():
         lengths, first_s, base, span_ms, starts = (
             a[good] for a in (lengths, first_s, base, span_ms, starts)
@@ -674,18 +679,67 @@ def _bin_chunks(bins: Any, gaps: Any, lengths: Any, first_s: Any, scratch: Any) 
     bin_idx = lo[req] + offset
     # chunks strictly before the end of each bin: the first chunk plus gaps that end earlier;
     # a request's last bin holds the rest of its chunks, so only the bins before it are
-    # searched (their targets lie inside the request's own gaps, ascending: a fast search)
+    # searched
     upto = lengths[req] + 1
     inner = offset != spans[req]
     r = req[inner]
     target = (bin_idx[inner] + 1 - first_s[r]) * 1000.0 + base[r]
-    before = np.searchsorted(csum, target, side="left") - starts[r]
+    before = running.count_below(target) - starts[r]
     upto[inner] = 1 + np.clip(before, 0, lengths[r])
     counts = upto.copy()
     counts[1:] -= upto[:-1]
     counts[offset == 0] = upto[offset == 0]
     added = np.bincount(np.clip(bin_idx, 0, bins.size - 1), weights=counts, minlength=bins.size)
     bins += added.astype(np.int64)
+
+
+class _RunningSum:
+    """The running sum of non-negative ``values`` without a sequential pass over all of them.
+
+    A cumulative sum adds one value after another (a few ns each, the slow part of binning
+    tens of millions of gaps). Here the values sit in rows of :attr:`WIDTH`: the running sum
+    along each row is a few vectorised column additions, and only the row totals are summed
+    one after another. The sum up to position p is then (sum of the rows before) + (p's
+    running sum in its row): the plain cumulative sum to within float rounding (a chunk
+    would have to fall within a nanosecond of a whole second to be binned otherwise), and
+    rising monotonically as that does, so a search in it is exact.
+    """
+
+    WIDTH = 16
+
+    def __init__(self, values: Any) -> None:
+        import numpy as np
+
+        self.n = values.size
+        w = self.WIDTH
+        rows = np.zeros((-(-self.n // w), w))
+        rows.ravel()[: self.n] = values
+        for c in range(1, w):
+            np.add(rows[:, c], rows[:, c - 1], out=rows[:, c])
+        self.rows = rows
+        self.ends = np.cumsum(rows[:, w - 1])  # the sum up to each row's end
+        self.before = np.concatenate([[0.0], self.ends[:-1]])  # ... and up to its start
+
+    def at(self, positions: Any) -> Any:
+        """The sum of the values up to and including each position."""
+        return self.before[positions // self.WIDTH] + self.rows.ravel()[positions]
+
+    def count_below(self, targets: Any) -> Any:
+        """Per target, how many positions hold a sum below it (``searchsorted(…, "left")`` in
+        the running sum): the rows whose end is below it, then a halving search in the next."""
+        import numpy as np
+
+        w = self.WIDTH
+        row = np.searchsorted(self.ends, targets, side="left")
+        inside = np.minimum(row, max(self.ends.size - 1, 0))
+        start = self.before[inside] if self.ends.size else np.zeros(0)
+        flat = self.rows.ravel()
+        at = inside * w
+        step = w // 2
+        while step and self.ends.size:
+            at += step * (start + flat[at + (step - 1)] < targets)
+            step //= 2
+        return np.minimum(np.where(row < self.ends.size, at, row * w), self.n)
 
 
 def _served_rate(
@@ -895,17 +949,28 @@ def timeline(records: Any, interval_s: float = 5.0) -> Any:
 
     ``t_s`` is the interval's start in seconds from the first send.
     """
-    import numpy as np
     import pandas as pd
+
+    series = timeline_series(records, interval_s)
+    if series is None:
+        return pd.DataFrame(columns=list(TIMELINE_COLUMNS))
+    return pd.DataFrame(series)[list(TIMELINE_COLUMNS)]
+
+
+TIMELINE_COLUMNS = ("t_s", "started", "finished", K.FAILED, *TIMELINE_SERIES)
+
+
+def timeline_series(records: Any, interval_s: float = 5.0) -> dict[str, Any] | None:
+    """:func:`timeline`'s columns as numpy arrays, without pandas (None: nothing was sent)."""
+    import numpy as np
 
     check_number(interval_s, above=0, error=RunError, key="--interval")
     cols = records if isinstance(records, Columns) else from_records(records)
     f = cols.floats
-    columns = ["t_s", "started", "finished", K.FAILED, *TIMELINE_SERIES]
     started_at = np.where(np.isnan(f["sent_at"]), f["scheduled_at"], f["sent_at"])
     t0 = _nanmin(started_at)
     if math.isnan(t0):
-        return pd.DataFrame(columns=columns)
+        return None
     ends = np.where(np.isnan(f["finished_at"]), f["last_token_at"], f["finished_at"])
     ok = cols.status.isin(Status.OK.value)
     start_bin = np.floor((started_at - t0) / interval_s)
@@ -927,20 +992,18 @@ def timeline(records: Any, interval_s: float = 5.0) -> Any:
         return np.bincount(bins[good].astype(np.int64), weights=w, minlength=n_bins)[:n_bins]
 
     output = np.maximum(cols.ints["completion_tokens"], 0).astype(np.float64)
-    frame = pd.DataFrame(
-        {
-            "t_s": np.arange(n_bins) * interval_s,
-            "started": count(start_bin, np.ones(cols.n, dtype=bool)),
-            "finished": count(end_bin, ok),
-            K.FAILED: count(end_bin, cols.status.isin(*_FAILED)),
-        }
-    )
+    frame = {
+        "t_s": np.arange(n_bins) * interval_s,
+        "started": count(start_bin, np.ones(cols.n, dtype=bool)),
+        "finished": count(end_bin, ok),
+        K.FAILED: count(end_bin, cols.status.isin(*_FAILED)),
+    }
     frame[K.REQUEST_THROUGHPUT] = frame["finished"] / interval_s
     frame[K.OUTPUT_THROUGHPUT] = count(end_bin, ok, output) / interval_s
     for metric in (Metric.TTFT, Metric.TPOT):
         for q, values in _binned_quantiles(start_bin[ok], f[f"{metric}_ms"][ok], n_bins).items():
             frame[stat_key(pct_key(q), metric)] = values
-    return frame[columns]
+    return frame
 
 
 def _binned_quantiles(bins: Any, values: Any, n_bins: int, qs: Sequence[int] = (50, 95)) -> dict:
@@ -949,12 +1012,9 @@ def _binned_quantiles(bins: Any, values: Any, n_bins: int, qs: Sequence[int] = (
     import numpy as np
 
     good = ~np.isnan(bins) & ~np.isnan(values)
-    b, v = bins[good].astype(np.int64), values[good]
-    order = np.lexsort((v, b))
-    b, v = b[order], v[order]
-    edges = np.arange(n_bins)
-    starts = np.searchsorted(b, edges, side="left")
-    counts = np.searchsorted(b, edges, side="right") - starts
+    v, edges = sorted_within_groups(bins[good].astype(np.int64), values[good], n_bins)
+    starts = edges[:-1]
+    counts = np.diff(edges)
     has = counts > 0
     out = {}
     for q in qs:

@@ -109,7 +109,7 @@ def encoded(column: Any, default: str) -> tuple[Any, Any]:
 
     if not len(column):
         return np.array([default], dtype=object), np.zeros(0, dtype=np.int32)
-    whole = combined(column) if hasattr(column, "chunks") else column
+    whole = _chunks(column)[0]
     dictionary = pc.dictionary_encode(whole)
     labels = [default if v is None else v for v in dictionary.dictionary.to_pylist()]
     indices = dictionary.indices

@@ -281,8 +281,9 @@ def check_values(table: Any, path: str) -> None:
             refuse(name, ~arrays.bools(table.column(name).is_valid()), "no value")
 
     def whole(name: str) -> Any:
-        """A column joined into one array (the file's pages stay until the reader is done)."""
-        return table.column(name).combine_chunks()
+        """A column as one array (the file's pages stay until the reader is done)."""
+        column = table.column(name)
+        return column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
 
     def low_high(name: str) -> tuple[float, float]:
         # fmin/fmax skip NaN (not reached): one pass each, no mask unless something is out

@@ -230,6 +230,7 @@ def read_records_file(path: Path) -> RecordsFile:
     end = ends[-1]
     torn = 0 if end >= size or _only_end_marker(source, end, size) else size - end
     table = conform(pa.Table.from_batches(batches, schema=reader.schema), where)
+    table = _scalars_joined(table, mapped)
     try:
         check_values(table, where)
     except RunError as exc:
@@ -238,12 +239,46 @@ def read_records_file(path: Path) -> RecordsFile:
         if good == 0:
             raise
         table = conform(pa.Table.from_batches(batches[:good], schema=reader.schema), where)
+        table = _scalars_joined(table, mapped)
         return RecordsFile(table, good, size - ends[good], damage=exc.message)
     # Checking read every batch: hand the pages back, so only what is used later is resident.
     release_buffer(mapped)
     if malformed:
         return RecordsFile(table, len(batches), size - end, damage=malformed)
     return RecordsFile(table, len(batches), torn)
+
+
+# Per-request labels that only a lookup of one row reads: they stay in the file's batches.
+_LEFT_IN_BATCHES = ("request_id", "user_class", "worker")
+# Columns joined at a time; the file's pages they mapped are handed back after each group.
+_JOIN_GROUP = 8
+
+
+def _scalars_joined(table: Any, mapped: Any = None) -> Any:
+    """``table`` with each column but the gaps and the per-request labels joined into one
+    array (one copy each, made by Arrow from the mapped file, a few columns at a time, the
+    pages handed back after each group so the file is never resident as a whole).
+
+    Every reader of a column (the value checks, a summary, the pictures) then uses it as it
+    is, instead of joining a thousand batches' pieces and mapping the file again each time;
+    the gaps, most of the file, stay in its batches.
+    """
+    import pyarrow as pa
+
+    if table.num_rows == 0 or all(c.num_chunks <= 1 for c in table.columns):
+        return table
+    names = [
+        f.name
+        for f in table.schema
+        if not pa.types.is_list(f.type) and f.name not in _LEFT_IN_BATCHES
+    ]
+    joined: dict[str, Any] = {}
+    for start in range(0, len(names), _JOIN_GROUP):
+        group = table.select(names[start : start + _JOIN_GROUP]).combine_chunks()
+        joined |= dict(zip(group.column_names, group.columns, strict=True))
+        release_buffer(mapped)
+    columns = [joined.get(name, table.column(name)) for name in table.column_names]
+    return pa.Table.from_arrays(columns, schema=table.schema)
 
 
 # Mappings made by the reader, by address: (start, end, the mapping); see release().
@@ -306,13 +341,19 @@ def release_buffer(buffer: Any) -> None:
 
 def release_file_of(column: Any) -> None:
     """Hand back every page of the memory-mapped records file a column (or chunk) was read
-    from. Reading a column of a batch maps the pages around it too (the OS reads ahead), so
-    after a column has been read or copied the whole file is handed back, not its bytes."""
-    chunks = column.chunks if hasattr(column, "chunks") else [column]
-    buffers = [b for chunk in chunks[:1] for b in chunk.buffers() if b is not None and b.size]
-    if not buffers:
-        return
-    address = buffers[-1].address
+    from (or a numpy view into one). Reading a column of a batch maps the pages around it too
+    (the OS reads ahead), so after a column has been read or copied the whole file is handed
+    back, not its bytes."""
+    if hasattr(column, "ctypes"):  # a numpy view
+        if not column.nbytes:
+            return
+        address = column.ctypes.data
+    else:
+        chunks = column.chunks if hasattr(column, "chunks") else [column]
+        buffers = [b for chunk in chunks[:1] for b in chunk.buffers() if b is not None and b.size]
+        if not buffers:
+            return
+        address = buffers[-1].address
     with _MAPPINGS_LOCK:
         for start, end, ref in _MAPPINGS:
             mapping = ref()

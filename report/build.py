@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 from vprof.analysis.keys import SummaryKey as K
+from vprof.common.cpus import usable_cpus
 from vprof.common.errors import ReportError
 from vprof.records.rundir import RunDir, RunState
 from vprof.report.options import ReportOptions, check_options
@@ -42,76 +44,83 @@ def build_data(
     started = time.perf_counter()
     paths = list(paths)
     inputs = resolve_inputs(paths)
-    loaded = [load_run(p) for p in inputs.runs]
-    runs = [view for run in loaded for view in side_views(run)]  # an alternating run: its sides
-    summaries = [summarize_loaded(r, slo=opts.slo) for r in runs]
-    order = _reading_order(summaries)
-    runs, summaries = [runs[i] for i in order], [summaries[i] for i in order]
-    labels = display_names(summaries)
-    ids = [f"r{i}" for i in range(len(runs))]
-    entries = []
-    for run_id, label, run, summary in zip(ids, labels, runs, summaries, strict=True):
-        cols = columns(run)
-        entries.append(
-            {
-                "id": run_id,
-                "label": label,
+    # Runs are read, summarised and drawn one per core: each is its own, and numpy lets go
+    # of the interpreter in the work on its arrays.
+    with each_run() as each:
+        loaded = each(load_run, inputs.runs)
+        runs = [view for run in loaded for view in side_views(run)]  # alternating: its sides
+        summaries = each(lambda r: summarize_loaded(r, slo=opts.slo), runs)
+        order = _reading_order(summaries)
+        runs, summaries = [runs[i] for i in order], [summaries[i] for i in order]
+        labels = display_names(summaries)
+        ids = [f"r{i}" for i in range(len(runs))]
+
+        def pictures(run: Any, summary: dict[str, Any]) -> dict[str, Any]:
+            cols = columns(run)
+            return {
                 "summary": json_safe(summary),
                 "distributions": json_safe(distributions(run, summary, cols, seed=opts.seed)),
                 "timeline": json_safe(timelines(run, summary, cols)),
                 "provenance": json_safe(provenance(run)),
             }
-        )
-    forecast: dict[str, Any] = {"curves": [], "notes": []}
-    if opts.model is not None:
-        from vprof.report.forecast import predicted_curves
 
-        if progress is not None:
-            progress(f"predicting curves with {opts.model.path}")
-        forecast = predicted_curves(runs, summaries, opts.model)
-    capacity_data = capacity(ids, summaries, opts, forecast["curves"])
-    capacity_data["predicted_notes"] = forecast["notes"]
-    metas: dict[str, tuple[dict[str, Any], str]] = {}
-    for run, summary in zip(runs, summaries, strict=True):
-        folder = str(run.path).partition("#")[0]  # a side's run folder is its run's
-        metas.setdefault(
-            str(summary.get(K.PROFILE) or summary.get(K.RUN)),
-            (run.meta, str(RunDir(folder).run_json)),
-        )
-    recorded = [r.meta["hardware"] for r in runs if isinstance(r.meta.get("hardware"), dict)]
-    on_gpus = any(h.get("gpus") for h in recorded) if recorded else None
-    run_ids = {r.path.resolve(): i for r, i in zip(runs, ids, strict=True)}
-    by_id = dict(zip(ids, summaries, strict=True))
-    sweeps = from_manifests(inputs.sweeps, run_ids, by_id, capacity_data)
-    covered = {row["run_id"] for s in sweeps for row in s["rows"] if row.get("run_id")}
-    sweeps += from_load_levels(capacity_data, covered)
-    from vprof.analysis.alternation import is_alternating
-    from vprof.analysis.compare import cell_key
+        drawn = each(pictures, runs, summaries)
+        entries = [
+            {"id": run_id, "label": label, **entry}
+            for run_id, label, entry in zip(ids, labels, drawn, strict=True)
+        ]
+        forecast: dict[str, Any] = {"curves": [], "notes": []}
+        if opts.model is not None:
+            from vprof.report.forecast import predicted_curves
 
-    sides = {i for i, r in enumerate(runs) if is_alternating(r)}
-    groups = [
-        g
-        for g in (
-            [i for i in group if i not in sides]
-            for group in comparison_groups(summaries, labels, opts.baseline)
-        )
-        if len({cell_key(runs[i].path) for i in g}) >= 2  # not only one configuration's repeats
-    ]
-    if groups and progress is not None:
-        progress(
-            f"comparing {len(groups)} group(s) of runs under the same traffic with "
-            + (
-                f"{opts.n_boot:,} bootstrap resamples"
-                if opts.n_boot is not None
-                else "as many bootstrap resamples as their precision needs"
+            if progress is not None:
+                progress(f"predicting curves with {opts.model.path}")
+            forecast = predicted_curves(runs, summaries, opts.model)
+        capacity_data = capacity(ids, summaries, opts, forecast["curves"])
+        capacity_data["predicted_notes"] = forecast["notes"]
+        metas: dict[str, tuple[dict[str, Any], str]] = {}
+        for run, summary in zip(runs, summaries, strict=True):
+            folder = str(run.path).partition("#")[0]  # a side's run folder is its run's
+            metas.setdefault(
+                str(summary.get(K.PROFILE) or summary.get(K.RUN)),
+                (run.meta, str(RunDir(folder).run_json)),
             )
-            + " (--n-boot sets how many)"
-        )
-    comparisons = [_compare(runs, summaries, ids, group, opts) for group in groups]
-    alternated = _alternating_cells(loaded, runs, sides)
-    comparisons += [_compare_sides(phases, views, summaries, ids) for phases, views in alternated]
-    groups += [views for _, views in alternated]
-    return json_safe(
+        recorded = [r.meta["hardware"] for r in runs if isinstance(r.meta.get("hardware"), dict)]
+        on_gpus = any(h.get("gpus") for h in recorded) if recorded else None
+        run_ids = {r.path.resolve(): i for r, i in zip(runs, ids, strict=True)}
+        by_id = dict(zip(ids, summaries, strict=True))
+        sweeps = from_manifests(inputs.sweeps, run_ids, by_id, capacity_data)
+        covered = {row["run_id"] for s in sweeps for row in s["rows"] if row.get("run_id")}
+        sweeps += from_load_levels(capacity_data, covered)
+        from vprof.analysis.alternation import is_alternating
+        from vprof.analysis.compare import cell_key
+
+        sides = {i for i, r in enumerate(runs) if is_alternating(r)}
+        groups = [
+            g
+            for g in (
+                [i for i in group if i not in sides]
+                for group in comparison_groups(summaries, labels, opts.baseline)
+            )
+            if len({cell_key(runs[i].path) for i in g}) >= 2  # not only one configuration's repeats
+        ]
+        if groups and progress is not None:
+            progress(
+                f"comparing {len(groups)} group(s) of runs under the same traffic with "
+                + (
+                    f"{opts.n_boot:,} bootstrap resamples"
+                    if opts.n_boot is not None
+                    else "as many bootstrap resamples as their precision needs"
+                )
+                + " (--n-boot sets how many)"
+            )
+        comparisons = [_compare(runs, summaries, ids, group, opts) for group in groups]
+        alternated = _alternating_cells(loaded, runs, sides)
+        comparisons += [
+            _compare_sides(phases, views, summaries, ids) for phases, views in alternated
+        ]
+        groups += [views for _, views in alternated]
+    data = json_safe(
         {
             "schema": SCHEMA_VERSION,
             "title": opts.title or _title(summaries),
@@ -119,16 +128,32 @@ def build_data(
             "vprof_version": _version(),
             "inputs": [str(p) for p in paths],
             "options": opts.to_dict(),
-            "runs": entries,
+            "runs": None,
             "capacity": capacity_data,
-            "cost": json_safe(cost(capacity_data, metas, opts, measured_on_gpus=on_gpus)),
-            "sweeps": json_safe(sweeps),
+            "cost": cost(capacity_data, metas, opts, measured_on_gpus=on_gpus),
+            "sweeps": sweeps,
             "comparisons": comparisons,
             "distribution_groups": _distribution_groups(summaries, ids, groups),
             "warnings": _warnings(labels, summaries),
-            "build_s": round(time.perf_counter() - started, 3),
         }
     )
+    data["runs"] = entries  # each part already JSON-safe: not walked again
+    data["build_s"] = round(time.perf_counter() - started, 3)
+    return data
+
+
+@contextmanager
+def each_run() -> Iterator[Callable[..., list[Any]]]:
+    """``each(fn, items, …)``: ``[fn(*args) for args in zip(items, …)]``, two at a time when
+    the process may use two cores (results in order; the first failure is raised)."""
+    workers = min(2, usable_cpus())
+    if workers < 2:
+        yield lambda fn, *items: [fn(*args) for args in zip(*items, strict=True)]
+        return
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(workers, thread_name_prefix="vprof-report") as pool:
+        yield lambda fn, *items: list(pool.map(fn, *items))
 
 
 def _reading_order(summaries: Sequence[dict[str, Any]]) -> list[int]:
@@ -197,14 +222,16 @@ def _compare(
     group: Sequence[int],
     opts: ReportOptions,
 ) -> dict[str, Any]:
-    from vprof.analysis import compare
+    from vprof.analysis.compare import comparison
     from vprof.analysis.run import display_names, json_safe
 
     known = {runs[i].path: summaries[i] for i in group}
-    frame = compare([runs[i] for i in group], n_boot=opts.n_boot, seed=opts.seed, summaries=known)
+    frame = comparison(
+        [runs[i] for i in group], n_boot=opts.n_boot, seed=opts.seed, summaries=known
+    )
     names = display_names([summaries[i] for i in group])
     by_name = {name: ids[i] for name, i in zip(names, group, strict=True)}
-    rows = json_safe(frame.to_dict("records"))
+    rows = json_safe(frame.records())
     for row in rows:
         row["run_id"] = by_name.get(row["run"])
         row["baseline_id"] = by_name.get(row["baseline"])
@@ -245,14 +272,14 @@ def _compare_sides(
     ids: Sequence[str],
 ) -> dict[str, Any]:
     """An alternating run's paired comparison of its sides (its first side the baseline)."""
-    from vprof.analysis import compare
+    from vprof.analysis.compare import comparison
     from vprof.analysis.run import json_safe
 
-    frame = compare(list(phases))
+    frame = comparison(list(phases))
     by_side: dict[str, str] = {}
     for i in views:  # the first phase's view of each side stands for it
         by_side.setdefault(str(summaries[i].get(K.PROFILE)), ids[i])
-    rows = json_safe(frame.to_dict("records"))
+    rows = json_safe(frame.records())
     for row in rows:
         row["run_id"] = by_side.get(row["run"])
         row["baseline_id"] = by_side.get(row["baseline"])

@@ -106,8 +106,7 @@ def timelines(run: Run, summary: dict[str, Any], cols: dict[str, Any]) -> dict[s
     """Tokens/s, the server's queue and KV cache, TTFT, schedule lag and load-generator CPU."""
     import numpy as np
 
-    from vprof.analysis import timeline
-    from vprof.analysis.summary import TIMELINE_SERIES
+    from vprof.analysis.summary import TIMELINE_SERIES, timeline_series
 
     started = np.where(np.isnan(cols["sent_at"]), cols["scheduled_at"], cols["sent_at"])
     if not np.isfinite(started).any():
@@ -116,7 +115,8 @@ def timelines(run: Run, summary: dict[str, Any], cols: dict[str, Any]) -> dict[s
     ends = np.where(np.isnan(cols["finished_at"]), cols["last_token_at"], cols["finished_at"])
     last = np.nanmax(np.concatenate([ends, started]))
     interval_s = nice_interval_s(float(last - t0))
-    frame = timeline(run.columns, interval_s)
+    frame = timeline_series(run.columns, interval_s)
+    assert frame is not None  # something was sent
     out: dict[str, Any] = {
         "t0": t0,
         "interval_s": interval_s,
@@ -124,8 +124,8 @@ def timelines(run: Run, summary: dict[str, Any], cols: dict[str, Any]) -> dict[s
         "t_s": frame["t_s"].astype(float).tolist(),
     }
     for key in (*TIMELINE_SERIES, K.FAILED):
-        out[key] = significant(frame[key].to_numpy(dtype=float))
-    n_bins = len(frame)
+        out[key] = significant(frame[key].astype(float))
+    n_bins = len(frame["t_s"])
     sent = np.isfinite(cols["sent_at"])
     if summary.get(K.OPEN_LOOP):  # closed-loop users send when ready: there is no schedule
         lag = binned_percentiles(

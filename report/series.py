@@ -109,14 +109,13 @@ def binned_percentiles(
     v = np.asarray(values, dtype=np.float64)
     keep = np.isfinite(t) & np.isfinite(v) & (t >= 0)
     t, v = t[keep], v[keep]
+    from vprof.analysis.stats import sorted_within_groups
+
     bins = np.minimum((t // interval_s).astype(np.int64), max(n_bins - 1, 0))
-    order = np.lexsort((v, bins))
-    bins, v = bins[order], v[order]
-    starts = np.searchsorted(bins, np.arange(n_bins), side="left")
-    ends = np.searchsorted(bins, np.arange(n_bins), side="right")
+    v, edges = sorted_within_groups(bins, v, n_bins)
     out: dict[str, list[float | None]] = {f"p{q:g}": [] for q in qs}
     out["max"] = []
-    for lo, hi in zip(starts, ends, strict=True):
+    for lo, hi in zip(edges[:-1], edges[1:], strict=True):
         chunk = v[lo:hi]  # sorted within the bin
         for q in qs:
             out[f"p{q:g}"].append(_linear_sorted(chunk, q) if chunk.size else None)

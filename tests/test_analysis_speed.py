@@ -74,3 +74,92 @@ def test_a_precision_that_is_not_a_positive_number_is_refused(runs):
     for bad in (0.0, -1.0, math.nan, math.inf):
         with pytest.raises(RunError, match="precision"):
             compare(paths, metrics=["p95_ttft_ms"], precision_pct=bad)
+
+
+@pytest.mark.parametrize("n", [0, 1, 15, 16, 17, 1000, 4099])
+def test_the_running_sum_in_rows_searches_like_a_cumulative_sum(n):
+    import numpy as np
+
+    from vprof.analysis.summary import _RunningSum
+
+    rng = np.random.default_rng(n)
+    values = rng.lognormal(3.0, 1.0, n)
+    values[::7] = 0.0  # a gap of zero: equal sums side by side
+    plain = np.cumsum(values)
+    running = _RunningSum(values)
+    sums = running.at(np.arange(n)) if n else np.zeros(0)
+    # within a rounding of the one-after-another sum, and rising as it does
+    assert np.allclose(sums, plain, rtol=1e-12, atol=0)
+    assert (np.diff(sums) >= 0).all()
+    total = plain[-1] if n else 0.0
+    anywhere = rng.uniform(-1.0, total + 1.0, 500)
+    assert running.count_below(anywhere).tolist() == np.searchsorted(plain, anywhere).tolist()
+    # at its own sums (ties, the ends) exactly as a search in them
+    exact = np.concatenate([sums, [0.0, total, -1.0, total + 1.0]])
+    assert running.count_below(exact).tolist() == np.searchsorted(sums, exact).tolist()
+
+
+@pytest.mark.parametrize("n_groups", [0, 1, 7, 240, 5000])
+def test_values_sorted_within_groups_are_a_lexsort(n_groups):
+    import numpy as np
+
+    from vprof.analysis.stats import sorted_within_groups
+
+    rng = np.random.default_rng(n_groups)
+    groups = np.sort(rng.integers(0, max(n_groups, 1), 20_000)) if n_groups else np.zeros(0)
+    groups = groups[np.argsort(groups + rng.normal(0, 2, groups.size))]  # nearly in order
+    values = np.round(rng.lognormal(3, 1, groups.size), 1)  # ties too
+    ordered, starts = sorted_within_groups(groups, values, n_groups)
+    order = np.lexsort((values, groups))
+    assert ordered.tolist() == values[order].tolist()
+    assert starts.tolist() == np.searchsorted(groups[order], np.arange(n_groups + 1)).tolist()
+
+
+def test_comparison_rows_read_as_a_dataframe_gives_them():
+    import random
+
+    import numpy as np
+    import pandas as pd
+
+    from vprof.analysis.compare import Rows
+
+    pool = [1, 0, 1.5, math.nan, math.inf, None, True, False, np.float64(2.5), np.int64(3)]
+    pool += [np.bool_(True), "x", ["w"], [], np.float64("nan")]
+
+    def kinds(rows):  # NaN != NaN: compare by type and text
+        return [[(k, type(v).__name__, repr(v)) for k, v in row.items()] for row in rows]
+
+    rng = random.Random(0)
+    for _ in range(3000):  # rows with keys missing, numbers mixed, text with gaps
+        rows = [
+            {k: rng.choice(pool) for k in rng.sample("abcd", rng.randint(0, 4))}
+            for _ in range(rng.randint(1, 4))
+        ]
+        assert kinds(Rows(rows).records()) == kinds(pd.DataFrame(rows).to_dict("records"))
+
+
+def test_a_report_built_two_runs_at_a_time_is_the_one_built_one_by_one(runs, monkeypatch):
+    from vprof.report import build, build_data
+
+    def data() -> dict:
+        out = build_data(list(runs.values()), slo=golden.SLO, n_boot=50)
+        return {k: v for k, v in out.items() if k not in ("build_s", "generated_at")}
+
+    monkeypatch.setattr(build, "usable_cpus", lambda: 2)
+    two = data()
+    monkeypatch.setattr(build, "usable_cpus", lambda: 1)
+    assert data() == two
+
+
+@pytest.mark.parametrize("share", [0.0, 0.001, 0.03, 0.5, 1.0])
+def test_the_gaps_of_a_few_requests_are_those_of_a_pass_over_all(runs, share, monkeypatch):
+    import numpy as np
+
+    from vprof.analysis import columns
+
+    cols = load_run(runs["synthetic-open-a"]).columns
+    mask = np.random.default_rng(7).random(cols.n) < share
+    few = cols.gaps(mask)
+    monkeypatch.setattr(columns, "_FEW_ROWS", 0)  # never "few": the pass over every block
+    all_blocks = cols.gaps(mask)
+    assert [a.tolist() for a in few] == [a.tolist() for a in all_blocks]
