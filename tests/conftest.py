@@ -181,34 +181,42 @@ _quiet = False
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
-    """Before the first quiet test (its fixtures included), start the shared vLLM server and
-    wait until the other workers have run their last test: their work would otherwise share
-    the two cores with a vLLM server and its load generator (a CI run's prefix-caching A/B
-    came out +131 % [-46 %, +897 %] with the unit tests beside it)."""
+    """On the quiet group's worker, start the shared vLLM server with its first test (the
+    servers of its own-server tests start beside it: a start is not a measurement, and this
+    one then costs the quiet part nothing); before the first quiet test, wait until that
+    server is healthy and the other workers have run their last test: their work would
+    otherwise share the two cores with a vLLM server and its load generator (a CI run's
+    prefix-caching A/B came out +131 % [-46 %, +897 %] with the unit tests beside it)."""
     global _quiet
     worker = os.environ.get("PYTEST_XDIST_WORKER")
+    module = _module(item.nodeid)
     if worker and _OMP_WAIT_GIVEN is None:
-        if _module(item.nodeid) in QUIET:
-            os.environ.pop(_OMP_WAIT, None)
-        else:
-            os.environ[_OMP_WAIT] = "PASSIVE"
+        os.environ.pop(_OMP_WAIT, None)  # the quiet server starts as vprof starts servers
+    if worker and module in (*OWN_SERVERS, *QUIET) and _quiet_server_wanted(item.session):
+        _shared_server(ensure_tiny_model(), healthy=False)
+    if worker and _OMP_WAIT_GIVEN is None and module not in QUIET:
+        os.environ[_OMP_WAIT] = "PASSIVE"
     measures = item.get_closest_marker("e2e") or item.get_closest_marker("browser")
-    if _quiet or not worker or _module(item.nodeid) not in QUIET or not measures:
+    if _quiet or not worker or module not in QUIET or not measures:
         return  # a quiet module's unit tests need no quiet cores: the fast tier never waits
-    import tempfile
     import time
 
-    quiet = [i for i in item.session.items if _module(i.nodeid) in QUIET]
-    if not os.environ.get("VPROF_TEST_VLLM_URL") and any(
-        "vllm_server" in i.fixturenames for i in quiet
-    ):
-        _shared_server(ensure_tiny_model(), Path(tempfile.mkdtemp(prefix="vprof-vllm-")))
+    if _quiet_server_wanted(item.session):
+        _shared_server(ensure_tiny_model())
     count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
     others = [f"gw{i}" for i in range(count) if f"gw{i}" != worker]
     deadline = time.monotonic() + _QUIET_WAIT_S
     while time.monotonic() < deadline and not all(_done_marker(w).exists() for w in others):
         time.sleep(1.0)
     _quiet = True
+
+
+def _quiet_server_wanted(session: pytest.Session) -> bool:
+    """Whether a selected quiet test uses the shared server this worker would start."""
+    return not os.environ.get("VPROF_TEST_VLLM_URL") and any(
+        _module(i.nodeid) in QUIET and "vllm_server" in getattr(i, "fixturenames", ())
+        for i in session.items
+    )
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -235,31 +243,50 @@ def tiny_model() -> Path:
 
 
 @pytest.fixture(scope="session")
-def vllm_server(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> VllmServer:
+def vllm_server(tiny_model: Path) -> VllmServer:
     """One real vLLM CPU server on the tiny model, shared by the whole session (the worker's:
-    started by the quiet group's wait, or here; stopped when the worker's session ends)."""
+    started with the quiet group's first test, or here; stopped when the worker's session
+    ends)."""
     external = os.environ.get("VPROF_TEST_VLLM_URL")
     if external:
         return VllmServer(
             url=external.rstrip("/"), model=TINY_MODEL_NAME, model_dir=tiny_model, log_path=None
         )
-    return _shared_server(tiny_model, tmp_path_factory.mktemp("vllm"))
+    return _shared_server(tiny_model)
 
 
 _shared_stack = ExitStack()
-_shared: list[VllmServer] = []
+_shared: list[tuple[ServerProcess, VllmServer]] = []
+_shared_healthy: list[bool] = []
 
 
-def _shared_server(tiny_model: Path, log_dir: Path) -> VllmServer:
-    """This worker's shared server, started on first use."""
+def _shared_server(tiny_model: Path, *, healthy: bool = True) -> VllmServer:
+    """This worker's shared server, started on first use (stopped when the worker's session
+    ends); with ``healthy``, once it answers."""
+    import tempfile
+
     if not _shared:
-        _shared.append(_shared_stack.enter_context(running_vllm_server(tiny_model, log_dir)))
-    return _shared[0]
+        log_dir = Path(tempfile.mkdtemp(prefix="vprof-vllm-"))
+        server, info = _vllm_server_process(tiny_model, log_dir)
+        _shared.append((_shared_stack.enter_context(server), info))
+    server, info = _shared[0]
+    if healthy and not _shared_healthy:
+        server.wait_healthy(timeout_s=_HEALTH_TIMEOUT_S)
+        _shared_healthy.append(True)
+    return info
 
 
 @contextmanager
 def running_vllm_server(tiny_model: Path, log_dir: Path) -> Iterator[VllmServer]:
     """Start a real vLLM CPU server on the tiny model, wait until it is healthy, stop it after."""
+    server, info = _vllm_server_process(tiny_model, log_dir)
+    with server:
+        server.wait_healthy(timeout_s=_HEALTH_TIMEOUT_S)
+        yield info
+
+
+def _vllm_server_process(tiny_model: Path, log_dir: Path) -> tuple[ServerProcess, VllmServer]:
+    """A real vLLM CPU server on the tiny model (not started yet) and what tests know of it."""
     port = _test_port()
     log_path = log_dir / "vllm-server.log"
     server = ServerProcess(
@@ -274,11 +301,9 @@ def running_vllm_server(tiny_model: Path, log_dir: Path) -> Iterator[VllmServer]
         },
         niceness=CPU_SERVER_NICENESS,  # as vprof starts the CPU build: the client goes first
     )
-    with server:
-        server.wait_healthy(timeout_s=_HEALTH_TIMEOUT_S)
-        yield VllmServer(
-            url=server.url, model=TINY_MODEL_NAME, model_dir=tiny_model, log_path=log_path
-        )
+    return server, VllmServer(
+        url=server.url, model=TINY_MODEL_NAME, model_dir=tiny_model, log_path=log_path
+    )
 
 
 @dataclass(frozen=True)
@@ -296,7 +321,8 @@ def ab_bench(tmp_path_factory: pytest.TempPathFactory) -> Bench:
     difference (prefix caching on against off, every prompt a 1536-token shared prefix and a
     32-token question, so caching skips 98 % of each prefill), both servers launched side by
     side (the CPU split: a share of the KV cache and one OpenMP thread each) and the load
-    switched between them in 8-s slices, four ABBA blocks. The servers do not swap halfway
+    switched between them in 8-s slices, three ABBA blocks (median TTFT 28 against 182 ms in
+    a run of four: three find it many times over). The servers do not swap halfway
     (the difference is far larger than an instance's offset, and a swap costs two more
     starts; the swap's restart is tested without vLLM in test_alternate_emulated)."""
     import subprocess
@@ -317,7 +343,7 @@ def ab_bench(tmp_path_factory: pytest.TempPathFactory) -> Bench:
     shape = root / "steady-4.yaml"
     # answers of ~1.5 s: the client's own gap between an answer and the next request (tens of
     # ms when two servers take the cores) stays a small share of each user's time
-    shape.write_text("kind: steady\nusers: 4\nduration_s: 64\n")
+    shape.write_text("kind: steady\nusers: 4\nduration_s: 48\n")
     out = root / "ab"
     port = free_port(lo=18900, hi=18999)
     argv = [

@@ -59,7 +59,7 @@ def test_shared_prefix_run_records_every_request_and_lowers_ttft(vllm_server, tm
     for name, workload in (("shared", shared), ("plain", plain)):
         run_dir = tmp_path / f"run-{name}"
         before = counters(vllm_server)
-        run_locust(vllm_server, run_dir, "--workload", str(workload), "-u", "1", "-t", "12s")
+        run_locust(vllm_server, run_dir, "--workload", str(workload), "-u", "1", "-t", "8s")
         server_delta = delta(before, counters(vllm_server))
         df = read_records(run_dir)
         results[name] = df
@@ -124,8 +124,8 @@ def test_closed_loop_users_keep_that_many_requests_in_flight(vllm_server, tmp_pa
     workload = workload_file(tmp_path, "inflight", "prompt_tokens: 256\noutput_tokens: 64\n"
                              "fixed_output: true\n")  # fmt: skip
     shape = tmp_path / "steady.yaml"
-    shape.write_text(f"kind: steady\nusers: {users}\nspawn_rate: {users}\nduration_s: 24\n"
-                     "warmup_s: 4\n")  # fmt: skip
+    shape.write_text(f"kind: steady\nusers: {users}\nspawn_rate: {users}\nduration_s: 14\n"
+                     "warmup_s: 2\n")  # fmt: skip
     run_dir = tmp_path / "run"
     run_locust(vllm_server, run_dir, "--workload", str(workload), "--traffic", str(shape))
     df = read_records(run_dir)

@@ -29,7 +29,7 @@ def load_sweep(vllm_server, tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("sweep")
     shape = root / "poisson.yaml"
     shape.write_text(
-        "kind: open-loop\nrate_rps: 2\nwarmup_s: 3\nduration_s: 8\nmax_in_flight: 16\n"
+        "kind: open-loop\nrate_rps: 2\nwarmup_s: 1\nduration_s: 5\nmax_in_flight: 16\n"
     )
     out = root / "sweep"
     proc = subprocess.run(

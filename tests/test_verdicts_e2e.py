@@ -27,7 +27,7 @@ def vprof(*args: str, timeout_s: float = 1200) -> subprocess.CompletedProcess[st
 
 def steady(tmp_path: Path, users: int, seconds: int) -> str:
     path = tmp_path / f"steady-{users}.yaml"
-    path.write_text(f"kind: steady\nusers: {users}\nwarmup_s: 3\nduration_s: {seconds}\n")
+    path.write_text(f"kind: steady\nusers: {users}\nwarmup_s: 2\nduration_s: {seconds}\n")
     return str(path)
 
 
@@ -50,7 +50,7 @@ def test_the_same_configuration_four_times_is_called_no_different(tmp_path, vllm
         "endpoint: completions\nprompt_tokens: 256\noutput_tokens: 64\nfixed_output: true\n"
     )
     out = tmp_path / "aa"
-    shape = steady(tmp_path, 8, 10)
+    shape = steady(tmp_path, 8, 7)
     proc = vprof("bench", "tiny", "--url", vllm_server.url, "--repeat", "4", "--workload",
                  str(workload), "--traffic", shape, "--out", str(out))  # fmt: skip
     assert proc.returncode == 0, proc.stdout + proc.stderr
