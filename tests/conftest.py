@@ -120,7 +120,7 @@ SHARED_SERVER = (
     "test_hostile_runs_e2e",
     "test_workloads_e2e",
 )
-BUSY_OK = (*OWN_SERVERS, *SHARED_SERVER, "test_launch", "test_report_browser")
+BUSY_OK = (*OWN_SERVERS, *SHARED_SERVER, "test_report_browser")
 # Slow (marked e2e) but starting neither vLLM nor Chromium and measuring nothing.
 BESIDE_UNITS = ("test_dependencies",)
 QUIET_GROUP, SHARED_GROUP = "quiet", "shared-server"

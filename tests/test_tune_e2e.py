@@ -15,6 +15,10 @@ constant arrivals its capacity is then sharp."""
 from __future__ import annotations
 
 import json
+import os
+import re
+import signal
+import socket
 import subprocess
 import sys
 import time
@@ -130,7 +134,9 @@ def test_the_written_profile_validates_launches_and_holds_its_claim(tuned, files
     assert "ok    pinned-tuned" in checked.stdout
     claim = float(state["sustainable_rps"])
     attempts = []
-    with _launched(path, dirs, files) as url:
+    best = re.fullmatch(r"pinned@bt(\d+)", state["best"])
+    assert best, state["best"]
+    with _launched(path, dirs, files, int(best.group(1))) as url:
         for attempt in range(1, ATTEMPTS + 1):
             measured, basis = _sweep(url, path, dirs, files, claim, f"confirm-{attempt}")
             attempts.append(f"claim {claim:.3f}, measured {measured}: {basis}")
@@ -140,9 +146,11 @@ def test_the_written_profile_validates_launches_and_holds_its_claim(tuned, files
 
 
 @contextmanager
-def _launched(path: Path, dirs: list[str], files: Path) -> Iterator[str]:
-    """The written profile started with `vprof launch`; stopped after, checking that nothing
-    of it is left."""
+def _launched(path: Path, dirs: list[str], files: Path, batched: int) -> Iterator[str]:
+    """The written profile started with `vprof launch` (its output says what it changed for
+    this host and the KV cache it got; it serves a streamed completion), then Ctrl-C: it exits
+    0 and nothing of it is left, nor anything listening on its port. (`vprof launch` on real
+    vLLM is tested here only, on a server the claim's check needs anyway.)"""
     port = free_port(lo=18800, hi=18899)
     log_path = files / "confirm.launch.log"
     log = log_path.open("w")
@@ -150,14 +158,25 @@ def _launched(path: Path, dirs: list[str], files: Path) -> Iterator[str]:
         [sys.executable, "-m", "vprof.cli.main", "launch", str(path), *dirs, "--port", str(port)],
         stdout=log,
         stderr=subprocess.STDOUT,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )
     url = f"http://127.0.0.1:{port}"
+    family: list[psutil.Process] = []
     try:
         _wait_healthy(url, launch, log_path, deadline_s=420)
+        _wait_for_text(log_path, "Ctrl-C stops the server", launch)
+        output = log_path.read_text()
+        assert "ready after" in output and url in output, output
+        assert "serve → openai-module" in output and "vprof's tiny model" in output, output
+        assert f"--max-num-batched-tokens {batched} " in output, output  # the tuned candidate's
+        assert "--enable-chunked-prefill" in output, output
+        assert "KV cache: " in output and "maximum concurrency for 6,144 tokens" in output
+        _stream_completion(url, max_tokens=12)
+        family = psutil.Process(launch.pid).children(recursive=True)
+        assert any("vllm" in " ".join(p.cmdline()) for p in family)
         yield url
     finally:
-        # SIGTERM stops launch as Ctrl-C does (and a background job may ignore SIGINT)
-        launch.terminate()
+        launch.send_signal(signal.SIGINT)  # Ctrl-C
         try:
             rc = launch.wait(timeout=180)
         except subprocess.TimeoutExpired:
@@ -165,13 +184,39 @@ def _launched(path: Path, dirs: list[str], files: Path) -> Iterator[str]:
             raise
         finally:
             log.close()
-    children = [
-        p
-        for p in psutil.process_iter(["cmdline"])
-        if str(port) in " ".join(p.info["cmdline"] or [])
-        and "vllm" in " ".join(p.info["cmdline"] or [])
-    ]
-    assert rc == 0 and children == []
+    assert rc == 0 and "stopped; no server process is left" in log_path.read_text()
+    _, alive = psutil.wait_procs(family, timeout=10)
+    assert alive == []
+    with socket.socket() as probe:
+        assert probe.connect_ex(("127.0.0.1", port)) != 0  # nothing listens any more
+
+
+def _wait_for_text(log: Path, text: str, proc: subprocess.Popen, timeout_s: float = 30) -> None:
+    deadline = time.monotonic() + timeout_s
+    while text not in log.read_text():
+        assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
+        time.sleep(0.2)
+
+
+def _stream_completion(url: str, max_tokens: int) -> None:
+    """A streamed completion: server-sent events, text chunks, then the usage, then [DONE]."""
+    body = {
+        "model": "tiny",
+        "prompt": "Tell me about the prefill queue",
+        "max_tokens": max_tokens,
+        "ignore_eos": True,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    with requests.post(f"{url}/v1/completions", json=body, stream=True, timeout=120) as response:
+        assert response.status_code == 200
+        assert response.headers["content-type"].startswith("text/event-stream")
+        events = [line for line in response.iter_lines(decode_unicode=True) if line]
+    assert all(line.startswith("data: ") for line in events) and events[-1] == "data: [DONE]"
+    chunks = [json.loads(line[len("data: ") :]) for line in events[:-1]]
+    assert any(c["choices"] and c["choices"][0]["text"] for c in chunks)
+    assert all(c["object"] == "text_completion" for c in chunks)
+    assert chunks[-1]["choices"] == [] and chunks[-1]["usage"]["completion_tokens"] == max_tokens
 
 
 def _sweep(
