@@ -59,7 +59,7 @@ def test_shared_prefix_run_records_every_request_and_lowers_ttft(vllm_server, tm
     for name, workload in (("shared", shared), ("plain", plain)):
         run_dir = tmp_path / f"run-{name}"
         before = counters(vllm_server)
-        run_locust(vllm_server, run_dir, "--workload", str(workload), "-u", "1", "-t", "8s")
+        run_locust(vllm_server, run_dir, "--workload", str(workload), "-u", "1", "-t", "12s")
         server_delta = delta(before, counters(vllm_server))
         df = read_records(run_dir)
         results[name] = df
