@@ -10,7 +10,9 @@ work that does not grow with its length)::
 
 where P is the prefill tokens computed in the step, D the sequences decoding, C the context
 tokens those decodes attend to, A the pairs a chunk's tokens attend to (chunk × (tokens
-before it + chunk / 2)) and N the prompts the step computes a chunk of. Requests also spend
+before it + chunk / 2)) and N the prompts the step computes a chunk of; γ
+(``decode_exponent``, 1 unless the fit finds the decodes' cost flattening with the batch)
+bends the cost per decode. Requests also spend
 ``frontend_ms`` (+ per prompt token) between the client's send and the engine (HTTP,
 tokenising, and streaming back), and steps vary by ``jitter`` (their coefficient of
 variation). Nothing here knows CPUs or GPUs: the coefficients
