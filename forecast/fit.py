@@ -106,7 +106,9 @@ def fit_config(
 def _cost_text(cost: Any) -> str:
     return (
         f"step {cost.base_ms:.3g} ms + {cost.prefill_token_ms * 1e3:.3g} µs/prefill token + "
-        f"{cost.decode_seq_ms:.3g} ms/decode + {cost.decode_context_ms_per_1k:.3g} ms/1k context"
+        f"{cost.decode_seq_ms:.3g} ms/decode"
+        + (f" × decodes^{cost.decode_exponent:g}" if cost.decode_exponent != 1.0 else "")
+        + f" + {cost.decode_context_ms_per_1k:.3g} ms/1k context"
         f" + {cost.prefill_attention_ms_per_1m:.3g} ms/1M attention pairs"
         f" + {cost.prefill_chunk_ms:.3g} ms/prefill chunk; front end "
         f"{cost.frontend_ms:.3g} ms + {cost.frontend_ms_per_1k_prompt:.3g} ms/1k prompt; "

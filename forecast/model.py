@@ -246,8 +246,13 @@ _RULES = _obj(
     ),
 )
 _COST = _obj(
-    {**{name: _number(0, 1e7) for name in COEFFICIENTS}, "jitter": _number(0, 10)},
-    # a model written before the cost per prefill chunk was fitted has none
+    {
+        **{name: _number(0, 1e7) for name in COEFFICIENTS},
+        "jitter": _number(0, 10),
+        "decode_exponent": _number(0.1, 1),
+    },
+    # a model written before the cost per prefill chunk (or the decode exponent) was fitted
+    # has none
     required=tuple(c for c in COEFFICIENTS if c != "prefill_chunk_ms"),
 )
 _STALLS = _obj(

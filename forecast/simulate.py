@@ -338,6 +338,7 @@ class _State:
         self.c0 = cost.base_ms * 1e-3
         self.c_tok = cost.prefill_token_ms * 1e-3
         self.c_dec = cost.decode_seq_ms * 1e-3
+        self.gamma = float(cost.decode_exponent)
         self.c_ctx = cost.decode_context_ms_per_1k * 1e-6
         self.c_att = cost.prefill_attention_ms_per_1m * 1e-9
         self.c_chunk = cost.prefill_chunk_ms * 1e-3
@@ -569,7 +570,7 @@ class _State:
         if horizon_s < until:
             until = horizon_s
         t = self.t
-        base = self.c0 + self.c_dec * n_dec + self.c_ctx * self.ctx_dec
+        base = self.c0 + self.c_dec * n_dec**self.gamma + self.c_ctx * self.ctx_dec
         slope = self.c_ctx * n_dec
         if until < math.inf:
             k = min(k, int((until - t) / max(base, 1e-9)) + 2)
@@ -708,7 +709,7 @@ class _State:
         dt = (
             self.c0
             + self.c_tok * prefill_tokens
-            + self.c_dec * decodes
+            + self.c_dec * decodes**self.gamma
             + self.c_ctx * context
             + self.c_att * attention
             + self.c_chunk * len(scheduled)

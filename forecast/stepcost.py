@@ -5,12 +5,14 @@ token the decodes read, per query × key pair of the prefill chunks (attention, 
 with the context a chunk attends to) and per prefill chunk (a prompt's share of the step's
 work that does not grow with its length)::
 
-    step_ms = base + prefill_token · P + decode_seq · D + decode_context · C / 1e3
+    step_ms = base + prefill_token · P + decode_seq · D^γ + decode_context · C / 1e3
               + prefill_attention · A / 1e6 + prefill_chunk · N
 
 where P is the prefill tokens computed in the step, D the sequences decoding, C the context
 tokens those decodes attend to, A the pairs a chunk's tokens attend to (chunk × (tokens
-before it + chunk / 2)) and N the prompts the step computes a chunk of. Requests also spend
+before it + chunk / 2)) and N the prompts the step computes a chunk of; γ
+(``decode_exponent``, 1 unless the fit finds the decodes' cost flattening with the batch)
+bends the cost per decode. Requests also spend
 ``frontend_ms`` (+ per prompt token) between the client's send and the engine (HTTP,
 tokenising, and streaming back), and steps vary by ``jitter`` (their coefficient of
 variation). Nothing here knows CPUs or GPUs: the coefficients
@@ -46,6 +48,7 @@ class StepCost:
     frontend_ms: float = 0.0
     frontend_ms_per_1k_prompt: float = 0.0
     jitter: float = 0.0  # coefficient of variation of a step's time
+    decode_exponent: float = 1.0  # γ: decodes cost decode_seq · D^γ (fitted, not calibrated)
 
     def step_ms(
         self,
@@ -59,7 +62,7 @@ class StepCost:
         return (
             self.base_ms
             + self.prefill_token_ms * prefill_tokens
-            + self.decode_seq_ms * decodes
+            + self.decode_seq_ms * decodes**self.decode_exponent
             + self.decode_context_ms_per_1k * context * 1e-3
             + self.prefill_attention_ms_per_1m * attention * 1e-6
             + self.prefill_chunk_ms * chunks
@@ -73,9 +76,11 @@ class StepCost:
         return [float(getattr(self, name)) for name in COEFFICIENTS]
 
     @classmethod
-    def from_vector(cls, values: Any, jitter: float = 0.0) -> StepCost:
+    def from_vector(
+        cls, values: Any, jitter: float = 0.0, decode_exponent: float = 1.0
+    ) -> StepCost:
         named = {name: float(v) for name, v in zip(COEFFICIENTS, values, strict=True)}
-        return cls(**named, jitter=jitter)
+        return cls(**named, jitter=jitter, decode_exponent=decode_exponent)
 
     def with_jitter(self, jitter: float) -> StepCost:
         return replace(self, jitter=float(jitter))

@@ -16,7 +16,10 @@ decoding request is one step, and what it held is seen in the other requests' to
 decodes that got a token in it, the prompts whose chunks it computed: the last where the
 prompt's first token came, the earlier ones in the steps just before). The steps that computed
 prompts (each counted once), less the constant and decodes the windows give, price the prompts
-(per token, and by the same BIC rule per chunk and per attention pair); the server's prefill
+(per token, and by the same BIC rule per chunk and per attention pair). The decode-only steps
+also show whether the cost per decode flattens with the batch (decodes^γ, γ by the same rule);
+if it does, the constant and that cost are fitted on those steps, a window's decodes summing
+steps of different batches. The server's prefill
 times span more than the prompt's own steps (the README's forecast section has the
 measurement), so they are not used then. Then the replay itself is fitted: each run
 is replayed with the requests it really sent (their send times, lengths and cached tokens), and
@@ -118,8 +121,19 @@ def linear_estimate(
             best = (bic, columns, x)
     assert best is not None
     _, columns, x = best
+    gamma = 1.0
     if by_steps:
         assert prefill is not None
+        gamma, alone = _decode_exponent(runs, say)
+        if gamma != 1.0:
+            # a window's decodes sum steps of different batches: the bent cost is fitted on
+            # the decode-only steps themselves (each counted once; the context term as the
+            # windows chose), and so are the prompts'
+            a_s, y_s, w_s = alone
+            root = np.sqrt(w_s)
+            a = _bend(a_s, gamma) * root[:, None]
+            y = y_s * root
+            prefill = (_bend(prefill[0], gamma), prefill[1], prefill[2])
         steps = float(prefill[2].sum())  # each prompt's step counted once
         chosen: tuple[float, tuple[int, ...], Any] | None = None
         plain = 0.0
@@ -138,7 +152,7 @@ def linear_estimate(
     values = [0.0] * (CHUNKS + 1)
     for column, value in zip(columns, x, strict=True):
         values[column] = float(value)
-    cost = StepCost(*values)
+    cost = StepCost(*values, decode_exponent=gamma)
     if prefill is not None:
         say(
             f"prefill token cost from the {source}: {cost.prefill_token_ms * 1e3:.3g} µs"
@@ -157,6 +171,46 @@ def linear_estimate(
 
 
 CHUNKS = 5  # the column of prefill chunks (after those of :func:`_decode_windows`)
+EXPONENTS = (0.9, 0.8, 0.7, 0.6, 0.5)  # γ the fit may choose for the cost per decode
+
+
+def _bend(rows: Any, gamma: float) -> Any:
+    """Step rows (:func:`_step_gaps`) with the decodes column raised to ``gamma``."""
+    out = rows.copy()
+    out[:, 2] = out[:, 2] ** gamma
+    return out
+
+
+def _decode_exponent(
+    runs: Sequence[Observed], say: Callable[[str], None]
+) -> tuple[float, tuple[Any, Any, Any]]:
+    """γ for a cost per decode that flattens with the batch (decode_seq · decodes^γ), judged
+    on the decode-only steps seen in the token times (each counted once) by the BIC rule: the
+    best γ of ``EXPONENTS`` joins only if it beats the linear cost by ``EVIDENCE``. Returns γ
+    (1.0 if none joins) and those steps (rows, times, weights)."""
+    import numpy as np
+
+    parts = [_step_gaps(o) for o in runs]
+    a = np.vstack([p[0][p[0][:, 1] == 0] for p in parts])
+    y = np.concatenate([p[1][p[0][:, 1] == 0] for p in parts])
+    w = np.concatenate([p[2][p[0][:, 1] == 0] for p in parts])
+    if y.size < 10:
+        return 1.0, (a, y, w)
+    n = float(w.sum())
+    root = np.sqrt(w)
+
+    def bic(gamma: float) -> float:
+        x = np.column_stack([a[:, 0], a[:, 2] ** gamma])
+        _, sse = _nnls(x * root[:, None], y * root)
+        return n * math.log(max(sse, 1e-12) / n) + (2 if gamma == 1.0 else 3) * math.log(n)
+
+    plain = bic(1.0)
+    best = min(EXPONENTS, key=bic)
+    gain = plain - bic(best)
+    say(f"decode cost ∝ decodes^{best:g} on {n:.0f} decode-only steps: BIC {-gain:+.1f}")
+    return (best if gain > EVIDENCE else 1.0), (a, y, w)
+
+
 PREFILL_COLUMNS = (1, 4, CHUNKS)  # what the prefill evidence fits; the windows the rest
 
 
@@ -277,8 +331,10 @@ def _step_gaps(o: Observed) -> tuple[Any, Any, Any]:
     """One row per gap between two tokens of a decoding request (one step): what the step
     held (the columns of :func:`_decode_windows`, then the prompts it computed a chunk of),
     its time (ms) and a weight (1 / the decodes it held, so that each step counts once).
-    Left out: gaps over a stall, and steps whose prompts as placed here overfill the token
-    budget (two prompts sharing it: the split is not known). Empty without token times."""
+    Left out: gaps over a stall, gaps in which no decode shows (the request's next token came
+    within the spread of the last: one step's tokens delivered bunched, not a step), and steps
+    whose prompts as placed here overfill the token budget (two prompts sharing it: the split
+    is not known). Empty without token times."""
     import numpy as np
 
     empty = (np.empty((0, 6)), np.empty(0), np.empty(0))
@@ -359,7 +415,7 @@ def _step_gaps(o: Observed) -> tuple[Any, Any, Any]:
         ys.append(y)
     a = np.vstack(rows)
     y = np.concatenate(ys)
-    good = np.isfinite(y) & (y > 0) & (a[:, 1] + a[:, 2] <= budget)
+    good = np.isfinite(y) & (y > 0) & (a[:, 2] >= 1) & (a[:, 1] + a[:, 2] <= budget)
     a, y = a[good], y[good]
     return a, y, 1.0 / np.maximum(a[:, 2], 1.0)
 
@@ -520,7 +576,9 @@ def calibrate(
     def cost_of(z: Any) -> StepCost:
         x = full.copy()
         x[moving] = z * scale[moving]
-        return StepCost.from_vector(x[:-1], jitter=float(x[-1]))
+        return StepCost.from_vector(
+            x[:-1], jitter=float(x[-1]), decode_exponent=start.decode_exponent
+        )
 
     def residuals(z: Any) -> Any:
         nonlocal calls

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -175,19 +176,28 @@ def test_the_servers_prefill_times_give_the_cost_per_prefill_token(cpu_runs):
     assert "prefill_token_ms" not in active  # the server measured it: the replay leaves it
 
 
-def test_the_steps_in_the_token_times_recover_a_cost_per_prefill_chunk(tmp_path):
+def _fit_synthetic_chat(folder: Path, **changes: float) -> tuple[Any, Any, Any, list[str]]:
+    """The first stage fitted on ``chat`` at 4, 8, 12 req/s (15 s) of the CPU-like server with
+    ``changes`` to its costs: (the cost it had, the fitted one, the active terms, what it said)."""
     from vprof.forecast.observed import load_observed
     from vprof.forecast.stepfit import linear_estimate
     from vprof.records import expand_runs
 
     plain = cpu_truth()
-    cost = dataclasses.replace(plain.cost, prefill_token_ms=0.01, prefill_chunk_ms=2.0)
+    cost = dataclasses.replace(plain.cost, **changes)
     truth = dataclasses.replace(plain, cost=cost)
     for rate in (4.0, 8.0, 12.0):
-        measured_run(tmp_path, truth, "chat", shape(rate, duration_s=15.0))
+        measured_run(folder, truth, "chat", shape(rate, duration_s=15.0))
     said: list[str] = []
     fitted, active = linear_estimate(
-        [load_observed(p) for p in expand_runs([tmp_path])], say=said.append
+        [load_observed(p) for p in expand_runs([folder])], say=said.append
+    )
+    return cost, fitted, active, said
+
+
+def test_the_steps_in_the_token_times_recover_a_cost_per_prefill_chunk(tmp_path):
+    cost, fitted, active, said = _fit_synthetic_chat(
+        tmp_path, prefill_token_ms=0.01, prefill_chunk_ms=2.0
     )
     assert fitted.prefill_chunk_ms == pytest.approx(2.0, rel=0.1)
     assert fitted.prefill_token_ms == pytest.approx(0.01, rel=0.2)
@@ -208,6 +218,29 @@ def test_a_server_without_a_cost_per_chunk_is_not_given_one(cpu_runs):
     truth = cpu_truth().cost
     assert fitted.prefill_chunk_ms == 0.0 and fitted.prefill_attention_ms_per_1m == 0.0
     assert fitted.prefill_token_ms == pytest.approx(truth.prefill_token_ms, rel=0.1)
+
+
+def test_the_steps_in_the_token_times_recover_a_decode_cost_that_flattens_with_the_batch(
+    tmp_path,
+):
+    cost, fitted, _, said = _fit_synthetic_chat(tmp_path, decode_seq_ms=1.0, decode_exponent=0.6)
+    assert fitted.decode_exponent == pytest.approx(0.6, abs=0.1)
+    assert fitted.decode_seq_ms == pytest.approx(1.0, rel=0.25)
+    assert fitted.base_ms == pytest.approx(cost.base_ms, rel=0.15)
+    assert any("decodes^" in line for line in said)
+
+
+def test_a_server_whose_decodes_cost_alike_is_given_no_exponent(cpu_runs):
+    from vprof.forecast.observed import load_observed
+    from vprof.forecast.stepfit import linear_estimate
+    from vprof.records import expand_runs
+
+    said: list[str] = []
+    fitted, _ = linear_estimate(
+        [load_observed(p) for p in expand_runs([cpu_runs / "fit"])], say=said.append
+    )
+    assert fitted.decode_exponent == 1.0
+    assert any("decodes^" in line for line in said)  # judged, and refused
 
 
 def test_runs_without_token_times_or_the_servers_counters_fit_from_decode_windows(cpu_runs):
@@ -293,6 +326,18 @@ def test_a_model_file_written_before_the_cost_per_chunk_reads_as_none(model_file
     model_file.write_text(json.dumps(data))
     (config,) = read_model(model_file).configs
     assert config.cost.prefill_chunk_ms == 0.0
+
+
+def test_a_decode_exponent_is_kept_in_the_model_file_and_older_files_read_as_linear(tmp_path):
+    path = tmp_path / "model.json"
+    truth = cpu_truth()
+    bent = dataclasses.replace(truth.cost, decode_exponent=0.6)
+    write_model(ForecastModel((dataclasses.replace(truth, cost=bent).config,)), path)
+    assert read_model(path).configs[0].cost == bent
+    data = json.loads(path.read_text())
+    del data["configs"][0]["step_cost"]["decode_exponent"]
+    path.write_text(json.dumps(data))
+    assert read_model(path).configs[0].cost.decode_exponent == 1.0
 
 
 def test_a_model_file_that_is_not_json_is_refused_with_its_line(model_file):
