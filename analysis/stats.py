@@ -243,13 +243,18 @@ class BlockQuantiles:
 
     def _find_ranks(self) -> dict[int, float]:
         np = self._np
-        kept = np.concatenate(self._parts) if self._parts else np.empty(0)
         if self.fallback:
+            kept = np.concatenate(self._parts) if self._parts else np.empty(0)
             kept.partition(self._ranks)
             return {r: float(kept[r]) for r in self._ranks}
-        # ``kept`` holds every value of the wanted buckets: a rank in bucket b is the values
-        # of wanted buckets below b, then its place in b; one partition finds them all
-        below = np.cumsum(np.where(self._wanted, self.counts, 0)) - self.counts * self._wanted
+        # The parts hold every value of the wanted buckets (the guess's are several times
+        # more than the ranks need): keep only those of the buckets a rank lies in, so the
+        # copy and the partition are of a few values. A rank in bucket b is then the values
+        # of those buckets below b, then its place in b; one partition finds them all.
+        holding = np.zeros(self.counts.size, dtype=bool)
+        holding[list(self._cum_before)] = True
+        kept = np.concatenate([part[holding[self._key(part)]] for part in self._parts])
+        below = np.cumsum(np.where(holding, self.counts, 0)) - self.counts * holding
         at = {r: int(below[b]) + r - self._cum_before[b] for r, b in self._bucket_of.items()}
         kept.partition(sorted(set(at.values())))
         return {r: float(kept[i]) for r, i in at.items()}
