@@ -775,10 +775,29 @@ def _peak_concurrency(starts: Any, ends: Any) -> int:
         return 0
     # Timsort ("stable") runs in near-linear time on times that arrive almost in order.
     s, e = np.sort(starts[good], kind="stable"), np.sort(ends[good], kind="stable")
+
     # At the i-th start at most i + 1 have started; exactly so at the last of equal starts,
     # where the peak over them is taken: the maximum is the exact peak.
-    active = np.arange(1, s.size + 1) - np.searchsorted(e, s, side="right")
-    return int(active.max())
+    def active(i: Any) -> Any:
+        return i + 1 - np.searchsorted(e, s[i], side="right")
+
+    # A search per start is most of the work. In a block of starts [a, b) none is above
+    # b − (ends by s[a]): only the blocks whose bound beats the best block start are searched.
+    block = _PEAK_BLOCK
+    firsts = np.arange(0, s.size, block)
+    best = int(active(firsts).max())
+    bound = np.minimum(firsts + block, s.size) - np.searchsorted(e, s[firsts], side="right")
+    open_blocks = firsts[bound > best]
+    if open_blocks.size * 4 > firsts.size:  # a steady load: every block may hold the peak
+        return int(active(np.arange(s.size)).max())
+    if open_blocks.size:
+        rows = (open_blocks[:, None] + np.arange(block)).ravel()
+        best = max(best, int(active(rows[rows < s.size]).max()))
+    return best
+
+
+# Starts per block in the search for the peak (a bound per block, then its starts one by one).
+_PEAK_BLOCK = 8
 
 
 def _from_schedule(cols: Columns, keep: Any, ok: Any, percentiles: Sequence[float]) -> dict:
