@@ -16,6 +16,8 @@ DEFAULT_PERCENTILES: tuple[float, ...] = (50, 90, 95, 99, 99.9)
 
 # Above this many values a variance from sums (one pass, no temporaries) replaces np.std.
 _LARGE = 4_000_000
+# From this many non-negative values percentiles are found by BlockQuantiles.
+_COUNTED = 500_000
 
 
 def pct_key(q: float) -> str:
@@ -59,7 +61,16 @@ def describe(
         mean = float(x.mean())
         std = float(x.std())
     qs = [50.0, *(float(q) for q in percentiles)]
-    values_q = np.percentile(x, qs, overwrite_input=overwrite)
+    if n >= _COUNTED and x.min() >= 0 and np.isfinite(x).all():
+        # a count per bucket, then a partition of a few buckets' values: several times
+        # faster than np.percentile's partition of all of them, bit for bit the same
+        counted = BlockQuantiles()
+        counted.add(x)
+        if counted.plan(qs):
+            counted.collect(x)
+        values_q = [counted.percentile(q) for q in qs]
+    else:
+        values_q = np.percentile(x, qs, overwrite_input=overwrite)
     out[stat_key("mean", name)] = mean
     out[stat_key("median", name)] = float(values_q[0])
     out[stat_key("std", name)] = std
