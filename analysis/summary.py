@@ -454,8 +454,7 @@ def _prompt_token_excess(cols: Columns, judged: Any) -> dict[str, Any]:
     for shared in (True, False):
         group = first_chat & ((cols.ints["prefix_group"] >= 0) == shared)
         if group.any():
-            values, counts = np.unique(excess[group], return_counts=True)
-            template[group] = values[np.argmax(counts)]
+            template[group] = _most_common(excess[group])
     judged = judged & ~(chat & ~first_chat)
     beyond = (excess - template)[judged]
     return {
@@ -465,6 +464,23 @@ def _prompt_token_excess(cols: Columns, judged: Any) -> dict[str, Any]:
             float(template[first_chat].mean()) if first_chat.any() else None
         ),
     }
+
+
+def _most_common(values: Any) -> float:
+    """The most common of ``values`` (the smallest of those tied), as ``np.unique`` counts:
+    whole token counts, so a count per value in their range when it is short, no sort."""
+    import numpy as np
+
+    low, high = float(values.min()), float(values.max())
+    whole = high - low < _COUNTED_RANGE and bool((values == np.round(values)).all())
+    if not whole:
+        found, counts = np.unique(values, return_counts=True)
+        return float(found[np.argmax(counts)])
+    counts = np.bincount((values - low).astype(np.int64))
+    return low + float(np.argmax(counts))
+
+
+_COUNTED_RANGE = 1 << 20  # values apart at most this far are counted in a table
 
 
 def _itl(
