@@ -61,6 +61,7 @@ def describe(
         mean = float(x.mean())
         std = float(x.std())
     qs = [50.0, *(float(q) for q in percentiles)]
+    values_q: Any
     if n >= _COUNTED and x.min() >= 0 and np.isfinite(x).all():
         # a count per bucket, then a partition of a few buckets' values: several times
         # faster than np.percentile's partition of all of them, bit for bit the same
