@@ -166,6 +166,8 @@ class Columns:
         pooled gaps, read without copying the rest."""
         import numpy as np
 
+        from vprof.records.store import release_file_of
+
         out, row, first = [], 0, 0  # ``first``: the pooled position of this block's first gap
         for block_values, block_lengths in self.itl_blocks:
             m = mask[row : row + block_lengths.size]
@@ -183,7 +185,10 @@ class Columns:
                     here = at[j] + (here - kept_at[j])
                 out.append(block_values[here])
             first = end
-        return np.concatenate(out) if out else np.empty(0)
+        if not out:
+            return np.empty(0)
+        release_file_of(self.itl_blocks[0][0])  # a few values each, but from every page
+        return np.concatenate(out)
 
     def gap_count(self, mask: Any) -> int:
         """How many gaps :meth:`gaps` of ``mask`` would pool (none is read)."""
