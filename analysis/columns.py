@@ -161,6 +161,43 @@ class Columns:
         release_file_of(self.itl_blocks[0][0])  # copied: the mapped pages are not needed
         return pooled, np.concatenate(lengths)
 
+    def gaps_at(self, mask: Any, positions: Any) -> Any:
+        """The values at ``positions`` (ascending) of :meth:`gaps` of ``mask``: a few of many
+        pooled gaps, read without copying the rest."""
+        import numpy as np
+
+        from vprof.records.store import release_file_of
+
+        out, row, first = [], 0, 0  # ``first``: the pooled position of this block's first gap
+        for block_values, block_lengths in self.itl_blocks:
+            m = mask[row : row + block_lengths.size]
+            row += block_lengths.size
+            kept = block_lengths[m]
+            end = first + int(kept.sum())
+            lo, hi = np.searchsorted(positions, [first, end])
+            if hi > lo:
+                here = positions[lo:hi] - first
+                if kept.size != block_lengths.size:
+                    # the kept requests' gaps: their place among the kept, then in the block
+                    at = (np.cumsum(block_lengths) - block_lengths)[m]
+                    kept_at = np.cumsum(kept) - kept
+                    j = np.searchsorted(kept_at, here, side="right") - 1
+                    here = at[j] + (here - kept_at[j])
+                out.append(block_values[here])
+            first = end
+        if not out:
+            return np.empty(0)
+        release_file_of(self.itl_blocks[0][0])  # a few values each, but from every page
+        return np.concatenate(out)
+
+    def gap_count(self, mask: Any) -> int:
+        """How many gaps :meth:`gaps` of ``mask`` would pool (none is read)."""
+        total, row = 0, 0
+        for _, block_lengths in self.itl_blocks:
+            total += int(block_lengths[mask[row : row + block_lengths.size]].sum())
+            row += block_lengths.size
+        return total
+
     def _gaps_of_rows(self, rows: Any) -> tuple[Any, Any]:
         """:meth:`gaps` of a few requests (``rows`` ascending): only their gaps are read."""
         import numpy as np

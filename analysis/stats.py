@@ -16,6 +16,8 @@ DEFAULT_PERCENTILES: tuple[float, ...] = (50, 90, 95, 99, 99.9)
 
 # Above this many values a variance from sums (one pass, no temporaries) replaces np.std.
 _LARGE = 4_000_000
+# From this many non-negative values percentiles are found by BlockQuantiles.
+_COUNTED = 500_000
 
 
 def pct_key(q: float) -> str:
@@ -59,7 +61,17 @@ def describe(
         mean = float(x.mean())
         std = float(x.std())
     qs = [50.0, *(float(q) for q in percentiles)]
-    values_q = np.percentile(x, qs, overwrite_input=overwrite)
+    values_q: Any
+    if n >= _COUNTED and x.min() >= 0 and np.isfinite(x).all():
+        # a count per bucket, then a partition of a few buckets' values: several times
+        # faster than np.percentile's partition of all of them, bit for bit the same
+        counted = BlockQuantiles()
+        counted.add(x)
+        if counted.plan(qs):
+            counted.collect(x)
+        values_q = [counted.percentile(q) for q in qs]
+    else:
+        values_q = np.percentile(x, qs, overwrite_input=overwrite)
     out[stat_key("mean", name)] = mean
     out[stat_key("median", name)] = float(values_q[0])
     out[stat_key("std", name)] = std
@@ -243,13 +255,18 @@ class BlockQuantiles:
 
     def _find_ranks(self) -> dict[int, float]:
         np = self._np
-        kept = np.concatenate(self._parts) if self._parts else np.empty(0)
         if self.fallback:
+            kept = np.concatenate(self._parts) if self._parts else np.empty(0)
             kept.partition(self._ranks)
             return {r: float(kept[r]) for r in self._ranks}
-        # ``kept`` holds every value of the wanted buckets: a rank in bucket b is the values
-        # of wanted buckets below b, then its place in b; one partition finds them all
-        below = np.cumsum(np.where(self._wanted, self.counts, 0)) - self.counts * self._wanted
+        # The parts hold every value of the wanted buckets (the guess's are several times
+        # more than the ranks need): keep only those of the buckets a rank lies in, so the
+        # copy and the partition are of a few values. A rank in bucket b is then the values
+        # of those buckets below b, then its place in b; one partition finds them all.
+        holding = np.zeros(self.counts.size, dtype=bool)
+        holding[list(self._cum_before)] = True
+        kept = np.concatenate([part[holding[self._key(part)]] for part in self._parts])
+        below = np.cumsum(np.where(holding, self.counts, 0)) - self.counts * holding
         at = {r: int(below[b]) + r - self._cum_before[b] for r, b in self._bucket_of.items()}
         kept.partition(sorted(set(at.values())))
         return {r: float(kept[i]) for r, i in at.items()}

@@ -454,8 +454,7 @@ def _prompt_token_excess(cols: Columns, judged: Any) -> dict[str, Any]:
     for shared in (True, False):
         group = first_chat & ((cols.ints["prefix_group"] >= 0) == shared)
         if group.any():
-            values, counts = np.unique(excess[group], return_counts=True)
-            template[group] = values[np.argmax(counts)]
+            template[group] = _most_common(excess[group])
     judged = judged & ~(chat & ~first_chat)
     beyond = (excess - template)[judged]
     return {
@@ -465,6 +464,23 @@ def _prompt_token_excess(cols: Columns, judged: Any) -> dict[str, Any]:
             float(template[first_chat].mean()) if first_chat.any() else None
         ),
     }
+
+
+def _most_common(values: Any) -> float:
+    """The most common of ``values`` (the smallest of those tied), as ``np.unique`` counts:
+    whole token counts, so a count per value in their range when it is short, no sort."""
+    import numpy as np
+
+    low, high = float(values.min()), float(values.max())
+    whole = high - low < _COUNTED_RANGE and bool((values == np.round(values)).all())
+    if not whole:
+        found, counts = np.unique(values, return_counts=True)
+        return float(found[np.argmax(counts)])
+    counts = np.bincount((values - low).astype(np.int64))
+    return low + float(np.argmax(counts))
+
+
+_COUNTED_RANGE = 1 << 20  # values apart at most this far are counted in a table
 
 
 def _itl(
@@ -775,10 +791,29 @@ def _peak_concurrency(starts: Any, ends: Any) -> int:
         return 0
     # Timsort ("stable") runs in near-linear time on times that arrive almost in order.
     s, e = np.sort(starts[good], kind="stable"), np.sort(ends[good], kind="stable")
+
     # At the i-th start at most i + 1 have started; exactly so at the last of equal starts,
     # where the peak over them is taken: the maximum is the exact peak.
-    active = np.arange(1, s.size + 1) - np.searchsorted(e, s, side="right")
-    return int(active.max())
+    def active(i: Any) -> Any:
+        return i + 1 - np.searchsorted(e, s[i], side="right")
+
+    # A search per start is most of the work. In a block of starts [a, b) none is above
+    # b − (ends by s[a]): only the blocks whose bound beats the best block start are searched.
+    block = _PEAK_BLOCK
+    firsts = np.arange(0, s.size, block)
+    best = int(active(firsts).max())
+    bound = np.minimum(firsts + block, s.size) - np.searchsorted(e, s[firsts], side="right")
+    open_blocks = firsts[bound > best]
+    if open_blocks.size * 4 > firsts.size:  # a steady load: every block may hold the peak
+        return int(active(np.arange(s.size)).max())
+    if open_blocks.size:
+        rows = (open_blocks[:, None] + np.arange(block)).ravel()
+        best = max(best, int(active(rows[rows < s.size]).max()))
+    return best
+
+
+# Starts per block in the search for the peak (a bound per block, then its starts one by one).
+_PEAK_BLOCK = 8
 
 
 def _from_schedule(cols: Columns, keep: Any, ok: Any, percentiles: Sequence[float]) -> dict:

@@ -110,6 +110,21 @@ def encoded(column: Any, default: str) -> tuple[Any, Any]:
     if not len(column):
         return np.array([default], dtype=object), np.zeros(0, dtype=np.int32)
     whole = _chunks(column)[0]
+    if whole.null_count == len(whole):  # a column nothing was written to (one server)
+        return np.array([default], dtype=object), np.zeros(len(whole), dtype=np.int32)
+    if 2 * whole.null_count > len(whole):
+        # mostly null (``error``: one request in a hundred): encode only the values, in the
+        # same order, so the labels and codes are those of the whole column
+        valid = _valid(whole)
+        labels, codes = encoded(pc.drop_null(whole), default)
+        fill = [*labels].index(default) if default in labels else len(labels)
+        if fill == len(labels):
+            labels = np.append(labels, np.array([default], dtype=object))
+        whole_codes = np.full(len(whole), fill, dtype=np.int32)
+        whole_codes[valid] = codes
+        return labels, whole_codes
+    if (single := _single_string(whole)) is not None:  # e.g. every request's endpoint
+        return np.array([single], dtype=object), np.zeros(len(whole), dtype=np.int32)
     dictionary = pc.dictionary_encode(whole)
     labels = [default if v is None else v for v in dictionary.dictionary.to_pylist()]
     indices = dictionary.indices
@@ -122,6 +137,23 @@ def encoded(column: Any, default: str) -> tuple[Any, Any]:
             labels.append(default)
         codes = np.where(_valid(indices), codes, fill).astype(np.int32)
     return np.asarray(labels, dtype=object), codes
+
+
+def _single_string(chunk: Any) -> str | None:
+    """The one string every row of a string chunk without nulls holds, else None (a
+    comparison of the bytes, several times faster than hashing each row)."""
+    import numpy as np
+    import pyarrow as pa
+
+    if chunk.null_count or not pa.types.is_string(chunk.type):
+        return None
+    offsets = _primitive_offsets(chunk)
+    width = int(offsets[1] - offsets[0])
+    if not width or not (np.diff(offsets) == width).all():
+        return None
+    data = np.frombuffer(chunk.buffers()[2], dtype=np.uint8)[offsets[0] : offsets[-1]]
+    rows = data.reshape(len(chunk), width)
+    return str(chunk[0].as_py()) if (rows == rows[0]).all() else None
 
 
 def list_block(chunk: Any) -> tuple[Any, Any]:

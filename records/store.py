@@ -262,6 +262,10 @@ def _scalars_joined(table: Any, mapped: Any = None) -> Any:
     Every reader of a column (the value checks, a summary, the pictures) then uses it as it
     is, instead of joining a thousand batches' pieces and mapping the file again each time;
     the gaps, most of the file, stay in its batches.
+
+    The copies come from the C library's allocator rather than Arrow's default (mimalloc),
+    which spent much more CPU time on a fresh process's first large copies and held more
+    memory at its peak (measured with ``benchmarks/summarize_1m.py``).
     """
     import pyarrow as pa
 
@@ -274,7 +278,9 @@ def _scalars_joined(table: Any, mapped: Any = None) -> Any:
     ]
     joined: dict[str, Any] = {}
     for start in range(0, len(names), _JOIN_GROUP):
-        group = table.select(names[start : start + _JOIN_GROUP]).combine_chunks()
+        group = table.select(names[start : start + _JOIN_GROUP]).combine_chunks(
+            memory_pool=pa.system_memory_pool()
+        )
         joined |= dict(zip(group.column_names, group.columns, strict=True))
         release_buffer(mapped)
     columns = [joined.get(name, table.column(name)) for name in table.column_names]

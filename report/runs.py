@@ -24,6 +24,7 @@ from vprof.analysis.samples import (
 from vprof.report.series import (
     binned_percentiles,
     cdf_curve,
+    curve_positions,
     envelope,
     nice_interval_s,
     significant,
@@ -78,10 +79,16 @@ def distributions(
     out: dict[str, Any] = {}
     for metric in METRICS:
         if metric == "itl":
-            values = run.columns.gaps(ok)[0]  # the gaps of those requests, in record order
+            # the gaps of those requests (in record order; finite, as reading the records
+            # checked), of many only those the curve is drawn from
+            n = run.columns.gap_count(ok)
+            picked = curve_positions(n, seed=seed)
+            if picked is None:
+                curve = cdf_curve(run.columns.gaps(ok)[0], seed=seed)
+            else:
+                curve = cdf_curve(run.columns.gaps_at(ok, picked), drawn_of=n)
         else:
-            values = cols[_PER_REQUEST[metric]][ok]
-        curve = cdf_curve(values, seed=seed)
+            curve = cdf_curve(cols[_PER_REQUEST[metric]][ok], seed=seed)
         curve["percentiles"] = _percentiles(summary, metric)
         out[metric] = curve
     return out

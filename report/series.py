@@ -29,21 +29,39 @@ def cdf_probabilities() -> Any:
     return np.unique(np.concatenate([body, tail, [1.0]]))
 
 
-def cdf_curve(values: Any, *, seed: int = 0) -> dict[str, Any]:
+def curve_positions(n: int, *, seed: int = 0) -> Any:
+    """Which of ``n`` finite values a curve is drawn from: None for all of them, else the
+    seeded random subset :func:`cdf_curve` draws (ascending positions)."""
+    import numpy as np
+
+    if n <= MAX_CURVE_VALUES:
+        return None
+    chosen = np.zeros(n, dtype=bool)  # in order without a sort
+    chosen[np.random.default_rng(seed).choice(n, MAX_CURVE_VALUES, replace=False)] = True
+    return np.flatnonzero(chosen)
+
+
+def cdf_curve(values: Any, *, seed: int = 0, drawn_of: int | None = None) -> dict[str, Any]:
     """The empirical distribution of ``values`` as (ms, p) points, numpy-linear like the summary.
 
     Returns ``{"n": len(values), "drawn_from": k, "ms": [...], "p": [...]}``; ``drawn_from``
     is smaller than ``n`` when the curve comes from a random subset of ``k`` values.
+    ``drawn_of``: ``values`` are already that subset (:func:`curve_positions`) of so many
+    finite values, read without gathering them all.
     """
     import numpy as np
 
     x = np.asarray(values, dtype=np.float64)
-    x = x[np.isfinite(x)]
-    n = int(x.size)
+    if drawn_of is None:
+        x = x[np.isfinite(x)]
+        picked = curve_positions(int(x.size), seed=seed)
+        n = int(x.size)
+        if picked is not None:
+            x = x[picked]
+    else:
+        n = drawn_of
     if n == 0:
         return {"n": 0, "drawn_from": 0, "ms": [], "p": []}
-    if n > MAX_CURVE_VALUES:
-        x = np.random.default_rng(seed).choice(x, MAX_CURVE_VALUES, replace=False)
     x = np.sort(x)
     p = cdf_probabilities()
     # numpy's "linear" method on sorted data: position p·(k − 1), interpolated.

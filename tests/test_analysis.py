@@ -503,3 +503,63 @@ def test_a_records_file_written_before_idle_before_ms_still_summarises(tmp_path)
     s = summarize_run(run)
     assert s["completed"] == table.num_rows and math.isnan(s["mean_idle_before_ms"])
     assert s["mean_in_flight"] == pytest.approx(2.0, abs=0.01)
+
+
+@pytest.mark.parametrize("shape", ["poisson", "ties", "steady", "unfinished"])
+def test_peak_concurrency_equals_a_search_at_every_start(shape):
+    from vprof.analysis.summary import _peak_concurrency
+
+    rng = np.random.default_rng(7)
+    for n in (1, 7, 9, 100, 2_000):
+        if shape == "poisson":
+            starts, spans = np.sort(rng.uniform(0, 10, n)), rng.exponential(1.0, n)
+        elif shape == "ties":
+            starts, spans = np.round(rng.uniform(0, 10, n), 1), np.round(rng.exponential(1, n), 1)
+        elif shape == "steady":
+            starts, spans = np.arange(n) * 0.1, np.full(n, 2.0)
+        else:
+            starts, spans = rng.uniform(0, 10, n), rng.choice([0.0, 1.0, np.nan, np.inf], n)
+        ends = starts + spans
+        good = np.isfinite(starts) & np.isfinite(ends)
+        s, e = np.sort(starts[good]), np.sort(ends[good])
+        at_each = np.arange(1, s.size + 1) - np.searchsorted(e, s, side="right")
+        assert _peak_concurrency(starts, ends) == (int(at_each.max()) if s.size else 0)
+
+
+def test_a_few_pooled_gaps_are_read_where_all_of_them_would_be(tmp_path):
+    run = load_run(write_run(tmp_path / "a", synth_records(300, fail_every=7, tokens=(1, 40))))
+    cols = run.columns
+    rng = np.random.default_rng(3)
+    for share in (1.0, 0.5, 0.05):
+        mask = rng.random(cols.n) < share
+        pooled = cols.gaps(mask)[0]
+        assert cols.gap_count(mask) == pooled.size
+        for k in (0, 1, pooled.size // 3, pooled.size):
+            positions = np.sort(rng.choice(pooled.size, k, replace=False))
+            assert np.array_equal(cols.gaps_at(mask, positions), pooled[positions])
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        ["chat"] * 5,
+        [None, "b", None, "a", None, None, None, "b", None],
+        [None, "", None, None],
+        [None] * 4,
+        ["", ""],
+        ["chat", "chap", "chat"],
+        ["ok", "error", "ok"],
+    ],
+)
+def test_string_columns_encode_as_arrow_dictionary_encodes_them(values):
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from vprof.records import arrays
+
+    column = pa.chunked_array([pa.array(["x", *values], pa.string()).slice(1)])
+    labels, codes = arrays.encoded(column, "")
+    encoded = pc.dictionary_encode(column.chunk(0))
+    expected = [v for v in encoded.dictionary.to_pylist()]
+    assert [str(v) for v in labels[: len(expected)]] == expected
+    assert [str(labels[c]) for c in codes] == [v if v is not None else "" for v in values]
