@@ -316,11 +316,14 @@ def ab_bench(tmp_path_factory: pytest.TempPathFactory) -> Bench:
     difference (prefix caching on against off, every prompt a 1536-token shared prefix and a
     32-token question, so caching skips 98 % of each prefill), both servers launched side by
     side (the CPU split: a share of the KV cache and one OpenMP thread each) and the load
-    switched between them in 8-s slices, four ABBA blocks (with three, a run's slower side
-    once kept 3.75 requests in flight of 4 and was not judged: its answers of about a second
-    are a large share of each 6-s measured slice). The servers do not swap halfway
-    (the difference is far larger than an instance's offset, and a swap costs two more
-    starts; the swap's restart is tested without vLLM in test_alternate_emulated)."""
+    switched between them in 8-s slices, four ABBA blocks. Each slice's first 3 s are not
+    measured: they hold the other side's last answers, which slow down once both servers take
+    the cores (128-token answers sent just before a switch took 4.1 s instead of 1, their users
+    were missing from the next slice's measured part, and the run was judged client-limited:
+    "kept 3.75 requests in flight of 4"); 64-token answers keep that tail short. The servers
+    do not swap halfway (the difference is far larger than an instance's offset, and a swap
+    costs two more starts; the swap's restart is tested without vLLM in
+    test_alternate_emulated)."""
     import subprocess
 
     root = tmp_path_factory.mktemp("ab-bench")
@@ -332,20 +335,20 @@ def ab_bench(tmp_path_factory: pytest.TempPathFactory) -> Bench:
     )
     workload = root / "shared-prefix.yaml"
     workload.write_text(
-        "description: one 1536-token shared prefix, a 32-token question, 128 out\n"
+        "description: one 1536-token shared prefix, a 32-token question, 64 out\n"
         "endpoint: completions\nseed: 0\nprefix: {groups: 1, length_tokens: 1536, share: 1.0}\n"
-        "prompt_tokens: 32\noutput_tokens: 128\nfixed_output: true\n"
+        "prompt_tokens: 32\noutput_tokens: 64\nfixed_output: true\n"
     )
     shape = root / "steady-4.yaml"
-    # answers of ~1.5 s: the client's own gap between an answer and the next request (tens of
-    # ms when two servers take the cores) stays a small share of each user's time
+    # answers of about half a second: the client's own gap between an answer and the next
+    # request (about a millisecond here) stays a small share of each user's time
     shape.write_text("kind: steady\nusers: 4\nduration_s: 64\n")
     out = root / "ab"
     port = free_port(lo=18900, hi=18999)
     argv = [
         *(sys.executable, "-m", "vprof.cli.main", "bench", "prefix-cached", "no-prefix-cache"),
         *("--profiles-dir", str(profiles), "--alternate", "--no-swap"),
-        *("--slice", "8s", "--slice-warmup", "2s", "--workload", str(workload)),
+        *("--slice", "8s", "--slice-warmup", "3s", "--workload", str(workload)),
         *("--traffic", str(shape), "--set", "enforce-eager=true"),
         *("--set", "max-model-len=2048", "--port", str(port), "--out", str(out)),
         *("--format", "json"),
