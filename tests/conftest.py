@@ -188,7 +188,12 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     module = _module(item.nodeid)
     if worker and _OMP_WAIT_GIVEN is None:
         os.environ.pop(_OMP_WAIT, None)  # the quiet server starts as vprof starts servers
-    if worker and module in (*SHARED_SERVER, *QUIET) and _server_wanted(item.session):
+    if (
+        worker
+        and not _shared
+        and module in (*SHARED_SERVER, *QUIET)
+        and _server_wanted(item.session)
+    ):
         _shared_server(ensure_tiny_model(), healthy=False)
     if worker and _OMP_WAIT_GIVEN is None and module not in QUIET:
         os.environ[_OMP_WAIT] = "PASSIVE"
