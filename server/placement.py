@@ -26,6 +26,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from vprof.common.cpus import usable_cpus
 from vprof.common.errors import LaunchError
 
 if TYPE_CHECKING:
@@ -249,7 +250,7 @@ def side_by_side(
         cpu_only=engine.cpu_build and not engine.gpu,
         gpus=gpus,
         environ=environ,
-        cores=len(os.sched_getaffinity(0)),
+        cores=usable_cpus(),
     )
     placed = []
     for profile, slot in zip(profiles, placement.slots, strict=True):
