@@ -69,57 +69,55 @@ def build_data(
             {"id": run_id, "label": label, **entry}
             for run_id, label, entry in zip(ids, labels, drawn, strict=True)
         ]
-        forecast: dict[str, Any] = {"curves": [], "notes": []}
-        if opts.model is not None:
-            from vprof.report.forecast import predicted_curves
+    forecast: dict[str, Any] = {"curves": [], "notes": []}
+    if opts.model is not None:
+        from vprof.report.forecast import predicted_curves
 
-            if progress is not None:
-                progress(f"predicting curves with {opts.model.path}")
-            forecast = predicted_curves(runs, summaries, opts.model)
-        capacity_data = capacity(ids, summaries, opts, forecast["curves"])
-        capacity_data["predicted_notes"] = forecast["notes"]
-        metas: dict[str, tuple[dict[str, Any], str]] = {}
-        for run, summary in zip(runs, summaries, strict=True):
-            folder = str(run.path).partition("#")[0]  # a side's run folder is its run's
-            metas.setdefault(
-                str(summary.get(K.PROFILE) or summary.get(K.RUN)),
-                (run.meta, str(RunDir(folder).run_json)),
-            )
-        recorded = [r.meta["hardware"] for r in runs if isinstance(r.meta.get("hardware"), dict)]
-        on_gpus = any(h.get("gpus") for h in recorded) if recorded else None
-        run_ids = {r.path.resolve(): i for r, i in zip(runs, ids, strict=True)}
-        by_id = dict(zip(ids, summaries, strict=True))
-        sweeps = from_manifests(inputs.sweeps, run_ids, by_id, capacity_data)
-        covered = {row["run_id"] for s in sweeps for row in s["rows"] if row.get("run_id")}
-        sweeps += from_load_levels(capacity_data, covered)
-        from vprof.analysis.alternation import is_alternating
-        from vprof.analysis.compare import cell_key
+        if progress is not None:
+            progress(f"predicting curves with {opts.model.path}")
+        forecast = predicted_curves(runs, summaries, opts.model)
+    capacity_data = capacity(ids, summaries, opts, forecast["curves"])
+    capacity_data["predicted_notes"] = forecast["notes"]
+    metas: dict[str, tuple[dict[str, Any], str]] = {}
+    for run, summary in zip(runs, summaries, strict=True):
+        folder = str(run.path).partition("#")[0]  # a side's run folder is its run's
+        metas.setdefault(
+            str(summary.get(K.PROFILE) or summary.get(K.RUN)),
+            (run.meta, str(RunDir(folder).run_json)),
+        )
+    recorded = [r.meta["hardware"] for r in runs if isinstance(r.meta.get("hardware"), dict)]
+    on_gpus = any(h.get("gpus") for h in recorded) if recorded else None
+    run_ids = {r.path.resolve(): i for r, i in zip(runs, ids, strict=True)}
+    by_id = dict(zip(ids, summaries, strict=True))
+    sweeps = from_manifests(inputs.sweeps, run_ids, by_id, capacity_data)
+    covered = {row["run_id"] for s in sweeps for row in s["rows"] if row.get("run_id")}
+    sweeps += from_load_levels(capacity_data, covered)
+    from vprof.analysis.alternation import is_alternating
+    from vprof.analysis.compare import cell_key
 
-        sides = {i for i, r in enumerate(runs) if is_alternating(r)}
-        groups = [
-            g
-            for g in (
-                [i for i in group if i not in sides]
-                for group in comparison_groups(summaries, labels, opts.baseline)
+    sides = {i for i, r in enumerate(runs) if is_alternating(r)}
+    groups = [
+        g
+        for g in (
+            [i for i in group if i not in sides]
+            for group in comparison_groups(summaries, labels, opts.baseline)
+        )
+        if len({cell_key(runs[i].path) for i in g}) >= 2  # not only one configuration's repeats
+    ]
+    if groups and progress is not None:
+        progress(
+            f"comparing {len(groups)} group(s) of runs under the same traffic with "
+            + (
+                f"{opts.n_boot:,} bootstrap resamples"
+                if opts.n_boot is not None
+                else "as many bootstrap resamples as their precision needs"
             )
-            if len({cell_key(runs[i].path) for i in g}) >= 2  # not only one configuration's repeats
-        ]
-        if groups and progress is not None:
-            progress(
-                f"comparing {len(groups)} group(s) of runs under the same traffic with "
-                + (
-                    f"{opts.n_boot:,} bootstrap resamples"
-                    if opts.n_boot is not None
-                    else "as many bootstrap resamples as their precision needs"
-                )
-                + " (--n-boot sets how many)"
-            )
-        comparisons = [_compare(runs, summaries, ids, group, opts) for group in groups]
-        alternated = _alternating_cells(loaded, runs, sides)
-        comparisons += [
-            _compare_sides(phases, views, summaries, ids) for phases, views in alternated
-        ]
-        groups += [views for _, views in alternated]
+            + " (--n-boot sets how many)"
+        )
+    comparisons = [_compare(runs, summaries, ids, group, opts) for group in groups]
+    alternated = _alternating_cells(loaded, runs, sides)
+    comparisons += [_compare_sides(phases, views, summaries, ids) for phases, views in alternated]
+    groups += [views for _, views in alternated]
     data = json_safe(
         {
             "schema": SCHEMA_VERSION,
