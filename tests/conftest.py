@@ -79,17 +79,17 @@ def vllm_test_argv(model_dir: Path, port: int) -> list[str]:
 # `pytest` runs on four workers (pytest-xdist, ``-n 4`` in pyproject's addopts) on two cores.
 # The modules that measure latency, rates or lag (``QUIET``: real vLLM or not) form one unit of
 # work that one worker runs in this order, alone: its first measuring test (marked e2e or
-# browser; unit tests in those modules need no quiet cores) waits until every other worker
-# has run its last test (a marker file each worker leaves). The same worker starts the shared
-# vLLM server with its first test and, before it waits, runs the tests that use that server
-# but measure nothing a busy core can upset (``SHARED_SERVER``: refusals, counts), so one
-# server start serves both. The tests that start vLLM servers of their own (``OWN_SERVERS``)
-# are a second unit: two vLLM-heavy tests at a time beside the unit tests, not three (three at
-# once on two cores slowed a two-server alternating bench until slices went empty). Everything
-# else runs on the other workers, a module at a time (so module fixtures are built once).
-# Three workers keep two cores busy while the unit tests' Locust runs wait on their traffic.
-# (xdist's own ``xdist_group`` marks are not honoured under pytest 9: its loadgroup mode
-# renames node ids through an attribute pytest no longer reads.)
+# browser; unit tests in those modules need no quiet cores) waits until every other
+# worker has run its last test (a marker file each worker leaves), having started the shared
+# vLLM server meanwhile (a start is not a measurement). Before that, the same worker runs the
+# tests that start servers of their own (``OWN_SERVERS``) beside the rest. Everything else
+# runs on the other workers, a module at a time (so module fixtures are built once) — unit
+# tests, and the tests that start vLLM or Chromium but measure nothing a busy core can upset
+# (refusals, counts, clean stops); those that share the session's vLLM server are one unit
+# (``SHARED_SERVER``), so one worker starts it for them. Three workers keep two cores busy
+# while the unit tests' Locust runs wait on their traffic. (xdist's own ``xdist_group`` marks
+# are not honoured under pytest 9: its loadgroup mode renames node ids through an attribute
+# pytest no longer reads.)
 QUIET = (
     "test_alternate_e2e",
     "test_report_real_e2e",
@@ -105,10 +105,13 @@ QUIET = (
     "test_webui_browser",  # the live header's rate against the records' (within 3 %)
 )
 # Start vLLM servers of their own and measure nothing a busy core can upset (a killed server,
-# Ctrl-C, a sweep's rungs): one unit, beside the unit tests.
+# Ctrl-C, a sweep's rungs): the quiet group's worker runs them first, beside the others, before
+# it waits for them.
 OWN_SERVERS = ("test_bench_e2e", "test_sweep_e2e")
-# Use the shared server and measure nothing a busy core can upset: the quiet group's worker
-# runs them first, beside the others, before it waits for them.
+# Start vLLM or Chromium without measuring time: beside the unit tests. The shared server's
+# users are one unit, so one of them runs at a time (beside the own servers' unit; three
+# vLLM-heavy tests at once on two cores slowed a two-server alternating bench until slices
+# went empty).
 SHARED_SERVER = (
     "test_bench_url_e2e",
     "test_replicas_e2e",
@@ -120,7 +123,7 @@ SHARED_SERVER = (
 BUSY_OK = (*OWN_SERVERS, *SHARED_SERVER, "test_report_browser")
 # Slow (marked e2e) but starting neither vLLM nor Chromium and measuring nothing.
 BESIDE_UNITS = ("test_dependencies",)
-QUIET_GROUP, OWN_GROUP = "quiet", "own-servers"
+QUIET_GROUP, SHARED_GROUP = "quiet", "shared-server"
 # Outside the quiet group, vLLM servers run beside other servers and tests on two cores, and
 # OpenMP's threads spin at every barrier for a thread that is not running (two servers of two
 # threads each slowed each other ×20, see README's placement): there the servers' OpenMP
@@ -136,11 +139,11 @@ def _module(nodeid: str) -> str:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """The quiet worker's shared-server modules, then the quiet modules (in :data:`QUIET`'s
+    """The quiet worker's own-server modules, then the quiet modules (in :data:`QUIET`'s
     order), then the ones that start vLLM or Chromium beside the unit tests, then the unit
     tests (stable within a module); a test that starts vLLM or Chromium outside those lists is
     a mistake of the suite's, said at once."""
-    ordered = (*SHARED_SERVER, *QUIET, *BUSY_OK, *BESIDE_UNITS)
+    ordered = (*OWN_SERVERS, *QUIET, *BUSY_OK, *BESIDE_UNITS)
     for item in items:
         real = item.get_closest_marker("e2e") or item.get_closest_marker("browser")
         if real and _module(item.nodeid) not in ordered:
@@ -178,11 +181,12 @@ _quiet = False
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
-    """On the quiet group's worker, start the shared vLLM server with its first test (a start
-    is not a measurement: it then costs the quiet part nothing); before the first quiet test,
-    wait until the other workers have run their last test: their work would otherwise share
-    the two cores with a vLLM server and its load generator (a CI run's prefix-caching A/B
-    came out +131 % [-46 %, +897 %] with the unit tests beside it)."""
+    """On the quiet group's worker, start the shared vLLM server with its first test (the
+    servers of its own-server tests start beside it: a start is not a measurement, and this
+    one then costs the quiet part nothing); before the first quiet test, wait until that
+    server is healthy and the other workers have run their last test: their work would
+    otherwise share the two cores with a vLLM server and its load generator (a CI run's
+    prefix-caching A/B came out +131 % [-46 %, +897 %] with the unit tests beside it)."""
     global _quiet
     worker = os.environ.get("PYTEST_XDIST_WORKER")
     module = _module(item.nodeid)
@@ -191,8 +195,8 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     if (
         worker
         and not _shared
-        and module in (*SHARED_SERVER, *QUIET)
-        and _server_wanted(item.session)
+        and module in (*OWN_SERVERS, *QUIET)
+        and _quiet_server_wanted(item.session)
     ):
         _shared_server(ensure_tiny_model(), healthy=False)
     if worker and _OMP_WAIT_GIVEN is None and module not in QUIET:
@@ -202,6 +206,8 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         return  # a quiet module's unit tests need no quiet cores: the fast tier never waits
     import time
 
+    if _quiet_server_wanted(item.session):
+        _shared_server(ensure_tiny_model())
     count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
     others = [f"gw{i}" for i in range(count) if f"gw{i}" != worker]
     deadline = time.monotonic() + _QUIET_WAIT_S
@@ -210,27 +216,26 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     _quiet = True
 
 
-def _server_wanted(session: pytest.Session) -> bool:
-    """Whether a selected test of the quiet group uses the shared server it would start."""
+def _quiet_server_wanted(session: pytest.Session) -> bool:
+    """Whether a selected quiet test uses the shared server this worker would start."""
     return not os.environ.get("VPROF_TEST_VLLM_URL") and any(
-        _module(i.nodeid) in (*SHARED_SERVER, *QUIET)
-        and "vllm_server" in getattr(i, "fixturenames", ())
+        _module(i.nodeid) in QUIET and "vllm_server" in getattr(i, "fixturenames", ())
         for i in session.items
     )
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
-    """Work units: the quiet group, the own servers' group, then one per module, in
+    """Work units: the quiet group, the shared server's group, then one per module, in
     collection order (the quiet group first, so one worker holds it from the start)."""
     from xdist.scheduler import LoadScopeScheduling
 
     class QuietGroupScheduling(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
             module = _module(nodeid)
-            if module in QUIET or module in SHARED_SERVER:
+            if module in QUIET or module in OWN_SERVERS:
                 return QUIET_GROUP
-            return OWN_GROUP if module in OWN_SERVERS else nodeid.split("::", 1)[0]
+            return SHARED_GROUP if module in SHARED_SERVER else nodeid.split("::", 1)[0]
 
     config.option.loadscopereorder = False
     return QuietGroupScheduling(config, log)
