@@ -146,7 +146,8 @@ def assert_round_trips(profile: Profile) -> None:
 
     # kubernetes: YAML parses to the same argv and env, and the kubelet expands nothing
     text = render_k8s(profile)
-    header = text.split("apiVersion", 1)[0].splitlines()
+    lines = text.splitlines()
+    header = lines[: next(i for i, line in enumerate(lines) if line.startswith("apiVersion:"))]
     assert len(header) == 2 and all(line.startswith("# ") for line in header)
     deployment, service = yaml.safe_load_all(text)
     assert (deployment["kind"], service["kind"]) == ("Deployment", "Service")
