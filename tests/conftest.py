@@ -79,17 +79,17 @@ def vllm_test_argv(model_dir: Path, port: int) -> list[str]:
 # `pytest` runs on four workers (pytest-xdist, ``-n 4`` in pyproject's addopts) on two cores.
 # The modules that measure latency, rates or lag (``QUIET``: real vLLM or not) form one unit of
 # work that one worker runs in this order, alone: its first measuring test (marked e2e or
-# browser; unit tests in those modules need no quiet cores) waits until every other
-# worker has run its last test (a marker file each worker leaves), having started the shared
-# vLLM server meanwhile (a start is not a measurement). Before that, the same worker runs the
-# tests that start servers of their own (``OWN_SERVERS``) beside the rest. Everything else
-# runs on the other workers, a module at a time (so module fixtures are built once) — unit
-# tests, and the tests that start vLLM or Chromium but measure nothing a busy core can upset
-# (refusals, counts, clean stops); those that share the session's vLLM server are one unit
-# (``SHARED_SERVER``), so one worker starts it for them. Three workers keep two cores busy
-# while the unit tests' Locust runs wait on their traffic. (xdist's own ``xdist_group`` marks
-# are not honoured under pytest 9: its loadgroup mode renames node ids through an attribute
-# pytest no longer reads.)
+# browser; unit tests in those modules need no quiet cores) waits until every other worker
+# has run its last test (a marker file each worker leaves). The same worker starts the shared
+# vLLM server with its first test and, before it waits, runs the tests that use that server
+# but measure nothing a busy core can upset (``SHARED_SERVER``: refusals, counts), so one
+# server start serves both. The tests that start vLLM servers of their own (``OWN_SERVERS``)
+# are a second unit: two vLLM-heavy tests at a time beside the unit tests, not three (three at
+# once on two cores slowed a two-server alternating bench until slices went empty). Everything
+# else runs on the other workers, a module at a time (so module fixtures are built once).
+# Three workers keep two cores busy while the unit tests' Locust runs wait on their traffic.
+# (xdist's own ``xdist_group`` marks are not honoured under pytest 9: its loadgroup mode
+# renames node ids through an attribute pytest no longer reads.)
 QUIET = (
     "test_alternate_e2e",
     "test_report_real_e2e",
@@ -105,13 +105,10 @@ QUIET = (
     "test_webui_browser",  # the live header's rate against the records' (within 3 %)
 )
 # Start vLLM servers of their own and measure nothing a busy core can upset (a killed server,
-# Ctrl-C, a sweep's rungs): the quiet group's worker runs them first, beside the others, before
-# it waits for them.
+# Ctrl-C, a sweep's rungs): one unit, beside the unit tests.
 OWN_SERVERS = ("test_bench_e2e", "test_sweep_e2e")
-# Start vLLM or Chromium without measuring time: beside the unit tests. The shared server's
-# users are one unit, so one of them runs at a time (beside the own servers' unit; three
-# vLLM-heavy tests at once on two cores slowed a two-server alternating bench until slices
-# went empty).
+# Use the shared server and measure nothing a busy core can upset: the quiet group's worker
+# runs them first, beside the others, before it waits for them.
 SHARED_SERVER = (
     "test_bench_url_e2e",
     "test_replicas_e2e",
@@ -123,12 +120,13 @@ SHARED_SERVER = (
 BUSY_OK = (*OWN_SERVERS, *SHARED_SERVER, "test_report_browser")
 # Slow (marked e2e) but starting neither vLLM nor Chromium and measuring nothing.
 BESIDE_UNITS = ("test_dependencies",)
-QUIET_GROUP, SHARED_GROUP = "quiet", "shared-server"
+QUIET_GROUP, OWN_GROUP = "quiet", "own-servers"
 # Outside the quiet group, vLLM servers run beside other servers and tests on two cores, and
 # OpenMP's threads spin at every barrier for a thread that is not running (two servers of two
 # threads each slowed each other ×20, see README's placement): there the servers' OpenMP
 # threads sleep while they wait (``OMP_WAIT_POLICY=PASSIVE``, inherited by every process a
-# test starts). The quiet group measures the servers as vprof starts them, unchanged.
+# test starts). The quiet group measures the servers vprof starts as it starts them, unchanged;
+# the shared server always sleeps while it waits (it serves both parts).
 _OMP_WAIT = "OMP_WAIT_POLICY"
 _OMP_WAIT_GIVEN = os.environ.get(_OMP_WAIT)
 _QUIET_WAIT_S = 1800.0
@@ -139,11 +137,11 @@ def _module(nodeid: str) -> str:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """The quiet worker's own-server modules, then the quiet modules (in :data:`QUIET`'s
+    """The quiet worker's shared-server modules, then the quiet modules (in :data:`QUIET`'s
     order), then the ones that start vLLM or Chromium beside the unit tests, then the unit
     tests (stable within a module); a test that starts vLLM or Chromium outside those lists is
     a mistake of the suite's, said at once."""
-    ordered = (*OWN_SERVERS, *QUIET, *BUSY_OK, *BESIDE_UNITS)
+    ordered = (*SHARED_SERVER, *QUIET, *BUSY_OK, *BESIDE_UNITS)
     for item in items:
         real = item.get_closest_marker("e2e") or item.get_closest_marker("browser")
         if real and _module(item.nodeid) not in ordered:
@@ -181,22 +179,21 @@ _quiet = False
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
-    """On the quiet group's worker, start the shared vLLM server with its first test (the
-    servers of its own-server tests start beside it: a start is not a measurement, and this
-    one then costs the quiet part nothing); before the first quiet test, wait until that
-    server is healthy and the other workers have run their last test: their work would
-    otherwise share the two cores with a vLLM server and its load generator (a CI run's
-    prefix-caching A/B came out +131 % [-46 %, +897 %] with the unit tests beside it)."""
+    """On the quiet group's worker, start the shared vLLM server with its first test (a start
+    is not a measurement: it then costs the quiet part nothing); before the first quiet test,
+    wait until the other workers have run their last test: their work would otherwise share
+    the two cores with a vLLM server and its load generator (a CI run's prefix-caching A/B
+    came out +131 % [-46 %, +897 %] with the unit tests beside it)."""
     global _quiet
     worker = os.environ.get("PYTEST_XDIST_WORKER")
     module = _module(item.nodeid)
     if worker and _OMP_WAIT_GIVEN is None:
-        os.environ.pop(_OMP_WAIT, None)  # the quiet server starts as vprof starts servers
+        os.environ.pop(_OMP_WAIT, None)  # vprof's servers start as vprof starts them
     if (
         worker
         and not _shared
-        and module in (*OWN_SERVERS, *QUIET)
-        and _quiet_server_wanted(item.session)
+        and module in (*SHARED_SERVER, *QUIET)
+        and _server_wanted(item.session)
     ):
         _shared_server(ensure_tiny_model(), healthy=False)
     if worker and _OMP_WAIT_GIVEN is None and module not in QUIET:
@@ -206,8 +203,6 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         return  # a quiet module's unit tests need no quiet cores: the fast tier never waits
     import time
 
-    if _quiet_server_wanted(item.session):
-        _shared_server(ensure_tiny_model())
     count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
     others = [f"gw{i}" for i in range(count) if f"gw{i}" != worker]
     deadline = time.monotonic() + _QUIET_WAIT_S
@@ -216,26 +211,27 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     _quiet = True
 
 
-def _quiet_server_wanted(session: pytest.Session) -> bool:
-    """Whether a selected quiet test uses the shared server this worker would start."""
+def _server_wanted(session: pytest.Session) -> bool:
+    """Whether a selected test of the quiet group uses the shared server it would start."""
     return not os.environ.get("VPROF_TEST_VLLM_URL") and any(
-        _module(i.nodeid) in QUIET and "vllm_server" in getattr(i, "fixturenames", ())
+        _module(i.nodeid) in (*SHARED_SERVER, *QUIET)
+        and "vllm_server" in getattr(i, "fixturenames", ())
         for i in session.items
     )
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
-    """Work units: the quiet group, the shared server's group, then one per module, in
+    """Work units: the quiet group, the own servers' group, then one per module, in
     collection order (the quiet group first, so one worker holds it from the start)."""
     from xdist.scheduler import LoadScopeScheduling
 
     class QuietGroupScheduling(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
             module = _module(nodeid)
-            if module in QUIET or module in OWN_SERVERS:
+            if module in QUIET or module in SHARED_SERVER:
                 return QUIET_GROUP
-            return SHARED_GROUP if module in SHARED_SERVER else nodeid.split("::", 1)[0]
+            return OWN_GROUP if module in OWN_SERVERS else nodeid.split("::", 1)[0]
 
     config.option.loadscopereorder = False
     return QuietGroupScheduling(config, log)
@@ -300,9 +296,13 @@ def _vllm_server_process(tiny_model: Path, log_dir: Path) -> tuple[ServerProcess
         host="127.0.0.1",
         port=port,
         # Unbound worker threads, as vprof starts the CPU build (see server.host._CPU_BIND).
+        # Its OpenMP threads sleep while they wait, always: the quiet worker's server serves
+        # the shared-server tests beside other servers first (spinning there, it once left a
+        # multi-turn chat test 2 answers in 10 s), then the quiet tests.
         env={
             "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1"),
             "VLLM_CPU_OMP_THREADS_BIND": os.environ.get("VLLM_CPU_OMP_THREADS_BIND", "nobind"),
+            _OMP_WAIT: _OMP_WAIT_GIVEN or "PASSIVE",
         },
         niceness=CPU_SERVER_NICENESS,  # as vprof starts the CPU build: the client goes first
     )
@@ -326,7 +326,8 @@ def ab_bench(tmp_path_factory: pytest.TempPathFactory) -> Bench:
     difference (prefix caching on against off, every prompt a 1536-token shared prefix and a
     32-token question, so caching skips 98 % of each prefill), both servers launched side by
     side (the CPU split: a share of the KV cache and one OpenMP thread each) and the load
-    switched between them in 8-s slices, four ABBA blocks. Each slice's first 3 s are not
+    switched between them in 8-s slices, three ABBA blocks (a suite run's four found median
+    TTFT +653 % [+365 %, +1120 %]: three leave a wide margin). Each slice's first 3 s are not
     measured: they hold the other side's last answers, which slow down once both servers take
     the cores (128-token answers sent just before a switch took 4.1 s instead of 1, their users
     were missing from the next slice's measured part, and the run was judged client-limited:
@@ -352,7 +353,7 @@ def ab_bench(tmp_path_factory: pytest.TempPathFactory) -> Bench:
     shape = root / "steady-4.yaml"
     # answers of about half a second: the client's own gap between an answer and the next
     # request (about a millisecond here) stays a small share of each user's time
-    shape.write_text("kind: steady\nusers: 4\nduration_s: 64\n")
+    shape.write_text("kind: steady\nusers: 4\nduration_s: 48\n")
     out = root / "ab"
     port = free_port(lo=18900, hi=18999)
     argv = [
