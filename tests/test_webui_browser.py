@@ -295,9 +295,10 @@ def test_llm_tab_fills_with_live_percentiles(locust_web, browser, tmp_path):
     print(f"screenshots: {tmp_path / 'llm_tab.png'}, {tmp_path / 'llm_charts.png'}")
 
     # Locust's header RPS counts each request once: it matches the records' rate.
-    # Read it once Locust's 10 s window has left the ramp-up behind.
-    _poll("16 s of test", 30, lambda: time.time() >= started_at + 16)
-    samples = _header_rps_samples(driver, duration_s=8.0)
+    # Read it once Locust's 10 s window (ending 2 s before the last request) has left the
+    # one-second ramp-up behind.
+    _poll("14 s of test", 30, lambda: time.time() >= started_at + 14)
+    samples = _header_rps_samples(driver, duration_s=6.0)
 
     # The emulator cannot be faster than configured; measured values are at least that.
     assert _number(total["TTFT p50 ms"]) >= EMULATED_TTFT_MS * 0.95
