@@ -120,6 +120,22 @@ SHARED_SERVER = (
 BUSY_OK = (*OWN_SERVERS, *SHARED_SERVER, "test_report_browser")
 # Slow (marked e2e) but starting neither vLLM nor Chromium and measuring nothing.
 BESIDE_UNITS = ("test_dependencies",)
+# The unit modules that take longest (15-60 s each in a suite run), handed out first so that
+# short ones fill the workers' ends (in collection order the fast tier idled its last 25 s on
+# one long module).
+SLOW_UNITS = (
+    "test_faults",
+    "test_distributed",
+    "test_locust_emulated",
+    "test_sessions",
+    "test_alternate_emulated",
+    "test_stale_results",
+    "test_json_outputs",
+    "test_tune_cli",
+    "test_locust_outputs",
+    "test_report",
+    "test_runs_unit",
+)
 QUIET_GROUP, OWN_GROUP = "quiet", "own-servers"
 # Outside the quiet group, vLLM servers run beside other servers and tests on two cores, and
 # OpenMP's threads spin at every barrier for a thread that is not running (two servers of two
@@ -139,12 +155,13 @@ def _module(nodeid: str) -> str:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """The quiet worker's shared-server modules, then the quiet modules (in :data:`QUIET`'s
     order), then the ones that start vLLM or Chromium beside the unit tests, then the unit
-    tests (stable within a module); a test that starts vLLM or Chromium outside those lists is
-    a mistake of the suite's, said at once."""
-    ordered = (*SHARED_SERVER, *QUIET, *BUSY_OK, *BESIDE_UNITS)
+    tests, the slowest first (stable within a module); a test that starts vLLM or Chromium
+    outside those lists is a mistake of the suite's, said at once."""
+    placed = (*SHARED_SERVER, *QUIET, *BUSY_OK, *BESIDE_UNITS)
+    ordered = (*placed, *SLOW_UNITS)
     for item in items:
         real = item.get_closest_marker("e2e") or item.get_closest_marker("browser")
-        if real and _module(item.nodeid) not in ordered:
+        if real and _module(item.nodeid) not in placed:
             raise pytest.UsageError(
                 f"{item.nodeid} starts vLLM or Chromium: add its module to QUIET or BUSY_OK in "
                 "tests/conftest.py"
