@@ -22,7 +22,8 @@ and the probe's stop, the wait for an idle server), ``summary`` (→ summary wri
 
     .venv/bin/python benchmarks/level_walltime.py
     .venv/bin/python benchmarks/level_walltime.py --levels 2,4 --measure-s 10
-    .venv/bin/python benchmarks/level_walltime.py --command tune --warmup-s 1 --measure-s 10
+    .venv/bin/python benchmarks/level_walltime.py --command tune --warmup-s 1 --measure-s 10 \
+        --tokens 40
 """
 
 from __future__ import annotations
@@ -103,8 +104,10 @@ def main() -> None:
         )
     print(f"  (first level started {runs[0][0] - started:.1f} s after the command)")
     if excess:
-        print(f"  beyond warm-up + measured: max {max(excess):+.1f} s, mean "
-              f"{sum(excess) / len(excess):+.1f} s over {len(excess)} levels")
+        print(
+            f"  beyond warm-up + measured: max {max(excess):+.1f} s, mean "
+            f"{sum(excess) / len(excess):+.1f} s over {len(excess)} levels"
+        )
 
 
 PHASES = ("start", "shape", "exit", "after", "summary", "between")
@@ -122,7 +125,7 @@ def level_phases(path: Path, created: float, until: float) -> dict[str, float]:
         (path / "summary.json").stat().st_mtime,
         until,
     ]
-    return {name: b - a for name, a, b in zip(PHASES, marks, marks[1:], strict=True)}
+    return {name: b - a for name, a, b in zip(PHASES, marks[:-1], marks[1:], strict=True)}
 
 
 def run_sweep(args: argparse.Namespace, url: str, workload: Path, traffic: Path, out: Path):
@@ -180,6 +183,7 @@ def run_tune(args: argparse.Namespace, url: str, workload: Path, out: Path) -> N
     prepared = prepare(request)
     prepared = replace(prepared, spec=replace(prepared.spec, url=url))
     run_prepared(prepared, lambda line: None)
+
 
 if __name__ == "__main__":
     main()

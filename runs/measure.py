@@ -22,7 +22,7 @@ from vprof.records.rundir import RunDir, RunState
 from vprof.runs.clientwatch import ClientWatch
 from vprof.runs.environment import client_versions, hardware, vllm_version
 from vprof.runs.hostprobe import HostProbe
-from vprof.runs.loadgen import LoadProcess, LoadSpec
+from vprof.runs.loadgen import LoadProcess, LoadSpec, start_spare
 from vprof.runs.sampler import MetricsSampler
 from vprof.runs.spec import BenchSpec, Progress, RunOutcome
 
@@ -428,6 +428,8 @@ def run_one(
     finally:
         # A write that failed will fail again: stop at once instead of letting answers finish.
         rc = load.stop(grace_s=FAULT_STOP_S if reason and _is_write_fault(load, sampler) else None)
+        if spec.cut_in_flight_s is not None and state is RunState.COMPLETED:
+            start_spare()  # a ladder's next level: Locust's start overlaps this one's end
         sampler.stop(final_sample=state is not RunState.FAILED)
         probe.stop()
         if spec.cut_in_flight_s is not None and spec.metrics and state is RunState.COMPLETED:
