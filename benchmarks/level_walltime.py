@@ -24,6 +24,8 @@ and the probe's stop, the wait for an idle server), ``summary`` (→ summary wri
     .venv/bin/python benchmarks/level_walltime.py --levels 2,4 --measure-s 10
     .venv/bin/python benchmarks/level_walltime.py --command tune --warmup-s 1 --measure-s 10 \
         --tokens 40
+    .venv/bin/python benchmarks/level_walltime.py --folder TUNE_OR_SWEEP_DIR --warmup-s 1 \
+        --measure-s 10
 """
 
 from __future__ import annotations
@@ -57,7 +59,17 @@ def main() -> None:
     parser.add_argument("--slo", default="ttft_p95=2000ms", help="tune: its SLO")
     parser.add_argument("--start-rps", type=float, default=2.0, help="tune: its first level")
     parser.add_argument("--max-rps", type=float, default=8.0, help="tune: its highest level")
+    parser.add_argument(
+        "--folder",
+        type=Path,
+        help="run nothing: the phases of the levels in this sweep's or tune's folder (e.g. a "
+        "real vLLM run; give its --warmup-s and --measure-s)",
+    )
     args = parser.parse_args()
+    if args.folder is not None:
+        print(f"levels in {args.folder}")
+        print_levels(args.folder, args.warmup_s + args.measure_s, None, None)
+        return
 
     work = Path(tempfile.mkdtemp(prefix="vprof-levels-"))
     workload = work / "long-answers.yaml"
@@ -81,8 +93,6 @@ def main() -> None:
         else:
             run_sweep(args, f"http://127.0.0.1:{port}", workload, traffic, out)
         ended = time.time()
-    folders = [p.parent for p in out.rglob("run.json")]
-    runs = sorted((json.loads((p / "run.json").read_text())["created_at"], p) for p in folders)
     budget = args.warmup_s + args.measure_s
     what = f"levels {args.levels} req/s" if args.command == "sweep" else "tune"
     print(
@@ -90,10 +100,22 @@ def main() -> None:
         f" (~{args.tokens * args.itl_ms / 1000:.0f} s an answer); warm-up + measured = "
         f"{budget:g} s a level; {ended - started:.1f} s in all"
     )
+    print_levels(out, budget, started, ended)
+
+
+def print_levels(out: Path, budget: float, started: float | None, ended: float | None) -> None:
+    """Each level's wall time and phases; the last ends at ``ended`` (None: its summary)."""
+    folders = [p.parent for p in out.rglob("run.json") if (p.parent / "summary.json").exists()]
+    runs = sorted((json.loads((p / "run.json").read_text())["created_at"], p) for p in folders)
+    if not runs:
+        raise SystemExit(f"no summarised run folder under {out}")
     print(f"  {'level':44} {'wall':>6} {'beyond':>6}  " + " ".join(f"{p:>7}" for p in PHASES))
     excess = []
     for i, (created, path) in enumerate(runs):
-        until = runs[i + 1][0] if i + 1 < len(runs) else ended
+        if i + 1 < len(runs):
+            until = runs[i + 1][0]
+        else:
+            until = ended if ended is not None else (path / "summary.json").stat().st_mtime
         summary = json.loads((path / "summary.json").read_text())
         phases = level_phases(path, created, until)
         excess.append(until - created - budget)
@@ -102,12 +124,13 @@ def main() -> None:
             + " ".join(f"{phases[p]:7.2f}" for p in PHASES)
             + f"  completed {summary.get('completed')}, cancelled {summary.get('cancelled')}"
         )
-    print(f"  (first level started {runs[0][0] - started:.1f} s after the command)")
-    if excess:
-        print(
-            f"  beyond warm-up + measured: max {max(excess):+.1f} s, mean "
-            f"{sum(excess) / len(excess):+.1f} s over {len(excess)} levels"
-        )
+    if started is not None:
+        print(f"  (first level started {runs[0][0] - started:.1f} s after the command)")
+    print(
+        f"  beyond warm-up + measured: max {max(excess):+.1f} s, mean "
+        f"{sum(excess) / len(excess):+.1f} s over {len(excess)} levels ('between' holds a "
+        "server's start where a tune moves to another candidate)"
+    )
 
 
 PHASES = ("start", "shape", "exit", "after", "summary", "between")
