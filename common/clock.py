@@ -27,6 +27,12 @@ class Clock:
 _PROCESS_CLOCK = Clock()
 
 
+def reanchor() -> None:
+    """Anchor this process's clock again, now (a process that waited before its work)."""
+    global _PROCESS_CLOCK
+    _PROCESS_CLOCK = Clock()
+
+
 def wall_now() -> float:
     """Wall-clock seconds from this process's anchored monotonic clock."""
     return _PROCESS_CLOCK.now()

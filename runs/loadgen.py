@@ -6,7 +6,9 @@ from vprof and a run from plain Locust measure the same way.
 
 from __future__ import annotations
 
+import atexit
 import importlib.util
+import json
 import os
 import queue
 import signal
@@ -132,6 +134,73 @@ class LoadSpec:
         return argv
 
 
+# A Locust process already started, waiting for its argv (locustfiles.spare): the next
+# level of a ladder takes it instead of paying Locust's start-up between levels.
+_spare: subprocess.Popen[bytes] | None = None
+
+
+def _load_env() -> dict[str, str]:
+    return {**os.environ, "PYTHONUNBUFFERED": "1", PARENT_PID_ENV: str(os.getpid())}
+
+
+def start_spare() -> None:
+    """Start a Locust process for the next test now (one at most; unused, it ends with this
+    process): a ladder calls this as a level ends, so the imports overlap the drain and the
+    summary instead of the next level's start."""
+    global _spare
+    if _spare is not None and _spare.poll() is None:
+        return
+    _spare = subprocess.Popen(
+        [sys.executable, "-m", "vprof.locustfiles.spare"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        env=_load_env(),
+    )
+
+
+def _take_spare(argv: list[str]) -> subprocess.Popen[bytes] | None:
+    """The spare, handed ``argv`` (None when there is none alive, or it cannot take it)."""
+    global _spare
+    proc, _spare = _spare, None
+    if proc is None or proc.stdin is None:
+        return None
+    try:
+        if proc.poll() is not None:
+            raise BrokenPipeError
+        proc.stdin.write((json.dumps(argv[3:]) + "\n").encode())  # after "python -m locust"
+        proc.stdin.close()
+        proc.stdin = None  # as a cold start's (its stdin is not a pipe)
+    except OSError:  # ended (a broken pipe): start one cold
+        _end(proc)
+        return None
+    return proc
+
+
+def _end(proc: subprocess.Popen[bytes]) -> None:
+    """End a spare that was handed nothing (it has started no test: nothing to save)."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    proc.wait()
+    for pipe in (proc.stdin, proc.stdout):
+        if pipe is not None:
+            pipe.close()
+
+
+def stop_spare() -> None:
+    """End the spare, if any (it is not needed)."""
+    global _spare
+    proc, _spare = _spare, None
+    if proc is not None:
+        _end(proc)
+
+
+atexit.register(stop_spare)
+
+
 class LoadProcess:
     """Locust as a child in its own process group; stopped with SIGTERM so it saves records.
 
@@ -149,13 +218,14 @@ class LoadProcess:
         self.fault_details: dict[str, str] = {}
         self.events: queue.SimpleQueue[str] = queue.SimpleQueue()
         self._out: Any = open(spec.run_dir.locust_out, "ab")  # noqa: SIM115 - closed by the pump
-        self.proc = subprocess.Popen(
-            spec.argv(),
+        argv = spec.argv()
+        self.proc = _take_spare(argv) or subprocess.Popen(
+            argv,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             start_new_session=True,
-            env={**os.environ, "PYTHONUNBUFFERED": "1", PARENT_PID_ENV: str(os.getpid())},
+            env=_load_env(),
         )
         self._pump = threading.Thread(target=self._copy_output, name="vprof-locust-out")
         self._pump.daemon = True

@@ -22,7 +22,7 @@ from vprof.records.rundir import RunDir, RunState
 from vprof.runs.clientwatch import ClientWatch
 from vprof.runs.environment import client_versions, hardware, vllm_version
 from vprof.runs.hostprobe import HostProbe
-from vprof.runs.loadgen import LoadProcess, LoadSpec
+from vprof.runs.loadgen import LoadProcess, LoadSpec, start_spare
 from vprof.runs.sampler import MetricsSampler
 from vprof.runs.spec import BenchSpec, Progress, RunOutcome
 
@@ -382,8 +382,15 @@ def run_one(
         )
     done_before: float | None = None  # the server's finished-request count when the run began
     state, reason = RunState.COMPLETED, ""
+    ladder = spec.cut_in_flight_s is not None  # another level may follow at once
+    spared = False
     try:
         while load.running_after(1.0):  # a level's end is seen at once, not a poll later
+            if ladder and not spared:
+                # the next level's Locust: imported now, in this one's lead (no request is
+                # out before the schedule's epoch), ready when this level has drained
+                start_spare()
+                spared = True
             while not load.events.empty():
                 say(f"\n  ! {load.events.get()}")
             if problem := load.output_error or sampler.write_error:
@@ -428,6 +435,8 @@ def run_one(
     finally:
         # A write that failed will fail again: stop at once instead of letting answers finish.
         rc = load.stop(grace_s=FAULT_STOP_S if reason and _is_write_fault(load, sampler) else None)
+        if ladder and not spared and state is RunState.COMPLETED:
+            start_spare()  # (a level shorter than a second)
         sampler.stop(final_sample=state is not RunState.FAILED)
         probe.stop()
         if spec.cut_in_flight_s is not None and spec.metrics and state is RunState.COMPLETED:
