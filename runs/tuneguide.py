@@ -70,7 +70,7 @@ def guided_search(space: Space, start: Candidate, ledger: Ledger, guide: Guide) 
                 nxt = min(left, key=lambda c: _distance(space, c, start))
                 ledger.consider(nxt, f"{STAGE} (no model yet)")
                 continue
-            nxt = max(left, key=lambda c: (scores[c], -left.index(c)))
+            nxt = _next(space, left, scores, list(ledger.results), noise)
             if scores[nxt] == -math.inf:
                 return ledger.result("the model predicts no candidate left meets the SLO")
             top = _score(predicted.get(best.candidate), best.candidate, ledger) if best else None
@@ -91,6 +91,29 @@ def _score(rate: float | None, candidate: Candidate, ledger: Ledger) -> float:
     if rate is None or not rate > 0:
         return -math.inf
     return rate / ledger.gpus(candidate) if ledger.objective.kind == "min-cost" else rate
+
+
+def _next(
+    space: Space,
+    left: Sequence[Candidate],
+    scores: Mapping[Candidate, float],
+    measured: Sequence[Candidate],
+    noise: float,
+) -> Candidate:
+    """The candidate to measure next: of those predicted within ``noise`` of the best
+    prediction (a near tie the model cannot order, as two runs of one setting differ by about
+    that much), the one farthest from every candidate measured so far; a tie on distance goes
+    to the higher prediction, then to the space's order. A neighbour of a measured setting
+    mostly re-measures what is known; a distant one tests the model where it has seen least."""
+    top = max(scores[c] for c in left)
+    if top == -math.inf:
+        return left[0]
+    ties = [c for c in left if scores[c] >= top * (1 - noise)]
+
+    def spread(c: Candidate) -> float:
+        return min((_distance(space, c, m) for m in measured), default=0.0)
+
+    return max(ties, key=lambda c: (spread(c), scores[c], -left.index(c)))
 
 
 def _distance(space: Space, a: Candidate, b: Candidate) -> float:

@@ -60,9 +60,11 @@ def test_the_start_is_measured_first_then_the_best_predicted_and_the_model_refit
     runner, guide = FakeRunner(capacity), FakeGuide(capacity, bias=1.3)
     result = guided(runner, guide, settings=SearchSettings(repeat=1, budget_trials=3))
     assert runner.opened[0] == START
+    # the best predicted first; then, of those predicted within noise of the best left
+    # (4096×16, 4096×8, 2048×32 …), the one farthest from both measured settings
     assert runner.opened[1:] == [
         Candidate(((BATCHED, 4096), (SEQS, 32))),
-        Candidate(((BATCHED, 4096), (SEQS, 16))),
+        Candidate(((BATCHED, 4096), (SEQS, 8))),
     ]
     assert guide.asked == 2 and [len(seen) for seen in guide.seen] == [1, 2]
     assert result.best is not None and result.best.candidate == runner.opened[1]
@@ -179,3 +181,18 @@ def test_a_cost_fitted_on_one_settings_levels_predicts_another_settings_capacity
     assert got[128] < got[2048]
     for b in want:
         assert got[b] == pytest.approx(want[b], rel=0.15), (b, got, want)
+
+
+def test_a_near_tie_goes_to_the_candidate_farthest_from_what_was_measured():
+    from vprof.runs.tuneguide import _next
+
+    a, b, c = (Candidate(((BATCHED, v), (SEQS, 8))) for v in (512, 1024, 4096))
+    far = Candidate(((BATCHED, 4096), (SEQS, 32)))
+    scores = {b: 10.0, c: 9.8, far: 9.7}
+    # within 5 %: the farthest from the measured 512×8 wins although predicted lowest
+    assert _next(SPACE, [b, c, far], scores, [a], noise=0.05) == far
+    # outside the noise the prediction decides alone
+    assert _next(SPACE, [b, c, far], scores, [a], noise=0.01) == b
+    # nothing measured yet: the higher prediction, then the space's order
+    assert _next(SPACE, [c, b], {b: 10.0, c: 10.0}, [], noise=0.05) == c
+    assert _next(SPACE, [b, c, far], {**scores, far: -math.inf}, [a], noise=0.5) == c
