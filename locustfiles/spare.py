@@ -12,6 +12,8 @@ import json
 import os
 import sys
 
+from vprof.common.clock import reanchor  # stdlib only: nothing for gevent to patch first
+
 
 def main() -> int:
     import locust.main  # first: gevent's patching, then Locust itself
@@ -37,8 +39,6 @@ def main() -> int:
         return 2
     devnull = os.open(os.devnull, os.O_RDONLY)  # as a cold start has it: stdin is not a pipe
     os.dup2(devnull, 0)
-    from vprof.common.clock import reanchor
-
     reanchor()  # the clock of the test, not of the wait
     sys.argv = ["locust", *argv]
     locust.main.main()

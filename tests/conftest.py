@@ -240,7 +240,10 @@ def _server_wanted(session: pytest.Session) -> bool:
 @pytest.hookimpl(tryfirst=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     """Work units: the quiet group, the own servers' group, then one per module, in
-    collection order (the quiet group first, so one worker holds it from the start)."""
+    collection order (the quiet group first, so one worker holds it from the start). xdist hands
+    a worker its next unit when two of its tests are left; a worker still holding one of the
+    two groups then takes the queue's last unit (the slowest come first): a slow one queued
+    behind the own servers' last two tests (minutes) held the quiet part back 24 s."""
     from xdist.scheduler import LoadScopeScheduling
 
     class QuietGroupScheduling(LoadScopeScheduling):
@@ -249,6 +252,13 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
             if module in QUIET or module in SHARED_SERVER:
                 return QUIET_GROUP
             return OWN_GROUP if module in OWN_SERVERS else nodeid.split("::", 1)[0]
+
+        def _assign_work_unit(self, node: Any) -> None:
+            work = self.assigned_work.get(node, {})
+            long = (g for g in (QUIET_GROUP, OWN_GROUP) if g in work)
+            if self.workqueue and any(self._pending_of({g: work[g]}) for g in long):
+                self.workqueue.move_to_end(next(reversed(self.workqueue)), last=False)
+            super()._assign_work_unit(node)
 
     config.option.loadscopereorder = False
     return QuietGroupScheduling(config, log)
