@@ -41,6 +41,7 @@ def _bench(out: Path, urls, *extra: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(argv, capture_output=True, text=True, timeout=240)
 
 
+@pytest.mark.e2e  # a real client timed for 24 s: with the units beside it a copy once read ±15 %
 def test_alternating_slices_find_a_shift_and_call_a_copy_no_different(three_emulators, tmp_path):
     out = tmp_path / "alt"
     proc = _bench(out, three_emulators)
