@@ -134,9 +134,11 @@ class LoadSpec:
         return argv
 
 
-# A Locust process already started, waiting for its argv (locustfiles.spare): the next
-# level of a ladder takes it instead of paying Locust's start-up between levels.
+# A Locust process already started, waiting for its argv (locustfiles.spare), and the
+# environment it was started with: the next level of a ladder takes it instead of paying
+# Locust's start-up between levels.
 _spare: subprocess.Popen[bytes] | None = None
+_spare_env: dict[str, str] = {}
 
 
 def _load_env() -> dict[str, str]:
@@ -145,31 +147,37 @@ def _load_env() -> dict[str, str]:
 
 def start_spare() -> None:
     """Start a Locust process for the next test now (one at most; unused, it ends with this
-    process): a ladder calls this as a level ends, so the imports overlap the drain and the
-    summary instead of the next level's start."""
-    global _spare
+    process): a ladder calls this a second into a level, in its lead, so the imports are done
+    before the level drains instead of at the next level's start."""
+    global _spare, _spare_env
     if _spare is not None and _spare.poll() is None:
         return
+    _spare_env = _load_env()
     _spare = subprocess.Popen(
         [sys.executable, "-m", "vprof.locustfiles.spare"],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         start_new_session=True,
-        env=_load_env(),
+        env=_spare_env,
     )
 
 
 def _take_spare(argv: list[str]) -> subprocess.Popen[bytes] | None:
-    """The spare, handed ``argv`` (None when there is none alive, or it cannot take it)."""
+    """The spare, handed ``argv`` (None when there is none alive, or it cannot run ``argv``
+    as a cold start would: another Python or module, or the environment changed since)."""
     global _spare
     proc, _spare = _spare, None
     if proc is None or proc.stdin is None:
         return None
+    head = [sys.executable, "-m", "locust"]
+    if argv[: len(head)] != head or _load_env() != _spare_env:
+        _end(proc)
+        return None
     try:
         if proc.poll() is not None:
             raise BrokenPipeError
-        proc.stdin.write((json.dumps(argv[3:]) + "\n").encode())  # after "python -m locust"
+        proc.stdin.write((json.dumps(argv[len(head) :]) + "\n").encode())
         proc.stdin.close()
         proc.stdin = None  # as a cold start's (its stdin is not a pipe)
     except OSError:  # ended (a broken pipe): start one cold

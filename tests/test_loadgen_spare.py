@@ -21,6 +21,7 @@ def no_spare():
 
 
 def _fake_spare(script: str) -> subprocess.Popen[bytes]:
+    loadgen._spare_env = loadgen._load_env()  # started in this environment
     return subprocess.Popen(
         [sys.executable, "-c", script],
         stdin=subprocess.PIPE,
@@ -38,6 +39,20 @@ def test_the_spare_gets_the_argv_after_python_m_locust(no_spare):
     assert proc is not None and loadgen._spare is None
     out, _ = proc.communicate(timeout=10)
     assert json.loads(out) == argv[3:] and argv[3] == "-f"
+
+
+def test_a_spare_started_in_another_environment_or_for_another_command_is_not_used(
+    no_spare, monkeypatch
+):
+    argv = [*loadgen.locust_argv(), "--headless"]
+    loadgen._spare = spare = _fake_spare("import time; time.sleep(30)")
+    monkeypatch.setenv("VPROF_SPARE_TEST", "changed since the spare started")
+    assert loadgen._take_spare(argv) is None and loadgen._spare is None
+    assert spare.poll() is not None  # ended, not left waiting
+    monkeypatch.delenv("VPROF_SPARE_TEST")
+    loadgen._spare = spare = _fake_spare("import time; time.sleep(30)")
+    assert loadgen._take_spare(["python", "-m", "other", "--headless"]) is None
+    assert spare.poll() is not None
 
 
 def test_a_spare_that_ended_leaves_a_cold_start(no_spare):
