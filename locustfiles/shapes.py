@@ -12,11 +12,19 @@ from locust.runners import STATE_CLEANUP, STATE_STOPPED, STATE_STOPPING, MasterR
 
 from typing import Any
 
+import gevent
+
 from vprof.locustfiles.collect import fault
 from vprof.locustfiles.options import effective_shape, opt
 from vprof.locustfiles.optiontable import OPEN_LOOP_LEAD_S
 from vprof.locustfiles.testplan import drain_workers
 from vprof.traffic.shape import TrafficShape
+
+# Locust asks a shape for its users once a second (and its clock restarts a little after the
+# first ask, so a whole-second end is seen a second late): a shape whose end falls before the
+# next ask waits for it itself.
+TICK_S = 1.0
+_LAST_MOMENT_S = 1e-6
 
 
 class TrafficShapeBase(LoadTestShape):
@@ -55,6 +63,12 @@ class TrafficShapeBase(LoadTestShape):
                 # The schedule's epoch is OPEN_LOOP_LEAD_S after the start; users come up early.
                 t_s -= OPEN_LOOP_LEAD_S
             result = shape.users_at(max(t_s, 0.0))
+            left_s = shape.total_s - t_s
+            if result is not None and left_s < TICK_S:
+                if shape.users_at(max(t_s, shape.total_s - _LAST_MOMENT_S)) == result:
+                    # The end falls before the next tick: end there, not up to a second late.
+                    gevent.sleep(left_s)
+                    result = None
         if result is None:
             drain(self.runner)
         return result

@@ -180,3 +180,53 @@ def test_report_fires_one_request_event_per_request():
     assert entry.min_response_time == pytest.approx(250.0)
     assert entry.total_content_length == 16  # output tokens, not bytes
     assert "HTTP 500: boom" in str(next(iter(stats.errors.values())).error)
+
+
+# -- the unit: a shape ends at its end, not at Locust's next once-a-second tick ---------------
+
+
+def _shape_at(shape, run_time_s: float):
+    """A vprof shape ``run_time_s`` into its test, for ``shape`` (a TrafficShape)."""
+    import time
+    from types import SimpleNamespace
+
+    import_locust_unpatched()
+    from vprof.locustfiles.shapes import TrafficShapeBase
+
+    class Shape(TrafficShapeBase):
+        pass
+
+    tested = Shape()
+    tested._shape, tested._resolved = shape, True
+    tested.runner = SimpleNamespace(environment=SimpleNamespace())
+    tested.start_time = time.perf_counter() - run_time_s
+    return tested
+
+
+@pytest.mark.parametrize("open_loop", [False, True])
+def test_a_shape_whose_end_falls_before_the_next_tick_ends_there(open_loop):
+    import time
+
+    from vprof.locustfiles.optiontable import OPEN_LOOP_LEAD_S
+    from vprof.traffic.shape import TrafficShape
+
+    kind = {"kind": "open-loop", "rate_rps": 2.0} if open_loop else {"kind": "steady", "users": 3}
+    shape = TrafficShape(name="t", duration_s=5.0, warmup_s=1.0, **kind)
+    end_s = shape.total_s + (OPEN_LOOP_LEAD_S if open_loop else 0.0)
+    assert _shape_at(shape, end_s - 1.5).tick() == shape.users_at(4.0)  # a tick before: on
+    tested = _shape_at(shape, end_s - 0.3)
+    started = time.perf_counter()
+    assert tested.tick() is None  # ends, having waited for its end
+    assert time.perf_counter() - started >= 0.29
+    assert tested.get_run_time() >= end_s
+
+
+def test_a_shape_whose_users_change_before_its_end_leaves_the_end_to_the_next_tick():
+    import time
+
+    from vprof.traffic.shape import TrafficShape
+
+    ramp = TrafficShape(name="r", kind="ramp", start_users=1, users=50, ramp_s=10, duration_s=10)
+    started = time.perf_counter()
+    assert _shape_at(ramp, 9.5).tick() == ramp.users_at(9.5)
+    assert time.perf_counter() - started < 0.2  # no wait: the users still change
