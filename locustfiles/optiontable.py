@@ -24,8 +24,17 @@ ARRIVAL_CHOICES = ("", "constant", "poisson", "gamma")
 # cancelled), so the next level starts on a server with nothing running.
 CUT_IN_FLIGHT_S = 0.25
 # Open loop: the schedule's epoch is this far after the test's start, so every worker has the
-# schedule in time (a level that cuts its end takes it out of its warm-up: runs.measure).
+# schedule in time (a level that cuts its end takes it out of its warm-up: runs.measure). One
+# process alone has its schedule at once and needs only its first users up (100 a second).
 OPEN_LOOP_LEAD_S = 2.0
+LOCAL_OPEN_LOOP_LEAD_S = 0.5
+
+
+def open_loop_lead_s(distributed: bool) -> float:
+    """The lead of an open-loop test run by a master and its workers, or by one process."""
+    return OPEN_LOOP_LEAD_S if distributed else LOCAL_OPEN_LOOP_LEAD_S
+
+
 # How much longer than its traffic shape (and the stop timeout) a load generator may take
 # before its parent stops it as hung.
 FINISH_GRACE_S = 30.0

@@ -16,7 +16,7 @@ import gevent
 
 from vprof.locustfiles.collect import fault
 from vprof.locustfiles.options import effective_shape, opt
-from vprof.locustfiles.optiontable import OPEN_LOOP_LEAD_S
+from vprof.locustfiles.optiontable import open_loop_lead_s
 from vprof.locustfiles.testplan import drain_workers
 from vprof.traffic.shape import TrafficShape
 
@@ -60,8 +60,8 @@ class TrafficShapeBase(LoadTestShape):
             result = self._common_options(t_s)
         else:
             if shape.open_loop:
-                # The schedule's epoch is OPEN_LOOP_LEAD_S after the start; users come up early.
-                t_s -= OPEN_LOOP_LEAD_S
+                # The schedule's epoch is the lead after the start; users come up early.
+                t_s -= open_loop_lead_s(isinstance(self.runner, MasterRunner))
             result = shape.users_at(max(t_s, 0.0))
             left_s = shape.total_s - t_s
             if result is not None and left_s < TICK_S:

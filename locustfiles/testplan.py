@@ -38,7 +38,7 @@ from vprof.common.clock import wall_now
 from vprof.common.errors import VprofError
 from vprof.locustfiles.collect import fault, finished_workers, ship_to_master
 from vprof.locustfiles.options import effective_shape, opt
-from vprof.locustfiles.optiontable import OPEN_LOOP_LEAD_S
+from vprof.locustfiles.optiontable import open_loop_lead_s
 from vprof.locustfiles.sessionqueue import SessionQueue
 from vprof.traffic.shape import TrafficShape, arrival_offsets, partition
 from vprof.traffic.slices import STRIDE, SliceSchedule, alternating_arrivals, parse_sides
@@ -389,7 +389,8 @@ def decide(environment: Any) -> TestPlan:
             "tokenizer": _tokenizer_json(environment),
         }
     now = wall_now()
-    epoch = now + OPEN_LOOP_LEAD_S if shape is not None and shape.open_loop else now
+    lead_s = open_loop_lead_s(isinstance(runner, MasterRunner))
+    epoch = now + lead_s if shape is not None and shape.open_loop else now
     return TestPlan(
         seed=seed,
         salt=salt,

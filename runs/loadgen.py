@@ -147,8 +147,8 @@ def _load_env() -> dict[str, str]:
 
 def start_spare() -> None:
     """Start a Locust process for the next test now (one at most; unused, it ends with this
-    process): a ladder calls this a second into a level, in its lead, so the imports are done
-    before the level drains instead of at the next level's start."""
+    process): a ladder calls this as a level's Locust starts, before its schedule's epoch, so
+    the imports are done before the level drains instead of at the next level's start."""
     global _spare, _spare_env
     if _spare is not None and _spare.poll() is None:
         return

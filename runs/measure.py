@@ -15,8 +15,8 @@ from vprof.common.interrupt import interruption
 from vprof.locustfiles.optiontable import (
     FAULT_EXIT_CODE,
     FINISH_GRACE_S,
-    OPEN_LOOP_LEAD_S,
     STOP_TIMEOUT_S,
+    open_loop_lead_s,
 )
 from vprof.records.rundir import RunDir, RunState
 from vprof.runs.clientwatch import ClientWatch
@@ -383,14 +383,12 @@ def run_one(
     done_before: float | None = None  # the server's finished-request count when the run began
     state, reason = RunState.COMPLETED, ""
     ladder = spec.cut_in_flight_s is not None  # another level may follow at once
-    spared = False
     try:
+        if ladder:
+            # the next level's Locust: imported now, while this one starts its test (no
+            # request is out before the schedule's epoch), ready when this level has drained
+            start_spare()
         while load.running_after(1.0):  # a level's end is seen at once, not a poll later
-            if ladder and not spared:
-                # the next level's Locust: imported now, in this one's lead (no request is
-                # out before the schedule's epoch), ready when this level has drained
-                start_spare()
-                spared = True
             while not load.events.empty():
                 say(f"\n  ! {load.events.get()}")
             if problem := load.output_error or sampler.write_error:
@@ -435,8 +433,6 @@ def run_one(
     finally:
         # A write that failed will fail again: stop at once instead of letting answers finish.
         rc = load.stop(grace_s=FAULT_STOP_S if reason and _is_write_fault(load, sampler) else None)
-        if ladder and not spared and state is RunState.COMPLETED:
-            start_spare()  # (a level shorter than a second)
         sampler.stop(final_sample=state is not RunState.FAILED)
         probe.stop()
         if spec.cut_in_flight_s is not None and spec.metrics and state is RunState.COMPLETED:
@@ -463,7 +459,8 @@ def level_shape(shape: TrafficShape, spec: BenchSpec) -> TrafficShape:
 
     if spec.cut_in_flight_s is None or not shape.open_loop:
         return shape
-    return replace(shape, warmup_s=max(0.0, shape.warmup_s - OPEN_LOOP_LEAD_S))
+    lead_s = open_loop_lead_s(distributed=spec.processes > 1 or bool(spec.workers_expected))
+    return replace(shape, warmup_s=max(0.0, shape.warmup_s - lead_s))
 
 
 def wait_idle(urls: Sequence[str], timeout_s: float = IDLE_WAIT_S) -> float | None:

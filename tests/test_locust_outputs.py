@@ -207,12 +207,12 @@ def _shape_at(shape, run_time_s: float):
 def test_a_shape_whose_end_falls_before_the_next_tick_ends_there(open_loop):
     import time
 
-    from vprof.locustfiles.optiontable import OPEN_LOOP_LEAD_S
+    from vprof.locustfiles.optiontable import LOCAL_OPEN_LOOP_LEAD_S
     from vprof.traffic.shape import TrafficShape
 
     kind = {"kind": "open-loop", "rate_rps": 2.0} if open_loop else {"kind": "steady", "users": 3}
     shape = TrafficShape(name="t", duration_s=5.0, warmup_s=1.0, **kind)
-    end_s = shape.total_s + (OPEN_LOOP_LEAD_S if open_loop else 0.0)
+    end_s = shape.total_s + (LOCAL_OPEN_LOOP_LEAD_S if open_loop else 0.0)
     assert _shape_at(shape, end_s - 1.5).tick() == shape.users_at(4.0)  # a tick before: on
     tested = _shape_at(shape, end_s - 0.3)
     started = time.perf_counter()
