@@ -83,9 +83,10 @@ def vllm_test_argv(model_dir: Path, port: int) -> list[str]:
 # has run its last test (a marker file each worker leaves). The same worker starts the shared
 # vLLM server with its first test and, before it waits, runs the tests that use that server
 # but measure nothing a busy core can upset (``SHARED_SERVER``: refusals, counts), so one
-# server start serves both. The tests that start vLLM servers of their own (``OWN_SERVERS``)
-# are a second unit: two vLLM-heavy tests at a time beside the unit tests, not three (three at
-# once on two cores slowed a two-server alternating bench until slices went empty). Everything
+# server start serves both. The modules that start vLLM servers of their own (``OWN_SERVERS``)
+# are a unit each, handed out right after the quiet group, so their server starts (a minute
+# each beside the unit tests) run from the start side by side instead of one after another at
+# the end (the second module once ran alone for the last 47 s of the first part). Everything
 # else runs on the other workers, a module at a time (so module fixtures are built once).
 # Three workers keep two cores busy while the unit tests' Locust runs wait on their traffic.
 # (xdist's own ``xdist_group`` marks are not honoured under pytest 9: its loadgroup mode
@@ -106,7 +107,7 @@ QUIET = (
     "test_webui_browser",  # the live header's rate against the records' (within 3 %)
 )
 # Start vLLM servers of their own and measure nothing a busy core can upset (a killed server,
-# Ctrl-C, a sweep's rungs): one unit, beside the unit tests.
+# Ctrl-C, a sweep's rungs): a unit each, beside the unit tests.
 OWN_SERVERS = ("test_bench_e2e", "test_sweep_e2e")
 # Use the shared server and measure nothing a busy core can upset: the quiet group's worker
 # runs them first, beside the others, before it waits for them.
@@ -239,11 +240,12 @@ def _server_wanted(session: pytest.Session) -> bool:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
-    """Work units: the quiet group, the own servers' group, then one per module, in
+    """Work units: the quiet group, each own-servers module, then one per module, in
     collection order (the quiet group first, so one worker holds it from the start). xdist hands
-    a worker its next unit when two of its tests are left; a worker still holding one of the
-    two groups then takes the queue's last unit (the slowest come first): a slow one queued
-    behind the own servers' last two tests (minutes) held the quiet part back 24 s."""
+    a worker its next unit when two of its tests are left; a worker still holding the quiet
+    group or an own-servers module then takes the queue's last unit (the slowest come first): a
+    slow one queued behind the own servers' last two tests (minutes) held the quiet part back
+    24 s."""
     from xdist.scheduler import LoadScopeScheduling
 
     class QuietGroupScheduling(LoadScopeScheduling):
@@ -251,11 +253,11 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
             module = _module(nodeid)
             if module in QUIET or module in SHARED_SERVER:
                 return QUIET_GROUP
-            return OWN_GROUP if module in OWN_SERVERS else nodeid.split("::", 1)[0]
+            return f"{OWN_GROUP}:{module}" if module in OWN_SERVERS else nodeid.split("::", 1)[0]
 
         def _assign_work_unit(self, node: Any) -> None:
             work = self.assigned_work.get(node, {})
-            long = (g for g in (QUIET_GROUP, OWN_GROUP) if g in work)
+            long = (g for g in work if g == QUIET_GROUP or g.startswith(OWN_GROUP))
             if self.workqueue and any(self._pending_of({g: work[g]}) for g in long):
                 self.workqueue.move_to_end(next(reversed(self.workqueue)), last=False)
             super()._assign_work_unit(node)
