@@ -245,26 +245,6 @@ def test_streamed_bytes_are_the_wire_formats_own(emu, path, tokens):
     assert raw == expected
 
 
-def test_a_response_names_its_true_ttft_and_keeps_it():
-    config = EmulatorConfig(ttft_ms=20, itl_ms=5, ttft_spread_ms=10, seed=1)
-    body = {"prompt": [1, 2, 3, 4, 5], "max_tokens": 2, "stream": True}
-    with Emulator(config) as emulator:
-        errors = []
-        for _ in range(9):
-            with requests.post(emulator.url + "/v1/completions", json=body, stream=True) as resp:
-                headers_at = time.perf_counter()
-                next(resp.iter_lines(chunk_size=None))
-                first_at = time.perf_counter()
-                truth_ms = float(resp.headers["x-vprof-ttft-ms"])
-                # the headers leave as the request is taken: first token minus headers is TTFT
-                errors.append((first_at - headers_at) * 1000 - truth_ms)
-    assert truth_ms == pytest.approx(true_ttft_ms(config, 5), abs=1e-6)
-    assert truth_ms != 20.0  # the offset is in it
-    # A busy host only delays the reading thread (+1.5 ms in 3 of 5 beside the suite's other
-    # work): a third of the readings within 1 ms says the header is the truth.
-    assert sorted(abs(e) for e in errors)[2] < 1.0, errors
-
-
 def test_a_hang_up_aborts_at_once_not_at_the_next_token():
     with Emulator(EmulatorConfig(ttft_ms=1, itl_ms=60_000)) as emulator:
         body = {"prompt": "x", "max_tokens": 3, "stream": True}
