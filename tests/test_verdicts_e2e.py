@@ -50,7 +50,7 @@ def test_the_same_configuration_four_times_is_called_no_different(tmp_path, vllm
         "endpoint: completions\nprompt_tokens: 256\noutput_tokens: 64\nfixed_output: true\n"
     )
     out = tmp_path / "aa"
-    shape = steady(tmp_path, 8, 7)
+    shape = steady(tmp_path, 8, 5)
     proc = vprof("bench", "tiny", "--url", vllm_server.url, "--repeat", "4", "--workload",
                  str(workload), "--traffic", shape, "--out", str(out))  # fmt: skip
     assert proc.returncode == 0, proc.stdout + proc.stderr
