@@ -121,7 +121,7 @@ SHARED_SERVER = (
 )
 BUSY_OK = (*OWN_SERVERS, *SHARED_SERVER, "test_report_browser")
 # Slow (marked e2e) but starting neither vLLM nor Chromium and measuring nothing.
-BESIDE_UNITS = ("test_dependencies",)
+BESIDE_UNITS = ("test_dependencies", "test_distributed")
 # The unit modules that take longest (15-60 s each in a suite run), handed out first so that
 # short ones fill the workers' ends (in collection order the fast tier idled its last 25 s on
 # one long module).
@@ -137,7 +137,10 @@ SLOW_UNITS = (
     "test_report",
     "test_runs_unit",
 )
-QUIET_GROUP, OWN_GROUP = "quiet", "own-servers"
+# The unit modules that import vLLM's own code in the test process (its parsers, its protocol
+# classes: ~10 CPU-s an import, compiling nothing twice): one unit, so one worker imports it once.
+VLLM_CODE = ("test_emulator", "test_flag_table", "test_registry_validate", "test_render_safety")
+QUIET_GROUP, OWN_GROUP, VLLM_GROUP = "quiet", "own-servers", "vllm-code"
 # Outside the quiet group, vLLM servers run beside other servers and tests on two cores, and
 # OpenMP's threads spin at every barrier for a thread that is not running (two servers of two
 # threads each slowed each other ×20, see README's placement): there the servers' OpenMP
@@ -159,7 +162,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     tests, the slowest first (stable within a module); a test that starts vLLM or Chromium
     outside those lists is a mistake of the suite's, said at once."""
     placed = (*SHARED_SERVER, *QUIET, *BUSY_OK, *BESIDE_UNITS)
-    ordered = (*placed, *SLOW_UNITS)
+    ordered = (*placed, *VLLM_CODE, *SLOW_UNITS)
     for item in items:
         real = item.get_closest_marker("e2e") or item.get_closest_marker("browser")
         if real and _module(item.nodeid) not in placed:
@@ -240,12 +243,12 @@ def _server_wanted(session: pytest.Session) -> bool:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
-    """Work units: the quiet group, each own-servers module, then one per module, in
-    collection order (the quiet group first, so one worker holds it from the start). xdist hands
-    a worker its next unit when two of its tests are left; a worker still holding the quiet
-    group or an own-servers module then takes the queue's last unit (the slowest come first): a
-    slow one queued behind the own servers' last two tests (minutes) held the quiet part back
-    24 s."""
+    """Work units: the quiet group, each own-servers module, the vLLM-code group, then one per
+    module, in collection order (the quiet group first, so one worker holds it from the start).
+    xdist hands a worker its next unit when two of its tests are left; a worker still holding
+    the quiet group or an own-servers module then takes the queue's last unit (the slowest come
+    first): a slow one queued behind the own servers' last two tests (minutes) held the quiet
+    part back 24 s."""
     from xdist.scheduler import LoadScopeScheduling
 
     class QuietGroupScheduling(LoadScopeScheduling):
@@ -253,6 +256,8 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
             module = _module(nodeid)
             if module in QUIET or module in SHARED_SERVER:
                 return QUIET_GROUP
+            if module in VLLM_CODE:
+                return VLLM_GROUP
             return f"{OWN_GROUP}:{module}" if module in OWN_SERVERS else nodeid.split("::", 1)[0]
 
         def _assign_work_unit(self, node: Any) -> None:

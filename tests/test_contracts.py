@@ -46,8 +46,9 @@ def test_importing_analysis_loads_nothing_of_the_bench_orchestrator():
 def test_run_folder_file_names_are_spelled_in_one_library_module():
     spelled: dict[str, list[str]] = {}
     for module in _library_modules():
+        literals = _string_literals(module)
         for name in RUN_FOLDER_FILES:
-            if name in _string_literals(module):
+            if name in literals:
                 spelled.setdefault(name, []).append(str(module.relative_to(ROOT)))
     owners = {tuple(modules) for modules in spelled.values()}
     assert owners == {("records/rundir.py",)}, spelled

@@ -1,8 +1,9 @@
 """Load from several hosts through Locust's own distributed mode: ``vprof bench
 --workers-expected N --master-bind HOST:PORT`` and ``vprof worker --master HOST:PORT``.
 
-The end-to-end tests start the master and two workers as separate commands, as on two load
-hosts (over loopback), against the emulator; the rest pin the pure parts.
+The end-to-end tests (marked e2e: five processes and ~20 CPU-s each, out of the fast tier) start
+the master and two workers as separate commands, as on two load hosts (over loopback), against
+the emulator; the rest pin the pure parts.
 """
 
 from __future__ import annotations
@@ -202,12 +203,13 @@ class Hosts:
         return child
 
 
+@pytest.mark.e2e
 def test_two_workers_on_other_hosts_send_every_scheduled_request_exactly_once(tmp_path, emulator):
     """The master waits for both workers, sends them the workload, shape, seed and epoch, and
     each sends its share of one open-loop schedule: every index once, records of both in the
     master's run folder. The bench's second run is a second master: the same workers join it."""
     emu, counters = emulator
-    hosts = Hosts(tmp_path, emu.url, [3, 2])
+    hosts = Hosts(tmp_path, emu.url, [2, 1])
     hosts.wait_for("waiting for 2 Locust worker(s)")
     hosts.join(2)
     rc = hosts.finish()
@@ -231,6 +233,7 @@ def test_two_workers_on_other_hosts_send_every_scheduled_request_exactly_once(tm
     assert counters.totals()["finished_length"] >= sum(hosts.scheduled.values())
 
 
+@pytest.mark.e2e
 def test_a_worker_killed_mid_run_is_reported_with_every_record_it_had_sent(tmp_path, emulator):
     """SIGKILL one of the two workers a second into the schedule: the master reports it lost
     (it stopped answering heartbeats) with how many records it had sent; all of those are in

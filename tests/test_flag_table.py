@@ -8,7 +8,6 @@ that writes a table the way ``vprof.registry.gen_vllm_args`` does, and counts it
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 
@@ -119,13 +118,16 @@ def test_without_vllm_the_shipped_table_is_used_with_a_note(fake):
 
 
 def test_the_generator_ships_in_the_package_and_reproduces_the_shipped_table(tmp_path):
-    """The real generator, in a child process as the registry runs it (imports vLLM: ~10 s)."""
+    """The real generator against the installed vLLM: the child the registry starts is this
+    module's ``main``, run here in the test process (vLLM is imported once in the worker that
+    runs the modules importing it, see ``VLLM_CODE`` in conftest.py)."""
     pytest.importorskip("vllm")
+    from vprof.registry import gen_vllm_args
+
     out = tmp_path / "table.json"
-    proc = subprocess.run(
-        vllm_args.generator_argv(out), capture_output=True, text=True, timeout=600, check=False
-    )
-    assert proc.returncode == 0, proc.stderr
+    argv = vllm_args.generator_argv(out)
+    assert argv[1:3] == ["-m", gen_vllm_args.__name__]
+    assert gen_vllm_args.main(argv[3:]) == 0
     assert json.loads(out.read_text()) == json.loads(SHIPPED.read_text())
 
 

@@ -74,7 +74,7 @@ def test_summarize_compare_and_plan_print_one_json_document(bench_folder):
 
 def test_bench_and_sweep_load_print_one_json_document(tmp_path):
     shape = tmp_path / "short.yaml"
-    shape.write_text("kind: open-loop\nrate_rps: 2\nwarmup_s: 2\nduration_s: 3\nmax_in_flight: 4\n")
+    shape.write_text("kind: open-loop\nrate_rps: 2\nwarmup_s: 1\nduration_s: 2\nmax_in_flight: 4\n")
     base = [sys.executable, "-m", "vprof.cli.main"]
     with Emulator(EmulatorConfig(ttft_ms=20, itl_ms=5, model="tiny")) as emulator:
         common = ["--url", emulator.url, "--traffic", str(shape), "--workload", "tiny-smoke",
