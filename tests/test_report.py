@@ -362,7 +362,7 @@ def test_a_sweep_load_folder_reports_its_manifest_and_plan(tmp_path):
     from vprof.emulator.server import Emulator
 
     shape = tmp_path / "short.yaml"
-    shape.write_text("kind: open-loop\nrate_rps: 1\nwarmup_s: 2\nduration_s: 3\nmax_in_flight: 8\n")
+    shape.write_text("kind: open-loop\nrate_rps: 1\nwarmup_s: 1\nduration_s: 2\nmax_in_flight: 8\n")
     out = tmp_path / "out"
     with Emulator(EmulatorConfig(ttft_ms=20, itl_ms=5, model="tiny")) as emulator:
         proc = subprocess.run(

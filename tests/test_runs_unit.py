@@ -103,7 +103,7 @@ def test_sweep_load_against_the_emulator_climbs_the_rate_and_plans(tmp_path):
     from vprof.emulator.server import Emulator
 
     shape = tmp_path / "short.yaml"
-    shape.write_text("kind: open-loop\nrate_rps: 1\nwarmup_s: 2\nduration_s: 3\nmax_in_flight: 8\n")
+    shape.write_text("kind: open-loop\nrate_rps: 1\nwarmup_s: 1\nduration_s: 2\nmax_in_flight: 8\n")
     with Emulator(EmulatorConfig(ttft_ms=20, itl_ms=5, model="tiny")) as emulator:
         proc = subprocess.run(
             [sys.executable, "-m", "vprof.cli.main", "sweep", "load", "emu", "--url",
