@@ -121,13 +121,11 @@ SHARED_SERVER = (
 )
 BUSY_OK = (*OWN_SERVERS, *SHARED_SERVER, "test_report_browser")
 # Slow (marked e2e) but starting neither vLLM nor Chromium and measuring nothing.
-BESIDE_UNITS = ("test_dependencies", "test_distributed")
+BESIDE_UNITS = ("test_dependencies", "test_distributed", "test_faults")
 # The unit modules that take longest (15-60 s each in a suite run), handed out first so that
 # short ones fill the workers' ends (in collection order the fast tier idled its last 25 s on
 # one long module).
 SLOW_UNITS = (
-    "test_faults",
-    "test_distributed",
     "test_locust_emulated",
     "test_sessions",
     "test_stale_results",

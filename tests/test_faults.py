@@ -1,6 +1,10 @@
 """Faults as a user's machine produces them, with the real Locust client against the emulator:
 a full disk, a killed vprof, a lost Locust worker, the same command twice. Each loses nothing
 silently: the run stops with the reason, keeps every complete record, and says what it was.
+
+The tests that run ``vprof bench`` as a process tree and stop, kill or starve it are marked e2e
+(5-15 s and a Locust process tree each: out of the fast tier); the writer's and the lock's own
+rules are unit tests.
 """
 
 from __future__ import annotations
@@ -97,6 +101,7 @@ def small_filesystem(where: Path, size: str) -> Iterator[tuple[Path, dict]]:
             subprocess.run(["umount", "-l", str(where)], check=False)
 
 
+@pytest.mark.e2e
 def test_a_full_disk_stops_the_run_at_once_with_the_reason_and_keeps_every_record(
     tmp_path, emulator
 ):
@@ -211,6 +216,7 @@ def test_a_status_is_recorded_on_a_disk_too_full_for_a_temporary_file(tmp_path, 
     assert json.loads(run.status_json.read_text())["state"] == "failed"
 
 
+@pytest.mark.e2e
 def test_a_load_generator_that_never_ends_is_stopped_at_its_deadline(
     tmp_path, emulator, monkeypatch
 ):
@@ -329,6 +335,7 @@ def _kill_a_worker_once_records_flow(bench: Bench, counters: Counters) -> int:
     return victim.pid
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("policy", ["stop", "continue"])
 def test_a_worker_killed_mid_run_is_reported_and_costs_at_most_a_second_of_its_records(
     tmp_path, counted, policy
@@ -384,6 +391,7 @@ def test_a_worker_killed_mid_run_is_reported_and_costs_at_most_a_second_of_its_r
         assert later.num_rows > 0 and lost["worker"] not in later.column("worker").to_pylist()
 
 
+@pytest.mark.e2e
 def test_a_vprof_killed_with_sigkill_leaves_no_load_and_its_run_reads_as_abandoned(
     tmp_path, counted
 ):
@@ -429,6 +437,7 @@ def test_a_vprof_killed_with_sigkill_leaves_no_load_and_its_run_reads_as_abandon
 # -- one writer per folder -----------------------------------------------------------------
 
 
+@pytest.mark.e2e
 def test_the_same_command_twice_at_once_is_refused_and_the_first_completes_intact(
     tmp_path, counted
 ):
@@ -519,6 +528,7 @@ def test_a_lock_on_a_folder_it_made_leaves_nothing_when_nothing_was_written(tmp_
 # -- stopped by a signal, then run again ----------------------------------------------------
 
 
+@pytest.mark.e2e
 def test_sigterm_and_sigint_are_named_and_a_rerun_keeps_the_partial_attempt_reachable(
     tmp_path, counted
 ):

@@ -352,9 +352,9 @@ def test_an_slo_without_percentiles_gives_goodput_but_no_plan(bench, tmp_path):
 
 
 def test_a_sweep_load_folder_reports_its_manifest_and_plan(tmp_path):
-    """`vprof sweep load` against the emulator writes the folder; the report reads its
-    manifest, links every rung to its run, and answers with `vprof plan`'s numbers (the real
-    vLLM path is the end-to-end suite's)."""
+    """`vprof sweep load` against the emulator climbs its rates, plans and writes the folder
+    (the CLI path; the real vLLM path is the end-to-end suite's); the report reads its
+    manifest, links every rung to its run, and answers with `vprof plan`'s numbers."""
     import subprocess
     import sys
 
@@ -368,10 +368,12 @@ def test_a_sweep_load_folder_reports_its_manifest_and_plan(tmp_path):
         proc = subprocess.run(
             [sys.executable, "-m", "vprof.cli.main", "sweep", "load", "emu", "--url",
              emulator.url, "--traffic", str(shape), "--levels", "2,6", "--workload",
-             "tiny-smoke", "--out", str(out)],
+             "tiny-smoke", "--slo", "ttft_p95=1000ms", "--rps", "30", "--out", str(out)],
             capture_output=True, text=True, timeout=240,
         )  # fmt: skip
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "short@rate_rps=2" in proc.stdout and "short@rate_rps=6" in proc.stdout
+    assert "to serve 30 req/s of this traffic within ttft_p95=1000ms you need" in proc.stdout
     result = _invoke("report", str(out), "-o", str(tmp_path / "r.html"), "--slo",
                      "ttft_p95=1000ms", "--rps", "30", "--n-boot", "0")  # fmt: skip
     assert result.exit_code == 0, result.output

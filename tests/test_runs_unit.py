@@ -94,29 +94,6 @@ def test_load_ladder_makes_one_shape_per_level_that_crosses_to_locust_unchanged(
         }
 
 
-def test_sweep_load_against_the_emulator_climbs_the_rate_and_plans(tmp_path):
-    """The CLI path of `vprof sweep load` (the real-vLLM sweep path is in test_bench_e2e)."""
-    import subprocess
-    import sys
-
-    from vprof.emulator.config import EmulatorConfig
-    from vprof.emulator.server import Emulator
-
-    shape = tmp_path / "short.yaml"
-    shape.write_text("kind: open-loop\nrate_rps: 1\nwarmup_s: 1\nduration_s: 2\nmax_in_flight: 8\n")
-    with Emulator(EmulatorConfig(ttft_ms=20, itl_ms=5, model="tiny")) as emulator:
-        proc = subprocess.run(
-            [sys.executable, "-m", "vprof.cli.main", "sweep", "load", "emu", "--url",
-             emulator.url, "--traffic", str(shape), "--levels", "2,6", "--workload",
-             "tiny-smoke", "--slo", "ttft_p95=1000ms", "--rps", "30", "--out",
-             str(tmp_path / "out")],
-            capture_output=True, text=True, timeout=240,
-        )  # fmt: skip
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "short@rate_rps=2" in proc.stdout and "short@rate_rps=6" in proc.stdout
-    assert "to serve 30 req/s of this traffic within ttft_p95=1000ms you need" in proc.stdout
-
-
 def test_the_metrics_sampler_backs_off_after_a_slow_scrape_and_can_be_off(tmp_path):
     from vprof.runs.sampler import MAX_SHARE, MetricsSampler
 
