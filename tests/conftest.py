@@ -24,6 +24,12 @@ from vprof.server.process import ServerProcess, free_port
 from vprof.server.start import CPU_SERVER_NICENESS
 from vprof.tinymodel.build import TINY_MODEL_DTYPE, TINY_MODEL_NAME, ensure_tiny_model
 
+# Python caches compiled modules (and pytest each test module's assertion-rewritten code) in
+# __pycache__ unless bytecode writing is off, as PYTHONDONTWRITEBYTECODE turns it off on some
+# machines: there every xdist worker rewrote all ~90 test modules at every run (3.3 CPU-s each,
+# half the fast tier's collection). The suite writes its cache as Python does by default.
+sys.dont_write_bytecode = False
+
 # Generous: start-up is ~36 s on an idle 2-core machine, much longer when other work shares it.
 _HEALTH_TIMEOUT_S = float(os.environ.get("VPROF_TEST_HEALTH_TIMEOUT_S", "420"))
 VLLM_TEST_MAX_MODEL_LEN = 4096
