@@ -37,7 +37,10 @@ def curve_positions(n: int, *, seed: int = 0) -> Any:
     if n <= MAX_CURVE_VALUES:
         return None
     chosen = np.zeros(n, dtype=bool)  # in order without a sort
-    chosen[np.random.default_rng(seed).choice(n, MAX_CURVE_VALUES, replace=False)] = True
+    # shuffle=False: the same positions, not put in a random order that is not used (twice
+    # as fast)
+    picked = np.random.default_rng(seed).choice(n, MAX_CURVE_VALUES, replace=False, shuffle=False)
+    chosen[picked] = True
     return np.flatnonzero(chosen)
 
 
