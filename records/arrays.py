@@ -62,6 +62,9 @@ def floats(column: Any) -> Any:
 
     parts = []
     for chunk in _chunks(column):
+        if chunk.null_count == len(chunk):  # nothing written (no sessions, say): no read
+            parts.append(np.full(len(chunk), np.nan))
+            continue
         values = _primitive(chunk, np.float64)
         if chunk.null_count:
             values = np.where(_valid(chunk), values, np.nan)
@@ -75,6 +78,9 @@ def ints(column: Any, fill: int) -> Any:
 
     parts = []
     for chunk in _chunks(column):
+        if chunk.null_count == len(chunk):
+            parts.append(np.full(len(chunk), fill, dtype=np.int64))
+            continue
         values = _primitive(chunk, np.int64)
         if chunk.null_count:
             values = np.where(_valid(chunk), values, fill)

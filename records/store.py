@@ -276,7 +276,14 @@ def _scalars_joined(table: Any, mapped: Any = None) -> Any:
         for f in table.schema
         if not pa.types.is_list(f.type) and f.name not in _LEFT_IN_BATCHES
     ]
-    joined: dict[str, Any] = {}
+    n = table.num_rows
+    # a column nothing was written to (no sessions, one server) is made, not copied
+    joined: dict[str, Any] = {
+        name: pa.chunked_array([pa.nulls(n, table.schema.field(name).type)])
+        for name in names
+        if table.column(name).null_count == n
+    }
+    names = [name for name in names if name not in joined]
     for start in range(0, len(names), _JOIN_GROUP):
         group = table.select(names[start : start + _JOIN_GROUP]).combine_chunks(
             memory_pool=pa.system_memory_pool()
