@@ -578,7 +578,11 @@ def _gap_sample(cols: Columns) -> Any:
         if not slices:
             continue
         length = want // slices
-        for start in np.linspace(0, values.size - length, slices).astype(np.int64):
+        # evenly spaced starts, first and last at the block's ends (plain integers: a numpy
+        # call per block cost more than the slices, over a thousand blocks)
+        room = values.size - length
+        for k in range(slices):
+            start = room * k // (slices - 1) if slices > 1 else 0
             parts.append(values[start : start + length])
     return np.concatenate(parts) if parts else np.empty(0)
 
