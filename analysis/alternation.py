@@ -26,10 +26,10 @@ from typing import TYPE_CHECKING, Any
 
 from vprof.analysis.keys import HEADLINE_KEYS
 from vprof.analysis.keys import SummaryKey as K
-from vprof.traffic.slices import SliceSchedule
 
 if TYPE_CHECKING:
     from vprof.analysis.run import Run
+    from vprof.traffic.slices import SliceSchedule
 
 # What precision and --precision judge by default: the figures a user picks settings on.
 HEADLINE_METRICS = HEADLINE_KEYS
@@ -76,6 +76,10 @@ def alternation(run: Run) -> Alternation | None:
     slices = run.locust.get("slices")
     if not isinstance(section, dict) or not isinstance(slices, dict):
         return None
+    # here, not at the top: every summary asks, and only an alternating run needs the
+    # traffic package (and PyYAML under it) to read its schedule
+    from vprof.traffic.slices import SliceSchedule
+
     sides = tuple(
         Side(str(s.get("name")), tuple(str(u) for u in s.get("urls") or ()), s.get("profile") or {})
         for s in section.get("sides") or ()

@@ -515,10 +515,11 @@ def _itl(
 
     def one_part(part: tuple[int, int]) -> tuple[BlockQuantiles, Any]:
         mine, counts = quantiles.spawn(), np.zeros(n_bins, dtype=np.int64)
+        workspace = np.empty(2 * _GROUP_VALUES + _RunningSum.WIDTH)  # each step's running sums
         for gaps, lengths, first_s in _gap_groups(cols, mask, t0, part=part):
             mine.add(gaps)
             if n_bins:
-                _bin_chunks(counts, gaps, lengths, first_s)
+                _bin_chunks(counts, gaps, lengths, first_s, workspace)
         return mine, counts
 
     def finish(done: list[tuple[BlockQuantiles, Any]]) -> tuple[BlockQuantiles, Any]:
@@ -577,7 +578,11 @@ def _gap_sample(cols: Columns) -> Any:
         if not slices:
             continue
         length = want // slices
-        for start in np.linspace(0, values.size - length, slices).astype(np.int64):
+        # evenly spaced starts, first and last at the block's ends (plain integers: a numpy
+        # call per block cost more than the slices, over a thousand blocks)
+        room = values.size - length
+        for k in range(slices):
+            start = room * k // (slices - 1) if slices > 1 else 0
             parts.append(values[start : start + length])
     return np.concatenate(parts) if parts else np.empty(0)
 
@@ -662,25 +667,27 @@ def _gap_groups(
         yield flush()
 
 
-def _bin_chunks(bins: Any, gaps: Any, lengths: Any, first_s: Any) -> None:
+def _bin_chunks(bins: Any, gaps: Any, lengths: Any, first_s: Any, workspace: Any = None) -> None:
     """Add each request's chunks to 1-s ``bins`` (chunk j at first + Σ its first j gaps).
 
     Instead of materialising a time per chunk, count per request the chunks before each
     whole second it spans, with one search per (request, second) in the running sum of
-    gaps (:class:`_RunningSum`), which rises monotonically because gaps are never negative.
+    gaps (:class:`_RunningSum`, built in ``workspace`` when given), which rises
+    monotonically because gaps are never negative.
     """
     import numpy as np
 
-    good = np.isfinite(first_s)
     ends = np.cumsum(lengths)
     starts = ends - lengths
-    base = np.zeros(lengths.size)
-    span_ms = np.zeros(lengths.size)
-    running = _RunningSum(gaps)
-    later = starts > 0
-    base[later] = running.at(starts[later] - 1)
-    has = lengths > 0
-    span_ms[has] = running.at(ends[has] - 1) - base[has]
+    running = _RunningSum(gaps, workspace)
+    # the running sum up to each request's last gap; the one before it is its base (its
+    # requests' gaps follow one another)
+    upto_end = np.zeros(lengths.size)
+    some = ends > 0
+    upto_end[some] = running.at(ends[some] - 1)
+    base = np.concatenate([[0.0], upto_end[:-1]])
+    span_ms = upto_end - base
+    good = np.isfinite(first_s)
     if not good.all():
         lengths, first_s, base, span_ms, starts = (
             a[good] for a in (lengths, first_s, base, span_ms, starts)
@@ -689,23 +696,19 @@ def _bin_chunks(bins: Any, gaps: Any, lengths: Any, first_s: Any) -> None:
         return
     lo = np.floor(first_s).astype(np.int64)
     spans = np.floor(first_s + span_ms / 1000.0).astype(np.int64) - lo  # whole seconds crossed
-    reps = spans + 1
-    req = np.repeat(np.arange(lengths.size), reps)
-    offset = np.arange(req.size) - np.repeat(np.cumsum(reps) - reps, reps)
-    bin_idx = lo[req] + offset
-    # chunks strictly before the end of each bin: the first chunk plus gaps that end earlier;
-    # a request's last bin holds the rest of its chunks, so only the bins before it are
-    # searched
-    upto = lengths[req] + 1
-    inner = offset != spans[req]
-    r = req[inner]
-    target = (bin_idx[inner] + 1 - first_s[r]) * 1000.0 + base[r]
-    before = running.count_below(target) - starts[r]
-    upto[inner] = 1 + np.clip(before, 0, lengths[r])
-    counts = upto.copy()
-    counts[1:] -= upto[:-1]
-    counts[offset == 0] = upto[offset == 0]
-    added = np.bincount(np.clip(bin_idx, 0, bins.size - 1), weights=counts, minlength=bins.size)
+    # A request's bins lo … lo + spans get its chunks: the last bin all of them, each bin
+    # before it (one search each) minus the chunks before its start, and plus in the next
+    # bin the chunks before its end (the first chunk and the gaps that end earlier).
+    last = np.clip(lo + spans, 0, bins.size - 1)
+    added = np.bincount(last, weights=lengths + 1, minlength=bins.size)
+    r = np.repeat(np.arange(lengths.size), spans)
+    if r.size:
+        bin_idx = lo[r] + (np.arange(r.size) - np.repeat(np.cumsum(spans) - spans, spans))
+        target = (bin_idx + 1 - first_s[r]) * 1000.0 + base[r]
+        upto = 1 + np.clip(running.count_below(target) - starts[r], 0, lengths[r])
+        size = bins.size
+        added += np.bincount(np.clip(bin_idx, 0, size - 1), weights=upto, minlength=size)
+        added -= np.bincount(np.clip(bin_idx + 1, 0, size - 1), weights=upto, minlength=size)
     bins += added.astype(np.int64)
 
 
@@ -719,17 +722,25 @@ class _RunningSum:
     running sum in its row): the plain cumulative sum to within float rounding (a chunk
     would have to fall within a nanosecond of a whole second to be binned otherwise), and
     rising monotonically as that does, so a search in it is exact.
+
+    The rows are laid in ``workspace`` (a float array, reused from step to step: a fresh one
+    of a few MB each time costs its page faults) when it is large enough.
     """
 
     WIDTH = 16
 
-    def __init__(self, values: Any) -> None:
+    def __init__(self, values: Any, workspace: Any = None) -> None:
         import numpy as np
 
         self.n = values.size
         w = self.WIDTH
-        rows = np.zeros((-(-self.n // w), w))
-        rows.ravel()[: self.n] = values
+        n_rows = -(-self.n // w)
+        if workspace is None or workspace.size < n_rows * w:
+            workspace = np.empty(n_rows * w)
+        flat = workspace[: n_rows * w]
+        flat[: self.n] = values
+        flat[self.n :] = 0.0
+        rows = flat.reshape(n_rows, w)
         for c in range(1, w):
             np.add(rows[:, c], rows[:, c - 1], out=rows[:, c])
         self.rows = rows
@@ -789,8 +800,9 @@ def _peak_concurrency(starts: Any, ends: Any) -> int:
     good = np.isfinite(starts) & np.isfinite(ends)
     if not good.any():
         return 0
-    # Timsort ("stable") runs in near-linear time on times that arrive almost in order.
-    s, e = np.sort(starts[good], kind="stable"), np.sort(ends[good], kind="stable")
+    # Timsort ("stable") runs in near-linear time on sends, which arrive almost in order;
+    # ends, shuffled by their latencies, sort faster with numpy's default (the same values).
+    s, e = np.sort(starts[good], kind="stable"), np.sort(ends[good])
 
     # At the i-th start at most i + 1 have started; exactly so at the last of equal starts,
     # where the peak over them is taken: the maximum is the exact peak.

@@ -165,7 +165,9 @@ def phases(bench: Path, n_boot: int | None) -> dict[str, float]:
     out["plan"] = time.perf_counter() - started
     started = time.perf_counter()
     for group in comparison_groups(summaries, display_names(summaries), None):
-        compare([runs[i] for i in group], n_boot=n_boot)
+        # the summaries made above, as the report passes them (not made again per comparison)
+        known = {runs[i].path: summaries[i] for i in group}
+        compare([runs[i] for i in group], n_boot=n_boot, summaries=known)
     out["comparisons"] = time.perf_counter() - started
     started = time.perf_counter()
     data = build_data([bench], slo=SLO, target_rps=200, gpu_hour_price=2.0, n_boot=n_boot)

@@ -62,6 +62,9 @@ def floats(column: Any) -> Any:
 
     parts = []
     for chunk in _chunks(column):
+        if chunk.null_count == len(chunk):  # nothing written (no sessions, say): no read
+            parts.append(np.full(len(chunk), np.nan))
+            continue
         values = _primitive(chunk, np.float64)
         if chunk.null_count:
             values = np.where(_valid(chunk), values, np.nan)
@@ -75,6 +78,9 @@ def ints(column: Any, fill: int) -> Any:
 
     parts = []
     for chunk in _chunks(column):
+        if chunk.null_count == len(chunk):
+            parts.append(np.full(len(chunk), fill, dtype=np.int64))
+            continue
         values = _primitive(chunk, np.int64)
         if chunk.null_count:
             values = np.where(_valid(chunk), values, fill)
@@ -105,7 +111,6 @@ def encoded(column: Any, default: str) -> tuple[Any, Any]:
     Arrow's dictionary encoding, so a million statuses cost a handful of Python strings.
     """
     import numpy as np
-    import pyarrow.compute as pc
 
     if not len(column):
         return np.array([default], dtype=object), np.zeros(0, dtype=np.int32)
@@ -116,7 +121,7 @@ def encoded(column: Any, default: str) -> tuple[Any, Any]:
         # mostly null (``error``: one request in a hundred): encode only the values, in the
         # same order, so the labels and codes are those of the whole column
         valid = _valid(whole)
-        labels, codes = encoded(pc.drop_null(whole), default)
+        labels, codes = encoded(_compute("drop_null", whole), default)
         fill = [*labels].index(default) if default in labels else len(labels)
         if fill == len(labels):
             labels = np.append(labels, np.array([default], dtype=object))
@@ -125,7 +130,7 @@ def encoded(column: Any, default: str) -> tuple[Any, Any]:
         return labels, whole_codes
     if (single := _single_string(whole)) is not None:  # e.g. every request's endpoint
         return np.array([single], dtype=object), np.zeros(len(whole), dtype=np.int32)
-    dictionary = pc.dictionary_encode(whole)
+    dictionary = _compute("dictionary_encode", whole)
     labels = [default if v is None else v for v in dictionary.dictionary.to_pylist()]
     indices = dictionary.indices
     codes = _primitive(indices, np.int32)
@@ -137,6 +142,17 @@ def encoded(column: Any, default: str) -> tuple[Any, Any]:
             labels.append(default)
         codes = np.where(_valid(indices), codes, fill).astype(np.int32)
     return np.asarray(labels, dtype=object), codes
+
+
+def _compute(function: str, *args: Any) -> Any:
+    """An Arrow compute function by name. ``pyarrow.compute`` makes a Python wrapper for each
+    of its hundreds of functions when imported (40 ms of a summary's start-up); its
+    ``call_function`` is the one from ``pyarrow._compute``, which loads in 5 ms."""
+    try:
+        from pyarrow._compute import call_function
+    except ImportError:  # another layout in some pyarrow: the public module has it too
+        from pyarrow.compute import call_function
+    return call_function(function, list(args))
 
 
 def _single_string(chunk: Any) -> str | None:
@@ -166,7 +182,7 @@ def list_block(chunk: Any) -> tuple[Any, Any]:
 
     n = len(chunk)
     offsets = _primitive_offsets(chunk)
-    lengths = np.diff(offsets).astype(np.int64)
+    lengths = (offsets[1:] - offsets[:-1]).astype(np.int64)  # np.diff, without its overhead
     if chunk.null_count:
         lengths[~_valid(chunk)] = 0
     child = chunk.values  # the whole child array; offsets index into it

@@ -258,23 +258,35 @@ def check_values(table: Any, path: str) -> None:
     """Refuse records whose numbers vprof could not have written (raises :class:`RunError`
     naming the row, the request and the column): times outside the epoch or spread over more
     than 30 days, negative or infinite durations and gaps, token counts out of range, rows
-    without an id or a status."""
+    without an id or a status. The checks of :func:`check_scalars`, then :func:`check_gaps`."""
+    check_scalars(table, path)
+    check_gaps(table, path)
+
+
+def _refuse(table: Any, path: str, name: str, bad: Any, what: str) -> None:
+    """Raise the :class:`RunError` of the first ``bad`` row of column ``name``."""
     import numpy as np
 
-    def refuse(name: str, bad: Any, what: str) -> None:
-        row = int(np.argmax(bad))
-        request = table.column("request_id")[row].as_py()
-        raise RunError(
-            f"row {row + 1}"
-            + (f" (request {request!r})" if request is not None else "")
-            + f" holds {what}",
-            path=path,
-            key=name,
-            hint="records.arrow is written by vprof's load generator",
-        )
+    row = int(np.argmax(bad))
+    request = table.column("request_id")[row].as_py()
+    raise RunError(
+        f"row {row + 1}"
+        + (f" (request {request!r})" if request is not None else "")
+        + f" holds {what}",
+        path=path,
+        key=name,
+        hint="records.arrow is written by vprof's load generator",
+    )
+
+
+def check_scalars(table: Any, path: str) -> None:
+    """:func:`check_values` of every column but the inter-token gaps."""
+    import numpy as np
 
     from vprof.records import arrays
-    from vprof.records.store import release
+
+    def refuse(name: str, bad: Any, what: str) -> None:
+        _refuse(table, path, name, bad, what)
 
     for name in ("request_id", "status"):
         if table.column(name).null_count:
@@ -320,6 +332,15 @@ def check_values(table: Any, path: str) -> None:
             path=path,
             hint="records.arrow is written by vprof's load generator",
         )
+
+
+def check_gaps(table: Any, path: str) -> None:
+    """:func:`check_values` of the inter-token gaps: each a non-negative, finite float."""
+    import numpy as np
+
+    from vprof.records import arrays
+    from vprof.records.store import release
+
     # A gap is a non-negative, finite float: read as unsigned integers, those are exactly the
     # bit patterns up to the limit's (a sign bit, NaN or inf reads as larger): one pass, the
     # exact test only when it fails (-0.0 passes it).
@@ -335,6 +356,6 @@ def check_values(table: Any, path: str) -> None:
             rows = np.repeat(np.arange(lengths.size), lengths)
             mask = np.zeros(table.num_rows, dtype=bool)
             mask[row + rows[int(np.argmax(bad))]] = True
-            refuse("itl_ms", mask, f"a gap of {float(gaps[bad][0]):g} ms")
+            _refuse(table, path, "itl_ms", mask, f"a gap of {float(gaps[bad][0]):g} ms")
         release(gaps)
         row += len(chunk)

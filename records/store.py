@@ -24,6 +24,8 @@ from vprof.records.schema import (
     FIELDS,
     RequestRecord,
     arrow_schema,
+    check_gaps,
+    check_scalars,
     check_schema,
     check_values,
     conform,
@@ -230,9 +232,16 @@ def read_records_file(path: Path) -> RecordsFile:
     end = ends[-1]
     torn = 0 if end >= size or _only_end_marker(source, end, size) else size - end
     table = conform(pa.Table.from_batches(batches, schema=reader.schema), where)
+    # the gaps (most of the file) are checked beside the joining of the other columns
+    gaps_checked = _beside(check_gaps, table, where)
     table = _scalars_joined(table, mapped)
     try:
-        check_values(table, where)
+        try:
+            check_scalars(table, where)
+        finally:
+            gaps_error = gaps_checked()  # the gaps' verdict second, as check_values gives it
+        if gaps_error is not None:
+            raise gaps_error
     except RunError as exc:
         release_buffer(mapped)
         good = _valid_batches(batches, reader.schema, where)
@@ -246,6 +255,30 @@ def read_records_file(path: Path) -> RecordsFile:
     if malformed:
         return RecordsFile(table, len(batches), size - end, damage=malformed)
     return RecordsFile(table, len(batches), torn)
+
+
+def _beside(check: Any, *args: Any) -> Any:
+    """Start ``check(*args)`` in a thread when the process may use two CPUs (numpy lets go of
+    the interpreter in its passes), else run it now; returns a function that waits for it
+    and returns the :class:`RunError` it raised, or None."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from vprof.common.cpus import usable_cpus
+
+    def run() -> RunError | None:
+        try:
+            check(*args)
+        except RunError as exc:
+            return exc
+        return None
+
+    if usable_cpus() < 2:
+        error = run()
+        return lambda: error
+    pool = ThreadPoolExecutor(1, thread_name_prefix="vprof-check")
+    running = pool.submit(run)
+    pool.shutdown(wait=False)  # its thread ends once the check is done
+    return running.result
 
 
 # Per-request labels that only a lookup of one row reads: they stay in the file's batches.
@@ -276,7 +309,14 @@ def _scalars_joined(table: Any, mapped: Any = None) -> Any:
         for f in table.schema
         if not pa.types.is_list(f.type) and f.name not in _LEFT_IN_BATCHES
     ]
-    joined: dict[str, Any] = {}
+    n = table.num_rows
+    # a column nothing was written to (no sessions, one server) is made, not copied
+    joined: dict[str, Any] = {
+        name: pa.chunked_array([pa.nulls(n, table.schema.field(name).type)])
+        for name in names
+        if table.column(name).null_count == n
+    }
+    names = [name for name in names if name not in joined]
     for start in range(0, len(names), _JOIN_GROUP):
         group = table.select(names[start : start + _JOIN_GROUP]).combine_chunks(
             memory_pool=pa.system_memory_pool()

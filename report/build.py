@@ -114,7 +114,8 @@ def build_data(
             )
             + " (--n-boot sets how many)"
         )
-    comparisons = [_compare(runs, summaries, ids, group, opts) for group in groups]
+    with each_run() as each:  # each comparison is its own (and mostly numpy's work)
+        comparisons = each(lambda group: _compare(runs, summaries, ids, group, opts), groups)
     alternated = _alternating_cells(loaded, runs, sides)
     comparisons += [_compare_sides(phases, views, summaries, ids) for phases, views in alternated]
     groups += [views for _, views in alternated]

@@ -99,6 +99,36 @@ def test_the_running_sum_in_rows_searches_like_a_cumulative_sum(n):
     assert running.count_below(exact).tolist() == np.searchsorted(sums, exact).tolist()
 
 
+@pytest.mark.parametrize("seed", range(6))
+def test_chunks_are_binned_as_their_times_say(seed):
+    """Each request's chunks (the first, then one per gap) land in the 1-s bin of their time,
+    with requests of no gaps, zero gaps, a first chunk never seen, and spans of many seconds."""
+    import numpy as np
+
+    from vprof.analysis.summary import _bin_chunks
+
+    rng = np.random.default_rng(seed)
+    n = 300
+    lengths = rng.integers(0, 40, n)
+    lengths[::11] = 0
+    gaps = rng.lognormal(np.log(30.0), 1.2, int(lengths.sum()))
+    gaps[rng.random(gaps.size) < 0.1] = 0.0
+    first_s = rng.uniform(0.0, 50.0, n)
+    first_s[::13] = np.nan
+    bins = np.zeros(200, dtype=np.int64)
+    _bin_chunks(bins, gaps, lengths, first_s, workspace=np.empty(7))  # too small: not used
+    expected = np.zeros(200, dtype=np.int64)
+    at = 0
+    for k, first in zip(lengths, first_s, strict=True):
+        mine = gaps[at : at + k]
+        at += k
+        if np.isnan(first):
+            continue
+        times = first + np.concatenate([[0.0], np.cumsum(mine)]) / 1000.0
+        np.add.at(expected, np.floor(times).astype(np.int64), 1)
+    assert bins.tolist() == expected.tolist()
+
+
 @pytest.mark.parametrize("n_groups", [0, 1, 7, 240, 5000])
 def test_values_sorted_within_groups_are_a_lexsort(n_groups):
     import numpy as np

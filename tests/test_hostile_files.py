@@ -174,6 +174,22 @@ def test_foreign_or_corrupt_records_are_refused_and_keep_the_summary(
     assert (folder / "summary.json").read_bytes() == summary  # the good summary is kept
 
 
+def test_a_bad_column_is_named_before_a_bad_gap_checked_beside_it(tmp_path):
+    """The gaps are checked in a thread while the other columns are joined; a file bad in both
+    still names the other column first, as the checks' order says."""
+    from vprof.common.errors import RunError
+
+    folder = good_run(tmp_path / "a")
+    good = records_table(folder)
+    bad_gaps = _with("itl_ms", [1.0, -2.0])
+    write_stream(RunDir(folder).records, bad_gaps(_with("ttft_ms", float("inf"))(good)))
+    with pytest.raises(RunError, match="ttft_ms"):
+        read_records_file(RunDir(folder).records)
+    write_stream(RunDir(folder).records, bad_gaps(good))
+    with pytest.raises(RunError, match="a gap of -2 ms"):
+        read_records_file(RunDir(folder).records)
+
+
 def test_an_arrow_file_format_copy_reads_exactly_what_it_holds(run, tmp_path):  # noqa: F811
     folder = good_run(tmp_path / "a")
     table = records_table(folder)
