@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from vprof.common.cpus import usable_cpus
 from vprof.common.errors import RunError
 from vprof.records.schema import (
     FIELDS,
@@ -262,8 +263,6 @@ def _beside(check: Any, *args: Any) -> Any:
     the interpreter in its passes), else run it now; returns a function that waits for it
     and returns the :class:`RunError` it raised, or None."""
     from concurrent.futures import ThreadPoolExecutor
-
-    from vprof.common.cpus import usable_cpus
 
     def run() -> RunError | None:
         try:
