@@ -69,9 +69,10 @@ def _prompt_tokens(url: str, model: str) -> int:
         answer.raise_for_status()
         times.append(time.perf_counter() - started)
     pinned_s = PINNED_PER_PROBE * min(times)
-    tokens = round(MAX_PROMPT * min(1.0, PREFILL_S / pinned_s) ** (1 / PREFILL_POWER), -2)
-    print(f"\nprobe {min(times):.3f} s for {PROBE_TOKENS} tokens: prompts of {tokens:g}")
-    return int(max(1000, tokens))
+    scaled = MAX_PROMPT * min(1.0, PREFILL_S / pinned_s) ** (1 / PREFILL_POWER)
+    tokens = max(1000, int(round(scaled, -2)))
+    print(f"\nprobe {min(times):.3f} s for {PROBE_TOKENS} tokens: prompts of {tokens}")
+    return tokens
 
 
 @pytest.fixture(scope="module")
