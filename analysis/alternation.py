@@ -6,8 +6,10 @@ section naming each side's profile and servers, and each record its slice. A run
 ``--swap`` has a second phase (``…--p2``) whose servers were started with the profiles
 exchanged; its blocks count like the first phase's.
 
-- :func:`slice_values` — each measured slice's statistics (the requests sent after the
-  slice's warm-up, throughput over that window);
+- :func:`measured_windows` — each slice's measured part: after its warm-up and after the
+  slice before it has answered its last request;
+- :func:`slice_values` — each measured slice's statistics (the requests sent in its measured
+  part, throughput over that window);
 - :func:`paired_blocks` — the blocks in which every side has a slice, per side the values;
 - :func:`side_views` — one :class:`~vprof.analysis.run.Run` per side, holding only its
   measured requests, so summaries, plans and reports read a side like any run.
@@ -107,9 +109,40 @@ def _stopped_at(run: Run, cols: Any) -> float:
     return float(np.nanmax(sent)) if np.isfinite(sent).any() else -math.inf
 
 
+def measured_windows(run: Run) -> list[tuple[int, float, float]]:
+    """(slice, low, high) for every slice the load ran through to its end: requests sent in
+    [low, high) count. A slice's measured part starts after its warm-up, and not before the
+    last answer of the slice ahead of it: until then a user still waits on that answer and
+    does not load this side (a 4.8-s answer after a switch once left a side's slice 2.90 of 4
+    users in flight and the run judged client-limited). A slice whose predecessor answered
+    to its end has no measured part and is left out."""
+    import numpy as np
+
+    alt = alternation(run)
+    if alt is None:
+        return []
+    schedule = alt.schedule
+    cols = run.columns
+    f = cols.floats
+    ends = np.where(np.isnan(f["finished_at"]), f["last_token_at"], f["finished_at"])
+    slice_of = cols.ints["slice"]
+    stop = _stopped_at(run, cols)
+    windows = []
+    for k in range(int(slice_of.max()) + 1 if cols.n else 0):
+        low, high = schedule.window(k)
+        if high > stop + 1e-6:
+            break  # the load stopped inside this slice: it is not a whole measurement
+        before = ends[(slice_of == k - 1) & np.isfinite(ends)]
+        low = max(low, float(before.max())) if before.size else low
+        if low < high:
+            windows.append((k, low, high))
+    return windows
+
+
 def slice_values(run: Run, metrics: Sequence[str] = SLICE_METRICS) -> list[dict[str, Any]]:
-    """One row per slice the load ran through to its end: ``slice``, ``block``, ``side``
-    (its name), ``requests``, ``completed`` and each metric over the slice's measured part."""
+    """One row per measured slice (:func:`measured_windows`): ``slice``, ``block``, ``side``
+    (its name), ``requests``, ``completed``, ``measured_s`` and each metric over the slice's
+    measured part."""
     import numpy as np
 
     from vprof.records.schema import Status
@@ -131,13 +164,8 @@ def slice_values(run: Run, metrics: Sequence[str] = SLICE_METRICS) -> list[dict[
         "ttft_from_schedule": (f["first_token_at"] - f["scheduled_at"]) * 1000.0,
         "e2el_from_schedule": (f["last_token_at"] - f["scheduled_at"]) * 1000.0,
     }
-    stop = _stopped_at(run, cols)
     rows = []
-    last = int(slice_of.max()) if cols.n else -1
-    for k in range(last + 1):
-        low, high = schedule.window(k)
-        if high > stop + 1e-6:
-            break  # the load stopped inside this slice: it is not a whole measurement
+    for k, low, high in measured_windows(run):
         keep = (slice_of == k) & (started >= low) & (started < high)
         ok = keep & ok_status
         row: dict[str, Any] = {
@@ -147,10 +175,10 @@ def slice_values(run: Run, metrics: Sequence[str] = SLICE_METRICS) -> list[dict[
             "phase": alt.phase,
             K.REQUESTS: int(keep.sum()),
             K.COMPLETED: int(ok.sum()),
+            "measured_s": high - low,
         }
-        window_s = high - low
         for metric in metrics:
-            row[metric] = _slice_metric(metric, cols, keep, ok, failed_status, latencies, window_s)
+            row[metric] = _slice_metric(metric, cols, keep, ok, failed_status, latencies, high - low)
         rows.append(row)
     return rows
 
@@ -217,24 +245,23 @@ def side_views(run: Run) -> list[Run]:
     alt = alternation(run)
     if alt is None:
         return [run]
-    rows = slice_values(run, ())
+    windows = measured_windows(run)
     cols = run.columns
     f = cols.floats
     started = np.where(np.isnan(f["sent_at"]), f["scheduled_at"], f["sent_at"])
     ends = np.where(np.isnan(f["finished_at"]), f["last_token_at"], f["finished_at"])
     slice_of = cols.ints["slice"]
+    timed = np.isfinite(started) & np.isfinite(ends)
     views = []
-    for side in alt.sides:
-        mine = [r["slice"] for r in rows if r["side"] == side.name]
+    for index, side in enumerate(alt.sides):
+        mine = [(k, low, high) for k, low, high in windows if alt.schedule.side_of(k) == index]
         keep = np.zeros(cols.n, dtype=bool)
-        for k in mine:
-            low, high = alt.schedule.window(k)
+        measured_s = in_flight_s = 0.0
+        for k, low, high in mine:
             keep |= (slice_of == k) & (started >= low) & (started < high)
-        measured_s = sum(alt.schedule.window(k)[1] - alt.schedule.window(k)[0] for k in mine)
-        in_flight_s = 0.0
-        for k in mine:  # every request of the slice, its time in flight clipped to the window
-            low, high = alt.schedule.window(k)
-            of_slice = (slice_of == k) & np.isfinite(started) & np.isfinite(ends)
+            measured_s += high - low
+            # every request of the slice, its time in flight clipped to the window
+            of_slice = (slice_of == k) & timed
             clipped = np.minimum(ends[of_slice], high) - np.maximum(started[of_slice], low)
             in_flight_s += float(np.maximum(clipped, 0.0).sum())
         urls = set(side.urls)

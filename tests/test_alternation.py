@@ -9,7 +9,7 @@ import pytest
 from test_analysis_data import synth_alternating
 
 from vprof.analysis import compare, load_run
-from vprof.analysis.alternation import paired_blocks, side_views, slice_values
+from vprof.analysis.alternation import measured_windows, paired_blocks, side_views, slice_values
 from vprof.analysis.run import summarize_loaded
 
 
@@ -26,6 +26,25 @@ def test_a_slice_the_load_stopped_inside_is_not_measured(tmp_path):
     run = load_run(synth_alternating(tmp_path / "alt", blocks=3, stop_early_s=3.0))
     names, blocks = paired_blocks([run])
     assert names == ["a", "b"] and len(blocks) == 2  # the last block lost its last slice
+
+
+def test_a_slice_is_measured_once_the_slice_before_it_has_answered(tmp_path):
+    """A user still waiting on the other side's answer is not loading this side: the measured
+    part starts after the warm-up and after that answer; an answer that ran to the slice's
+    end leaves it unmeasured (its block is not paired)."""
+    run = load_run(synth_alternating(tmp_path / "alt", blocks=3, late_s={1: 7.5, 3: 25.0}))
+    windows = {k: (low, high) for k, low, high in measured_windows(run)}
+    assert sorted(windows) == [0, 1, 2, 3, 5]  # slice 3 answered past slice 4's end
+    assert all(high - low == pytest.approx(15.0) for k, (low, high) in windows.items() if k != 2)
+    assert windows[2][1] - windows[2][0] == pytest.approx(12.5)  # 7.5 s, not the 5-s warm-up
+    rows = {r["slice"]: r for r in slice_values(run)}
+    assert rows[2]["requests"] == 100 and rows[2]["measured_s"] == pytest.approx(12.5)
+    _, blocks = paired_blocks([run])
+    assert len(blocks) == 2  # block 2 lost slice 4
+    a, b = (summarize_loaded(view) for view in side_views(run))
+    assert a["requests"] == 2 * 120 and b["requests"] == 2 * 120 + 100
+    # each side over its own measured time: 8 req/s, as sent
+    assert a["request_throughput"] == pytest.approx(8.0) == b["request_throughput"]
 
 
 def test_each_side_reads_as_a_run_of_its_measured_requests(tmp_path):

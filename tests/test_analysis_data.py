@@ -7,6 +7,7 @@ Records are built with the real ``RequestRecord.finalize`` and written with the 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -128,10 +129,12 @@ def synth_alternating(
     seed: int = 0,
     names: tuple[str, str] = ("a", "b"),
     stop_early_s: float = 0.0,
+    late_s: Mapping[int, float] | None = None,
 ) -> Path:
     """An alternating run of two sides (as ``bench --alternate`` writes one): ABBA slices,
     every latency of a slice scaled by a shared drift (``drift_per_slice`` per slice, so the
-    host slows steadily), a per-slice factor (``slice_noise``) and, on side b, ``shift``."""
+    host slows steadily), a per-slice factor (``slice_noise``) and, on side b, ``shift``.
+    ``late_s`` {k: s}: slice k's last answer ends s after the next slice starts."""
     from vprof.traffic.slices import SliceSchedule
 
     rng = np.random.default_rng(seed)
@@ -153,6 +156,8 @@ def synth_alternating(
         )
         for i, rec in enumerate(batch):
             rec.request_id, rec.slice, rec.replica = f"{k * 1_000_000 + i}", k, urls[side]
+        if late_s and k in late_s:
+            batch[-1].last_token_at = batch[-1].finished_at = schedule.start(k + 1) + late_s[k]
         records += batch
     sides = [
         {"name": name, "urls": [url], "profile": {"name": name, "identity": f"{name}-x"}}
