@@ -175,10 +175,10 @@ def slice_values(run: Run, metrics: Sequence[str] = SLICE_METRICS) -> list[dict[
             "phase": alt.phase,
             K.REQUESTS: int(keep.sum()),
             K.COMPLETED: int(ok.sum()),
-            "measured_s": high - low,
+            "measured_s": (window_s := high - low),
         }
         for metric in metrics:
-            row[metric] = _slice_metric(metric, cols, keep, ok, failed_status, latencies, high - low)
+            row[metric] = _slice_metric(metric, cols, keep, ok, failed_status, latencies, window_s)
         rows.append(row)
     return rows
 
