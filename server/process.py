@@ -16,6 +16,7 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 from vprof.common.errors import LaunchError
 from vprof.server.logparse import EffectiveSettings, find_error, parse_log, tail_lines
@@ -206,10 +207,19 @@ class ServerProcess:
                 self.stop()  # the engine core may outlive a crashed API server
                 raise LaunchError(report)
             try:
-                if requests.get(health, timeout=2).status_code == 200:
-                    return
+                answered = requests.get(health, timeout=2).status_code == 200
             except requests.RequestException:
-                pass  # not listening yet
+                answered = False  # not listening yet
+            if answered and (other := self._other_listener()):
+                self.stop()
+                raise LaunchError(
+                    f"{self.url} is answered by {other}, not by the server started here "
+                    f"(pid {self._proc.pid}): two servers were given port {self.port}, and a "
+                    "run would measure the other one",
+                    hint="choose another --port, or stop what listens there",
+                )
+            if answered:
+                return
             if time.monotonic() >= deadline:
                 tail = "\n".join(tail_lines(self.log_text(), 15))
                 self.stop()
@@ -220,6 +230,33 @@ class ServerProcess:
                 )
             # Doubles as the poll interval and returns at once if the server dies.
             self.wait(_POLL_INTERVAL_S)
+
+    def _other_listener(self) -> str | None:
+        """Who listens on this server's port when none of its own processes does; ``None``
+        when one of them does or the system will not say. vLLM binds its port with
+        SO_REUSEADDR long before it listens, and two sockets may share a port until one
+        listens: two servers started at once on one port both start, and the first to listen
+        answers for both (seen: a sweep measured another run's server, which that run then
+        killed)."""
+        import psutil
+
+        told = False
+        for member in self._family():
+            try:
+                sockets = member.net_connections(kind="tcp")
+            except (psutil.NoSuchProcess, psutil.AccessDenied):
+                continue
+            told = True
+            if any(_listens_on(s, self.port) for s in sockets):
+                return None
+        if not told:
+            return None
+        try:  # name it when allowed to look at every process's sockets
+            pids = {s.pid for s in psutil.net_connections(kind="tcp") if _listens_on(s, self.port)}
+        except psutil.AccessDenied:
+            pids = set()
+        pids.discard(None)
+        return f"pid {', '.join(map(str, sorted(pids)))}" if pids else "another process"
 
     def stop(self, grace_s: float = 15.0) -> None:
         """SIGTERM the process group, SIGKILL whatever survives the grace, reap everything."""
@@ -285,6 +322,10 @@ class ServerProcess:
         tb: TracebackType | None,
     ) -> None:
         self.stop()
+
+
+def _listens_on(sock: Any, port: int) -> bool:  # sock: a psutil connection
+    return sock.status == "LISTEN" and bool(sock.laddr) and sock.laddr.port == port
 
 
 def _signal_group(pgid: int, sig: signal.Signals) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 import sys
 import textwrap
 import time
@@ -88,6 +89,33 @@ def test_wait_healthy_returns_once_health_answers_200(tmp_path: Path) -> None:
         assert server.alive()
         assert server.url == f"http://127.0.0.1:{port}"
     assert not server.alive()
+
+
+def test_a_port_answered_by_another_process_is_no_healthy_server(tmp_path: Path) -> None:
+    """Two servers given one port at once both start (vLLM binds long before it listens);
+    the one that listens first must not pass for the other."""
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "health").write_text("ok")
+    port = free_port()
+    ours = ServerProcess(
+        [sys.executable, "-c", "import time; time.sleep(600)"], log_path=tmp_path / "log",
+        port=port,
+    )  # fmt: skip
+    ours.start()
+    other = subprocess.Popen(
+        [sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1",
+         "--directory", str(site)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        with pytest.raises(LaunchError, match=f"answered by pid {other.pid}, not by the server"):
+            ours.wait_healthy(timeout_s=60)
+        assert not ours.alive()  # stopped, not left behind
+        assert other.poll() is None  # and the other one left alone
+    finally:
+        other.kill()
+        other.wait()
 
 
 def test_wait_healthy_gives_up_at_the_deadline_and_stops_the_child(tmp_path: Path) -> None:
