@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from ports import worker_port
 
 from vprof.server.process import ServerProcess, free_port
 from vprof.server.start import CPU_SERVER_NICENESS
@@ -393,7 +394,7 @@ def ab_bench(tmp_path_factory: pytest.TempPathFactory) -> Bench:
     # request (about a millisecond here) stays a small share of each user's time
     shape.write_text("kind: steady\nusers: 4\nduration_s: 48\n")
     out = root / "ab"
-    port = free_port(lo=18900, hi=18999)
+    port = worker_port(18900, 18999)
     argv = [
         *(sys.executable, "-m", "vprof.cli.main", "bench", "prefix-cached", "no-prefix-cache"),
         *("--profiles-dir", str(profiles), "--alternate", "--no-swap"),

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import psutil
 import pytest
+from ports import worker_port
 
 from vprof.records import read_records
-from vprof.server.process import free_port
 
 pytestmark = pytest.mark.e2e
 
@@ -99,7 +99,7 @@ def records_arriving(out: Path):
 
 def launch_and_run(out: Path, *args: str, timeout_s: float) -> subprocess.CompletedProcess[str]:
     """`vprof ARGS` with the fast settings, launching servers on a free port, runs in ``out``."""
-    port = free_port(lo=18900, hi=18999)
+    port = worker_port(18900, 18999)
     return subprocess.run(
         vprof(*args, *FAST, "--port", str(port), "--out", str(out)),
         capture_output=True, text=True, timeout=timeout_s,
@@ -109,7 +109,7 @@ def launch_and_run(out: Path, *args: str, timeout_s: float) -> subprocess.Comple
 def start_long_bench(tmp_path: Path, *args: str) -> tuple[Watcher, Path]:
     """A bench long enough to interrupt, watched until its first records are on disk."""
     out = tmp_path / "runs"
-    port = free_port(lo=18900, hi=18999)
+    port = worker_port(18900, 18999)
     watcher = Watcher(
         vprof("bench", *args, "--traffic", long_traffic(tmp_path), *FAST,
               "--port", str(port), "--out", str(out)),

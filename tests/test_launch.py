@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from ports import worker_port
 
 from vprof.cli.launch import launch, model
 from vprof.common.errors import ProfileError
 from vprof.registry import parse_set_args
-from vprof.server.process import free_port
 from vprof.tinymodel.build import TINY_MODEL_VERSION
 
 TINY_DIR = f"tiny-{TINY_MODEL_VERSION}"
@@ -56,7 +56,7 @@ def test_model_command_prints_the_tiny_model_folder(cache: Path) -> None:
 
 def test_profile_vllm_would_refuse_fails_before_launch(cache: Path) -> None:
     result = subprocess.run(
-        [VPROF, "launch", "chunked-256", "--port", str(free_port(lo=PORTS[0], hi=PORTS[1]))]
+        [VPROF, "launch", "chunked-256", "--port", str(worker_port(PORTS[0], PORTS[1]))]
         + ["--set", "enable-chunked-prefill=false", "--set", "max-num-batched-tokens=256"],
         capture_output=True,
         text=True,
@@ -72,7 +72,7 @@ def test_profile_vllm_would_refuse_fails_before_launch(cache: Path) -> None:
 def test_port_in_use_is_refused_with_a_clear_message(cache: Path) -> None:
     with socket.socket() as listener:
         listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as servers do
-        listener.bind(("127.0.0.1", free_port(lo=PORTS[0], hi=PORTS[1])))
+        listener.bind(("127.0.0.1", worker_port(PORTS[0], PORTS[1])))
         listener.listen()
         port = listener.getsockname()[1]
         started = time.monotonic()

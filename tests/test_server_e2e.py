@@ -8,11 +8,12 @@ from pathlib import Path
 import psutil
 import pytest
 import requests
+from ports import worker_port
 
 from vprof.common.errors import LaunchError
 from vprof.server.logparse import parse_log
 from vprof.server.metrics import metric_labels, scrape
-from vprof.server.process import ServerProcess, free_port
+from vprof.server.process import ServerProcess
 
 pytestmark = pytest.mark.e2e
 
@@ -47,7 +48,7 @@ def test_vllm_refusing_its_config_fails_fast_with_vllms_own_error(
     tiny_model: Path, tmp_path: Path
 ) -> None:
     """Bypasses vprof's validation to check that vLLM's own refusal reaches the user."""
-    port = free_port(lo=18000, hi=18099)
+    port = worker_port(18000, 18099)
     argv = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(tiny_model)]
     argv += ["--load-format", "dummy", "--enforce-eager", "--max-model-len", "2048"]
     argv += ["--no-enable-chunked-prefill", "--max-num-batched-tokens", "256"]

@@ -30,8 +30,7 @@ from pathlib import Path
 import psutil
 import pytest
 import requests
-
-from vprof.server.process import free_port
+from ports import worker_port
 
 pytestmark = pytest.mark.e2e
 
@@ -107,7 +106,7 @@ def _tune(files: Path, name: str):
         "--set", "enforce-eager=true", "--set", "enable-chunked-prefill=true",
         "--set", "max-num-seqs=8", "--budget-trials", "1", "--repeat", "1",
         "--level-s", "10", "--warmup-s", "1", "--start-rps", "1.5",
-        "--port", str(free_port(lo=18800, hi=18899)), "--out", str(out),
+        "--port", str(worker_port(18800, 18899)), "--out", str(out),
         timeout_s=1200,
     )
     # fmt: on
@@ -180,7 +179,7 @@ def _launched(path: Path, dirs: list[str], files: Path, batched: int) -> Iterato
     this host and the KV cache it got; it serves a streamed completion), then Ctrl-C: it exits
     0 and nothing of it is left, nor anything listening on its port. (`vprof launch` on real
     vLLM is tested here only, on a server the claim's check needs anyway.)"""
-    port = free_port(lo=18800, hi=18899)
+    port = worker_port(18800, 18899)
     log_path = files / "confirm.launch.log"
     log = log_path.open("w")
     launch = subprocess.Popen(
