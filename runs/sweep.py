@@ -276,6 +276,7 @@ def recommend(rows: Sequence[Mapping[str, Any]], *, prefer: str = "throughput") 
         and not r.get("oom")
         and not (r.get(SummaryKey.NUM_PREEMPTIONS) or 0)
         and not r.get(SummaryKey.CLIENT_LIMITED)
+        and not (r.get(SummaryKey.FAILED) or 0)
         and isinstance(r.get(tp), (int, float))
         and r[tp] > 0
     ]
@@ -286,6 +287,13 @@ def recommend(rows: Sequence[Mapping[str, Any]], *, prefer: str = "throughput") 
         if suspect
         else ""
     )
+    failing = [
+        f"{r['rung']} ({r[SummaryKey.FAILED]:.0f})"
+        for r in rows
+        if r.get("state") == RunState.COMPLETED and (r.get(SummaryKey.FAILED) or 0)
+    ]
+    if failing:
+        caveat += f" Left out because requests failed: {', '.join(failing)}."
     if not healthy:
         return (
             "No rung completed cleanly, so there is nothing to recommend; see the table." + caveat

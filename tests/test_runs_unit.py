@@ -65,6 +65,16 @@ def test_recommendation_prefers_throughput_then_ttft_and_names_evidence():
     assert recommend(rows, prefer="itl").startswith("Recommended: r1")
 
 
+def test_a_rung_whose_requests_failed_is_not_recommended():
+    rows = [
+        {"rung": "r1", "state": "completed", "request_throughput": 5.0, "failed": 0},
+        {"rung": "r2", "state": "completed", "request_throughput": 9.0, "failed": 14},
+    ]
+    text = recommend(rows)
+    assert text.startswith("Recommended: r1")
+    assert text.endswith("Left out because requests failed: r2 (14).")
+
+
 def test_recommendation_is_honest_when_nothing_completed():
     text = recommend([{"rung": "r1", "state": "not-started"}])
     assert "nothing to recommend" in text
