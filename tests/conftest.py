@@ -111,7 +111,7 @@ QUIET = (
     "test_emulator_locust",
     "test_loadgen_health",
     "test_calibrate_timing",
-    "test_webui_browser",  # the live header's rate against the records' (within 3 %)
+    "test_webui_browser",  # the live header's rate against the records'
 )
 # Start vLLM servers of their own and measure nothing a busy core can upset (a killed server,
 # Ctrl-C, a sweep's rungs): a unit each, beside the unit tests.

@@ -256,7 +256,11 @@ def _check_header_rate(samples: list[tuple[float, float]], records, heard) -> No
     low, high = float(np.median(lows)), float(np.median(highs))
     print(f"header RPS {header_rps:.2f} (median of {len(samples)} readings) vs records "
           f"{low:.2f}-{high:.2f} req/s over the windows the readings rest on")  # fmt: skip
-    assert 0.97 * low <= header_rps <= 1.03 * high, (header_rps, low, high)
+    # Each worker sends the master its counts every 3 s, and the window ends 2 s before the
+    # newest request any worker reported: the other worker's last seconds may not have come
+    # in yet (more when the machine is busy). Up to 3 s of one worker of two is 15 % of the
+    # window short; a request counted twice (or not at all) is far outside either bound.
+    assert 0.85 * low <= header_rps <= 1.03 * high, (header_rps, low, high)
 
 
 def test_llm_tab_fills_with_live_percentiles(locust_web, browser, tmp_path, request):
