@@ -57,9 +57,12 @@ def test_the_same_configuration_four_times_is_called_no_different(tmp_path, vllm
     runs = runs_of(out)
     assert [r.name[-4:] for r in runs][1:] == ["--r2", "--r3", "--r4"]
     assert [json.loads((r / "run.json").read_text())["repeat"] for r in runs] == [1, 2, 3, 4]
-    # r1, r3 against r2, r4: split in time, the host's drift over the four runs would be
-    # read as a difference (a CI run: r3, r4 "lowered" median TTFT by 13 % [0.6 %, 24 %])
-    rows = compare_json(str(runs[0]), str(runs[2]), "vs", str(runs[1]), str(runs[3]))
+    # r1, r4 against r2, r3 (ABBA): split in time, the host's drift over the four runs was
+    # read as a difference (a CI run: r3, r4 "lowered" median TTFT by 13 % [0.6 %, 24 %]),
+    # and split odd against even, a host that alternated fast and slow runs was (another:
+    # r2, r4 "lowered" median TPOT by 12 % [2.3 %, 20 %], TPOT 7.44, 6.54, 7.19, 6.38 ms);
+    # ABBA cancels both a linear drift and that alternation
+    rows = compare_json(str(runs[0]), str(runs[3]), "vs", str(runs[1]), str(runs[2]))
     for metric in HEADLINE:
         assert rows[metric]["runs"] == "2 vs 2"
         assert not rows[metric]["significant"], rows[metric]["verdict"]
