@@ -38,7 +38,7 @@ from vprof.analysis.bootstrap import STAT, all_bootstraps, sized_bootstraps
 from vprof.analysis.keys import CLIENT_FIX, Metric, stat_key
 from vprof.analysis.keys import SummaryKey as K
 from vprof.analysis.run import Run, damage, display_names, load_run, summarize_loaded
-from vprof.analysis.summary import HELD_BACK
+from vprof.analysis.summary import BACKED_OFF, HELD_BACK
 from vprof.common.errors import RunError
 from vprof.common.suggest import suggestion
 
@@ -146,6 +146,13 @@ def _short_of_load(summary: dict[str, Any]) -> bool:
     reasons = set(summary.get(K.CLIENT_LIMITED_BY) or ()) - {HELD_BACK}
     behind = summary.get(K.LOADGEN_SATURATED) and not summary.get(K.LOADGEN_STARVED)
     return bool(reasons or behind)
+
+
+def backed_off(summary: dict[str, Any]) -> bool:
+    """The run fell short of its users only because the server failed requests (its users
+    back off after a failure), not through its load generator."""
+    reasons = summary.get(K.CLIENT_LIMITED_BY) or ()
+    return bool(reasons) and all(str(r).startswith(BACKED_OFF) for r in reasons)
 
 
 def client_limited(summary: dict[str, Any]) -> bool:
@@ -639,6 +646,12 @@ def _judge(
     elif missing or math.isnan(diff):
         lacking = name if math.isnan(row["value"]) or missing else f"baseline {base.label}"
         verdict = f"{label}: not comparable ({lacking} has no value, or the baseline is 0)"
+    elif suspect and all(backed_off(s) for s in (*base.summaries, *other.summaries)
+                         if str(s.get(K.RUN)) in suspect):  # fmt: skip
+        verdict = (
+            f"{label}: not judged — in {', '.join(suspect)} the server failed requests and "
+            "their users backed off, so it saw less load than asked"
+        )
     elif suspect:
         verdict = (
             f"{label}: not judged — the load generator was the bottleneck in "

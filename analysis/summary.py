@@ -341,10 +341,15 @@ def _in_flight(
     }
     if users and mean + thinking < IN_FLIGHT_SHARE_LIMIT * users:  # NaN (no sends): no verdict
         also = f" and {thinking:.2f} sessions thinking" if thinking > 0 else ""
-        reasons.append(
+        kept = (
             f"the closed loop kept {mean:.2f} requests in flight on average{also}, of the "
-            f"{users} users asked for (below {IN_FLIGHT_SHARE_LIMIT:g}): the server saw less load"
+            f"{users} users asked for (below {IN_FLIGHT_SHARE_LIMIT:g})"
         )
+        failed = int((keep & cols.status.isin(*_FAILED)).sum())
+        if failed:  # a user waits after a failure before it tries again (locustfiles.users)
+            reasons.append(f"{BACKED_OFF}: {failed} failed, and {kept}")
+        else:
+            reasons.append(f"{kept}: the server saw less load")
     return out
 
 
@@ -357,6 +362,10 @@ def _mean_overlap(starts: Any, ends: Any, t0: float, t1: float) -> float:
     overlap = np.minimum(ends, t1) - np.maximum(starts, t0)
     return float(np.clip(overlap, 0, None).sum() / (t1 - t0))
 
+
+# A closed loop short of its users because the server failed requests: each user waits before
+# it tries again after a failure, so the server saw less load, by its own doing, not the client's.
+BACKED_OFF = "the server failed requests and their users waited before trying again"
 
 # The one limit that leaves a run's medians usable: its loop woke late only now and then
 # (lag p50 well under a millisecond), so its tails carry the stalls and its medians do not.

@@ -280,7 +280,12 @@ def recommend(rows: Sequence[Mapping[str, Any]], *, prefer: str = "throughput") 
         and isinstance(r.get(tp), (int, float))
         and r[tp] > 0
     ]
-    suspect = [str(r["rung"]) for r in rows if r.get(SummaryKey.CLIENT_LIMITED)]
+    # a rung whose requests failed is left out for that (its users backed off after failures)
+    suspect = [
+        str(r["rung"])
+        for r in rows
+        if r.get(SummaryKey.CLIENT_LIMITED) and not (r.get(SummaryKey.FAILED) or 0)
+    ]
     caveat = (
         f" Left out because the load generator was the bottleneck: {', '.join(suspect)} "
         f"(re-run them: {CLIENT_FIX})."

@@ -470,6 +470,34 @@ def test_closed_loop_mean_in_flight_is_held_against_the_users_asked_for(tmp_path
     assert math.isnan(s["mean_idle_before_ms"]) and s["client_limited"]
 
 
+def test_a_closed_loop_short_because_requests_failed_is_not_blamed_on_the_client(tmp_path):
+    """Users wait after a failure before they try again: the server saw less load by its own
+    doing, and a comparison says so instead of sending the user to --processes."""
+    import pandas as pd
+
+    from vprof.analysis.compare import backed_off, client_limited, compare
+
+    records = _closed_loop(4, 30, 1.0, 0.5)
+    for r in records[::5]:
+        r.status, r.error = "error", "ConnectError: cannot connect"
+    s = summarize(pd.DataFrame([r.to_dict() for r in records]), users=4)
+    (reason,) = s["client_limited_by"]
+    assert reason.startswith("the server failed requests and their users waited")
+    assert f"{len(records[::5])} failed" in reason and "of the 4 users" in reason
+    assert client_limited(s) and backed_off(s)  # not judged, but not for the client's sake
+
+    runs = []
+    for name, rows in (("ok", _closed_loop(4, 30, 1.0, 0.0)), ("failing", records)):
+        run = write_run(tmp_path / name, rows)
+        meta = json.loads((run / "run.json").read_text())
+        meta["traffic"] = {"name": "steady", "kind": "steady", "users": 4}
+        (run / "run.json").write_text(json.dumps(meta))
+        runs.append(run)
+    (row,) = compare(runs, metrics=["request_throughput"]).itertuples()
+    assert "the server failed requests and their users backed off" in row.verdict, row.verdict
+    assert "load generator" not in row.verdict
+
+
 def test_closed_loop_think_time_counts_beside_the_requests_in_flight():
     """A session's think time is not a user sitting idle: a user thinking 0.5 s after each
     1 s answer keeps the load asked for; one that also sends 0.3 s late does not."""
