@@ -109,7 +109,18 @@ def _stopped_at(run: Run, cols: Any) -> float:
     return float(np.nanmax(sent)) if np.isfinite(sent).any() else -math.inf
 
 
-def measured_windows(run: Run) -> list[tuple[int, float, float]]:
+def _times(cols: Any) -> tuple[Any, Any]:
+    """When each request started (sent, else scheduled) and ended (finished, else its last
+    token)."""
+    import numpy as np
+
+    f = cols.floats
+    started = np.where(np.isnan(f["sent_at"]), f["scheduled_at"], f["sent_at"])
+    ends = np.where(np.isnan(f["finished_at"]), f["last_token_at"], f["finished_at"])
+    return started, ends
+
+
+def measured_windows(run: Run, alt: Alternation | None = None) -> list[tuple[int, float, float]]:
     """(slice, low, high) for every slice the load ran through to its end: requests sent in
     [low, high) count. A slice's measured part starts after its warm-up, and not before the
     last answer of the slice ahead of it: until then a user still waits on that answer and
@@ -118,13 +129,12 @@ def measured_windows(run: Run) -> list[tuple[int, float, float]]:
     to its end has no measured part and is left out."""
     import numpy as np
 
-    alt = alternation(run)
+    alt = alt or alternation(run)
     if alt is None:
         return []
     schedule = alt.schedule
     cols = run.columns
-    f = cols.floats
-    ends = np.where(np.isnan(f["finished_at"]), f["last_token_at"], f["finished_at"])
+    _, ends = _times(cols)
     slice_of = cols.ints["slice"]
     stop = _stopped_at(run, cols)
     windows = []
@@ -143,7 +153,6 @@ def slice_values(run: Run, metrics: Sequence[str] = SLICE_METRICS) -> list[dict[
     """One row per measured slice (:func:`measured_windows`): ``slice``, ``block``, ``side``
     (its name), ``requests``, ``completed``, ``measured_s`` and each metric over the slice's
     measured part."""
-    import numpy as np
 
     from vprof.records.schema import Status
 
@@ -153,7 +162,7 @@ def slice_values(run: Run, metrics: Sequence[str] = SLICE_METRICS) -> list[dict[
     schedule = alt.schedule
     cols = run.columns
     f = cols.floats
-    started = np.where(np.isnan(f["sent_at"]), f["scheduled_at"], f["sent_at"])
+    started, _ = _times(cols)
     slice_of = cols.ints["slice"]
     ok_status = cols.status.isin(Status.OK.value)
     failed_status = cols.status.isin(Status.ERROR.value, Status.TIMEOUT.value)
@@ -165,7 +174,7 @@ def slice_values(run: Run, metrics: Sequence[str] = SLICE_METRICS) -> list[dict[
         "e2el_from_schedule": (f["last_token_at"] - f["scheduled_at"]) * 1000.0,
     }
     rows = []
-    for k, low, high in measured_windows(run):
+    for k, low, high in measured_windows(run, alt):
         keep = (slice_of == k) & (started >= low) & (started < high)
         ok = keep & ok_status
         row: dict[str, Any] = {
@@ -245,11 +254,9 @@ def side_views(run: Run) -> list[Run]:
     alt = alternation(run)
     if alt is None:
         return [run]
-    windows = measured_windows(run)
+    windows = measured_windows(run, alt)
     cols = run.columns
-    f = cols.floats
-    started = np.where(np.isnan(f["sent_at"]), f["scheduled_at"], f["sent_at"])
-    ends = np.where(np.isnan(f["finished_at"]), f["last_token_at"], f["finished_at"])
+    started, ends = _times(cols)
     slice_of = cols.ints["slice"]
     timed = np.isfinite(started) & np.isfinite(ends)
     views = []
