@@ -76,7 +76,7 @@ TABLE_COLUMNS = (
     "ci_low_pct",
     "ci_high_pct",
     "detectable_pct",
-    "verdict",
+    "outcome",
 )
 METHOD_RUNS = "Welch t over per-run values"
 METHOD_PAIRED = "paired t over interleaved repeats"
@@ -642,22 +642,26 @@ def _judge(
         row["power_pct"] = found.power_at(detect) * 100.0 if found is not None else math.nan
     interval = f"[{low:+.1f} %, {high:+.1f} %]" if has_ci else ""
     if row["baseline_value"] == row["value"] and not missing:
-        verdict, row["diff_pct"] = f"{label}: identical", 0.0
+        verdict, row["diff_pct"], outcome = f"{label}: identical", 0.0, "identical"
     elif missing or math.isnan(diff):
         lacking = name if math.isnan(row["value"]) or missing else f"baseline {base.label}"
         verdict = f"{label}: not comparable ({lacking} has no value, or the baseline is 0)"
+        outcome = "not comparable"
     elif suspect and all(backed_off(s) for s in (*base.summaries, *other.summaries)
                          if str(s.get(K.RUN)) in suspect):  # fmt: skip
         verdict = (
             f"{label}: not judged — in {', '.join(suspect)} the server failed requests and "
             "their users backed off, so it saw less load than asked"
         )
+        outcome = "not judged"
     elif suspect:
         verdict = (
             f"{label}: not judged — the load generator was the bottleneck in "
             f"{', '.join(suspect)} ({CLIENT_FIX})"
         )
+        outcome = "not judged"
     elif not row["stable"]:
+        outcome = "unstable"
         if spread:
             lo_a, hi_a, lo_b, hi_b = (_fmt_value(v) for v in spread)
             where = f"{lo_a}–{hi_a} in {base.label}, {lo_b}–{hi_b} in {name}"
@@ -670,17 +674,21 @@ def _judge(
             f"{label}: {detail} within one run each — request noise only, not a verdict "
             "(use --repeat 2 or more, or --alternate)"
         )
+        outcome = "request noise"
     elif negligible:
         verdict = (
             f"{label}: no meaningful difference ({diff:+.1f} % {interval}, {evidence}: the whole "
             f"interval lies within ±{NEGLIGIBLE_PCT:g} %)"
         )
+        outcome = "negligible"
     elif not significant:
         seen = _could_see(row, detect)
         verdict = (
             f"{label}: no significant difference ({diff:+.1f} % {interval}, {evidence}; {seen})"
         )
+        outcome = "not significant"
     else:
+        outcome = "significant"  # better or worse, below
         direction = "lowers" if diff < 0 else "raises"
         a, b = sorted((abs(low), abs(high)))
         verdict = (
@@ -690,12 +698,13 @@ def _judge(
     higher_better = any(word in metric for word in _HIGHER_IS_BETTER)
     better = ""
     if significant and diff != 0:
-        better = "better" if (diff > 0) == higher_better else "worse"
+        better = outcome = "better" if (diff > 0) == higher_better else "worse"
     return {
         **row,
         "significant": significant,
         "suspect": bool(suspect),
         "better": better,
+        "outcome": outcome,
         "verdict": verdict,
     }
 

@@ -6,7 +6,10 @@ import csv
 import io
 import json
 import math
-from collections.abc import Mapping, Sequence
+import shutil
+import sys
+import textwrap
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import click
@@ -62,6 +65,52 @@ def _md(text: str) -> str:
     return " ".join(text.replace("|", "\\|").splitlines())
 
 
+TABLE_WIDTH = 120  # the columns a table fits when the output is not a terminal
+LONG_CELL = 40  # a longer cell of a table too wide is a note below it
+
+
+def table_width() -> int:
+    """The columns a table may take: on a terminal its width (``COLUMNS`` first), else 120."""
+    if not sys.stdout.isatty():
+        return TABLE_WIDTH
+    return max(60, shutil.get_terminal_size((TABLE_WIDTH, 24)).columns)
+
+
+def wrap(text: str, width: int, indent: str = "    ") -> str:
+    """``text`` in lines of at most ``width``, later lines indented; words are not broken."""
+    return textwrap.fill(
+        text, width, subsequent_indent=indent, break_long_words=False, break_on_hyphens=False
+    )
+
+
+def lift_long_cells(
+    rows: Sequence[Mapping[str, Any]],
+    columns: Sequence[str],
+    where: Callable[[Mapping[str, Any], str], str],
+    width: int,
+) -> tuple[list[dict[str, Any]], str]:
+    """``rows`` with each cell longer than ``LONG_CELL`` (the first column's aside) replaced
+    by a marker such as ``[1]``, and the notes those markers point to: ``[1] where: text``,
+    one per distinct text, ``where(row, column)`` naming each cell that holds it."""
+    notes: dict[str, list[str]] = {}  # in order of first sight: the markers' numbers
+    numbers: dict[str, int] = {}
+    lifted = []
+    for row in rows:
+        out = dict(row)
+        for column in columns[1:]:
+            text = _cell(row.get(column))
+            if len(text) > LONG_CELL:
+                numbers.setdefault(text, len(numbers) + 1)
+                notes.setdefault(text, []).append(where(row, column))
+                out[column] = f"[{numbers[text]}]"
+        lifted.append(out)
+    lines = [
+        wrap(f"[{i}] {'; '.join(places)}: {text}", width)
+        for i, (text, places) in enumerate(notes.items(), 1)
+    ]
+    return lifted, "\n".join(lines)
+
+
 def _select(
     rows: Sequence[Mapping[str, Any]], columns: Sequence[str] | None
 ) -> list[dict[str, Any]]:
@@ -71,9 +120,17 @@ def _select(
 
 
 def render_rows(
-    rows: Sequence[Mapping[str, Any]], fmt: str = "table", columns: Sequence[str] | None = None
+    rows: Sequence[Mapping[str, Any]],
+    fmt: str = "table",
+    columns: Sequence[str] | None = None,
+    width: int | None = None,
 ) -> str:
-    """Format ``rows`` (dicts sharing keys) as text in ``fmt``."""
+    """Format ``rows`` (dicts sharing keys) as text in ``fmt``.
+
+    A table fits ``width`` columns (default :func:`table_width`): when it would not, its long
+    cells become notes below it, and columns that still do not fit continue in a block of
+    their own below, the first column repeated so each row can be read.
+    """
     if columns is None:
         columns = list(dict.fromkeys(k for row in rows for k in row))
     if fmt == "json":
@@ -92,14 +149,79 @@ def render_rows(
         lines.append("|" + "|".join("---" for _ in columns) + "|")
         lines += ["| " + " | ".join(map(_md, r)) + " |" for r in cells]
         return "\n".join(lines)
-    widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(columns)]
+    width = width or table_width()
+    notes = ""
+    if _span(_widths(columns, cells)) > width:
+        rows, columns, notes = _lift_sentences(rows, columns, width)
+        cells = [[_cell(row.get(c)) for c in columns] for row in rows]
+    widths = _widths(columns, cells)
+    blocks = [
+        _table_lines(
+            [columns[i] for i in block],
+            [[r[i] for i in block] for r in cells],
+            [widths[i] for i in block],
+        )
+        for block in _column_blocks(widths, width)
+    ]
+    return "\n\n".join(blocks + ([notes] if notes else []))
 
+
+def _lift_sentences(
+    rows: Sequence[Mapping[str, Any]], columns: Sequence[str], width: int
+) -> tuple[Sequence[Mapping[str, Any]], Sequence[str], str]:
+    """A too-wide table's sentences as notes below it, keyed by their row's first cell: a
+    single column of them leaves the table for a list of its own; from several columns, long
+    cells become markers. Names and paths, which have no spaces, stay (and may continue in a
+    block below)."""
+    first = columns[0]
+
+    def wordy(column: str) -> bool:
+        texts = (_cell(row.get(column)) for row in rows)
+        return any(len(t) > LONG_CELL and " " in t.strip() for t in texts)
+
+    found = [c for c in columns[1:] if wordy(c)]
+    if len(found) == 1:
+        (column,) = found
+        listed = [
+            wrap(f"{_cell(row.get(first))}: {text}", width)
+            for row in rows
+            if (text := _cell(row.get(column)))
+        ]
+        return rows, [c for c in columns if c != column], "\n".join([f"{column}:", *listed])
+    if not found:
+        return rows, columns, ""
+    lifted, notes = lift_long_cells(
+        rows, [first, *found], lambda row, column: f"{_cell(row.get(first))}, {column}", width
+    )
+    return lifted, columns, notes
+
+
+def _widths(columns: Sequence[str], cells: Sequence[Sequence[str]]) -> list[int]:
+    return [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(columns)]
+
+
+def _span(widths: Sequence[int]) -> int:
+    return sum(widths) + 2 * (len(widths) - 1)
+
+
+def _column_blocks(widths: Sequence[int], width: int) -> list[list[int]]:
+    """The columns' indices in blocks that each fit ``width`` (a column wider alone still
+    gets a block), every block after the first led by the first column."""
+    blocks: list[list[int]] = [[0]]
+    for i in range(1, len(widths)):
+        if len(blocks[-1]) > 1 and _span([widths[j] for j in blocks[-1]] + [widths[i]]) > width:
+            blocks.append([0])
+        blocks[-1].append(i)
+    return blocks
+
+
+def _table_lines(
+    columns: Sequence[str], cells: Sequence[Sequence[str]], widths: Sequence[int]
+) -> str:
     def line(values: Sequence[str]) -> str:
         return "  ".join(v.ljust(w) for v, w in zip(values, widths, strict=True)).rstrip()
 
-    out = [line(columns), line(["-" * w for w in widths])]
-    out += [line(r) for r in cells]
-    return "\n".join(out)
+    return "\n".join([line(columns), line(["-" * w for w in widths]), *(line(r) for r in cells)])
 
 
 def emit(

@@ -9,7 +9,15 @@ from typing import Any
 import click
 
 from vprof.cli.options import FiniteFloat, complete_traffic, complete_workload
-from vprof.cli.output import HUMAN, Part, emit_parts, format_option
+from vprof.cli.output import (
+    HUMAN,
+    Part,
+    emit_parts,
+    format_option,
+    lift_long_cells,
+    table_width,
+    wrap,
+)
 
 
 def warn(lines: Sequence[str]) -> None:
@@ -75,7 +83,13 @@ def summary_parts(
             click.echo(f"warning: {name}: {summary[K.METRICS_WARNING]}", err=True)
         if summary.get(K.PROMPT_TOKEN_WARNING):
             click.echo(f"warning: {name}: {summary[K.PROMPT_TOKEN_WARNING]}", err=True)
-    parts: list[Part] = [("summaries", summary_rows(names, summaries, fmt), None)]
+    rows = summary_rows(names, summaries, fmt)
+    parts: list[Part] = [("summaries", rows, None)]
+    if fmt == "table":  # sentences (a verdict, a warning) below the table, named by run
+        rows, notes = lift_long_cells(
+            rows, list(rows[0]), lambda row, run: f"{run}, {row['metric']}", table_width()
+        )
+        parts = [("summaries", rows, None)] + ([("summary_notes", notes, None)] if notes else [])
     if fmt in HUMAN and (by_replica := replica_rows(names, summaries)):
         parts.append((K.PER_REPLICA, by_replica, None))  # JSON has it in each summary
     if timeline_interval_s:
@@ -150,11 +164,61 @@ def comparison_parts(
     columns = list(COMPARE_TABLE_COLUMNS)
     if detect is not None:
         columns.insert(columns.index("detectable_pct") + 1, "power_pct")
-    # The verdict already says better/worse and whether it is significant; tables stay narrow.
+    columns.remove("ci_high_pct")  # in one cell with ci_low_pct
+    if fmt == "markdown":
+        columns.append("verdict")
     return [
         ("comparison_method", f"Against {rows[0]['baseline']} (the first), {how}:", None),
-        ("comparison", rows, columns),
+        (
+            "comparison",
+            [_compare_cells(row) for row in rows],
+            [_HEADINGS.get(c, c) for c in columns],
+        ),
+        *(
+            [("verdicts", verdicts, None)]
+            if fmt == "table" and (verdicts := _verdicts(rows))
+            else []
+        ),
     ]
+
+
+# A comparison table's headings for people (JSON and CSV keep the keys).
+_HEADINGS = {
+    "baseline_value": "baseline",
+    "diff_pct": "diff %",
+    "ci_low_pct": "95 % interval",
+    "detectable_pct": "detectable ±%",
+    "power_pct": "power %",
+}
+
+
+def _compare_cells(row: dict[str, Any]) -> dict[str, Any]:
+    """A comparison row for a table: headings for people, the interval in one cell."""
+    low, high = row.get("ci_low_pct"), row.get("ci_high_pct")
+    cells = {_HEADINGS.get(key, key): value for key, value in row.items()}
+    cells["95 % interval"] = (
+        f"[{low:+.1f}, {high:+.1f}]" if low is not None and high is not None else ""
+    )
+    return cells
+
+
+# Outcomes the table says in full (the note on stderr says what request noise means).
+_SAID_IN_THE_TABLE = ("identical", "request noise")
+
+
+def _verdicts(rows: Sequence[dict[str, Any]]) -> str:
+    """The verdict sentences the table's outcome column cannot hold, grouped by run."""
+    width = table_width()
+    lines: list[str] = []
+    for run in dict.fromkeys(row["run"] for row in rows):
+        said = [
+            wrap(f"  {row['verdict']}", width, indent="    ")
+            for row in rows
+            if row["run"] == run and row["outcome"] not in _SAID_IN_THE_TABLE
+        ]
+        if said:
+            lines += [f"{run} against {rows[0]['baseline']}:", *said]
+    return "\n".join(lines)
 
 
 def _split_on_vs(args: Sequence[str]) -> list[list[str]]:

@@ -111,3 +111,40 @@ def test_report_commands_import_no_heavy_libraries():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_summary_and_compare_tables_fit_120_columns_with_sentences_below(tmp_path):
+    """Four recorded runs as a bench of two configurations' repeats (the README's main job with
+    `--repeat 2`): the tables fit 120 columns, and what does not fit a cell, the load
+    generator's verdicts and the comparison's sentences, is printed below, named by run."""
+    import shutil
+    from pathlib import Path
+
+    recorded = Path(__file__).parent / "data" / "recorded"
+    bench = tmp_path / "bench"
+    for source, name in (
+        ("mnbt2048-smoke", "baseline--chat--steady--0000abcd"),
+        ("mnbt4096-smoke", "baseline--chat--steady--0000abcd--r2"),
+        ("rate2-open", "chunked-256--chat--steady--0000beef"),
+        ("rate2-open-seqs16", "chunked-256--chat--steady--0000beef--r2"),
+    ):
+        shutil.copytree(recorded / source, bench / name)
+    summary = _invoke("summarize", str(bench))
+    compared = _invoke("compare", str(bench), "--n-boot", "200")
+    for result in (summary, compared):
+        assert result.exit_code == 0, result.output
+        lines = result.stdout.splitlines()
+        assert max(map(len, lines)) <= 120, "\n".join(line for line in lines if len(line) > 120)
+    summary_lines = summary.stdout.splitlines()
+    verdict_row = next(line for line in summary_lines if line.startswith("loadgen_verdict "))
+    markers = verdict_row.split()[1:]  # one per run, the text below
+    assert len(markers) == 4 and all(m.startswith("[") and m.endswith("]") for m in markers)
+    note = next(line for line in summary_lines if line.startswith(markers[0] + " "))
+    assert ", loadgen_verdict: load generator healthy" in note  # "[n] <run>, <key>: <text>"
+    header = compared.stdout.splitlines()[2]  # after the method line and a blank one
+    assert header.split()[:3] == ["metric", "baseline", "run"] and header.endswith("outcome")
+    assert "against" in compared.stdout  # the verdicts the outcomes stand for, below
+    as_json = json.loads(
+        _invoke("compare", str(bench), "--n-boot", "200", "--format", "json").stdout
+    )
+    assert all(row["verdict"] and row["outcome"] for row in as_json)  # JSON keeps both

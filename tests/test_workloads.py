@@ -419,8 +419,9 @@ def test_cli_show_prints_yaml_and_planned_lengths(tiny_model):
     )
     assert result.exit_code == 0, result.output
     assert "name: fixed-800-64" in result.output
-    table = result.output.split("# max prompt+output tokens: 864")[1].strip().splitlines()
-    assert [row.split()[:4] for row in table[2:]] == [[str(i), "-1", "800", "64"] for i in range(3)]
+    table = result.output.split("# max prompt+output tokens: 864")[1].strip().split("\n\n")[0]
+    rows = [row.split()[:4] for row in table.splitlines()[2:]]
+    assert rows == [[str(i), "-1", "800", "64"] for i in range(3)]
     as_json = CliRunner().invoke(
         cli, ["workloads", "show", "multi-turn", "-n", "1", "--format", "json",
               "--tokenizer", str(tiny_model)],
