@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import signal
-import sys
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -23,6 +21,7 @@ from vprof.cli.options import (
     profiles_dir_option,
 )
 from vprof.cli.output import HUMAN, Part, emit_parts, format_option
+from vprof.cli.progress import ProgressView
 from vprof.common.errors import VprofError, os_reason
 from vprof.common.interrupt import raise_interrupted, signal_of
 from vprof.locustfiles.optiontable import (
@@ -35,18 +34,22 @@ from vprof.locustfiles.optiontable import (
 )
 from vprof.runs.order import ORDERS
 
-_last_progress = [0.0]
+if TYPE_CHECKING:
+    from vprof.runs.spec import Tick
+
+_view: list[ProgressView] = []  # the command's, until it ends
 
 
-def _say(message: str) -> None:
-    """Progress to stderr: live on a terminal, one line every 10 s in a log file."""
-    if not message.startswith("\r"):
-        click.echo(message, err=True)
-    elif sys.stderr.isatty():
-        click.echo(message, nl=False, err=True)
-    elif time.monotonic() - _last_progress[0] >= 10:
-        _last_progress[0] = time.monotonic()
-        click.echo(message[1:], err=True)
+def _say(message: str | Tick) -> None:
+    """Progress to stderr: a live display on a terminal, plain lines in a log file."""
+    if not _view:
+        _view.append(ProgressView())
+    _view[0].say(message)
+
+
+def _end_progress() -> None:
+    if _view:
+        _view.pop().close()
 
 
 @contextmanager
@@ -67,6 +70,7 @@ def _interruptible(out_dir: Path) -> Iterator[None]:
     try:
         yield
     except KeyboardInterrupt as exc:
+        _end_progress()
         signum = signal_of(exc)
         click.echo(
             f"\nInterrupted by {signal.Signals(signum).name}: finished runs and the partial one "
@@ -75,6 +79,7 @@ def _interruptible(out_dir: Path) -> Iterator[None]:
         )
         raise SystemExit(128 + signum) from None
     finally:
+        _end_progress()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         if command is None:

@@ -41,7 +41,8 @@ from vprof.common.clock import wall_now
 from vprof.common.errors import os_reason
 from vprof.locustfiles.health import PAUSES, run_sampler
 from vprof.locustfiles.optiontable import EVENT_MARK, FAULT_EXIT_CODE, FAULT_MARK
-from vprof.records.rundir import RunDir, append_jsonl
+from vprof.records.rundir import LOADGEN_ANSWERED, LOADGEN_FAILED, RunDir, append_jsonl
+from vprof.records.schema import Status
 from vprof.records.store import RecordWriter
 
 RECORDS_MESSAGE = "vprof_records"
@@ -75,6 +76,7 @@ class _Buffer:
     def __init__(self) -> None:
         self.records: list[dict[str, Any]] = []
         self.health: list[dict[str, Any]] = []
+        self.answered = self.failed = 0  # so far, for the live progress
 
     def take(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         records, health = self.records, self.health
@@ -226,7 +228,13 @@ def subscribe(environment: Any, callback: Callback) -> None:
 
 def emit(environment: Any, record: dict[str, Any]) -> None:
     """Hand one finished record (a dict) to this process's buffer."""
-    _buffer(environment).records.append(record)
+    buffer = _buffer(environment)
+    buffer.records.append(record)
+    status = record.get("status")
+    if status == Status.OK:
+        buffer.answered += 1
+    elif status in (Status.ERROR, Status.TIMEOUT):
+        buffer.failed += 1
 
 
 def default_run_dir() -> Path:
@@ -235,6 +243,8 @@ def default_run_dir() -> Path:
 
 
 def _emit_health(environment: Any, sample: dict[str, Any]) -> None:
+    buffer = _buffer(environment)
+    sample |= {LOADGEN_ANSWERED: buffer.answered, LOADGEN_FAILED: buffer.failed}
     col = collector(environment)
     if col is not None and not isinstance(environment.runner, WorkerRunner):
         col.add([], [sample])

@@ -329,6 +329,8 @@ METRICS_LINE: dict[str, Check] = {
     "replica": _text(),  # several replicas: whose /metrics (its base URL); absent: one server
     "pass": COUNT,  # several replicas: the sampler's pass, which scraped each replica once
 }
+# A Locust process's requests answered and failed so far, in its health samples.
+LOADGEN_ANSWERED, LOADGEN_FAILED = "requests_answered", "requests_failed"
 # One line of loadgen.jsonl (a Locust process's health sample).
 LOADGEN_LINE: dict[str, Check] = {
     "t": SAMPLED_AT,
@@ -343,6 +345,8 @@ LOADGEN_LINE: dict[str, Check] = {
     "loop_lag_p99_ms": _number(0, 1e9),
     "loop_lag_max_ms": _number(0, 1e9),
     "loop_lag_histogram": _items(COUNT, limit=1000),
+    LOADGEN_ANSWERED: COUNT,
+    LOADGEN_FAILED: COUNT,
 }
 
 

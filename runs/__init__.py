@@ -15,6 +15,7 @@ from typing import Any
 _HOMES = {
     "BenchSpec": "spec",
     "RunOutcome": "spec",
+    "Tick": "spec",
     "resolve_profiles": "bench",
     "run_bench": "bench",
 }

@@ -47,7 +47,7 @@ from vprof.runs.measure import (
     workload_file,
 )
 from vprof.runs.sampler import MetricsSampler
-from vprof.runs.spec import NOT_STARTED, SKIPPED, BenchSpec, Progress, RunOutcome
+from vprof.runs.spec import NOT_STARTED, SKIPPED, BenchSpec, Progress, RunOutcome, Tick
 
 if TYPE_CHECKING:
     from vprof.registry import Profile
@@ -552,19 +552,26 @@ class AlternatingBench:
                     say(f"\n  ! {warning}")
                 elapsed = time.monotonic() - started
                 done = int(elapsed // block_s)
-                line = (
-                    f"\r  {run.name[:40]:40} {elapsed:5.0f}/{shape.duration_s:.0f} s  block {done}"
+                answered, failed = watch.counts() or (None, None)
+                tick = Tick(
+                    run.name,
+                    elapsed,
+                    shape.duration_s,
+                    done=answered,
+                    failed=failed,
+                    detail=f"block {done}",
                 )
                 if alt.precision_pct is not None and done > judged:
                     judged = done
                     worst, met = self._precision([*earlier[: phase.number - 1], phase])
                     if worst is not None:
-                        line += f"  widest ±{worst:.1f} % (target ±{alt.precision_pct:g} %)"
+                        widest = f"widest ±{worst:.1f} % (target ±{alt.precision_pct:g} %)"
+                        tick = replace(tick, detail=f"{tick.detail}, {widest}")
                     if met and phase.number == 1 and self._may_stop(phase):
-                        say(line)
+                        say(tick)
                         say(f"\n  every headline metric within ±{alt.precision_pct:g} %: stopping")
                         break
-                say(line)
+                say(tick)
         except KeyboardInterrupt as exc:
             state, reason = RunState.INTERRUPTED, interruption(exc)
             raise

@@ -14,7 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -22,7 +22,7 @@ from vprof.common.errors import LaunchError, ProfileError, RunError, VprofError,
 from vprof.records.rundir import RunDir, RunState, name_of
 from vprof.runs.measure import Server, check_fits, run_one
 from vprof.runs.order import block_order
-from vprof.runs.spec import NOT_STARTED, SKIPPED, BenchSpec, Progress, RunOutcome
+from vprof.runs.spec import NOT_STARTED, SKIPPED, BenchSpec, Progress, RunOutcome, Tick
 
 if TYPE_CHECKING:
     from vprof.registry import Profile
@@ -321,7 +321,7 @@ class _Bench:
                 self.resolved.workload,
                 shape,
                 run,
-                say,
+                self._placed(len(self.outcomes) + 1),
                 repeat,
                 calibration=self.certificates.get(shape.name),
             )
@@ -337,6 +337,15 @@ class _Bench:
             reason = self.stopped or f"the server of {profile.name} died"
             self._not_started(profile, repeat, pending[i + 1 :], reason)
             return
+
+    def _placed(self, number: int) -> Progress:
+        """``say``, with each Tick given the run's place in the matrix (number, of)."""
+        of = len(self.profiles) * len(self.resolved.shapes) * self.spec.repeat
+
+        def say(message: str | Tick) -> None:
+            self.say(replace(message, place=(number, of)) if isinstance(message, Tick) else message)
+
+        return say
 
     def _server_for(self, index: int) -> Server | None:
         """The running server of profile ``index``, started if needed; None if it failed."""

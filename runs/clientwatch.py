@@ -8,7 +8,7 @@ from pathlib import Path
 
 from vprof.analysis.keys import CLIENT_FIX
 from vprof.analysis.samples import LAG_P99_LIMIT_MS, worker_health
-from vprof.records.rundir import RunDir, read_json
+from vprof.records.rundir import LOADGEN_ANSWERED, LOADGEN_FAILED, RunDir, read_json
 
 # Consecutive late samples (2 s each) before a warning: one busy moment is normal.
 LATE_SAMPLES = 3
@@ -25,6 +25,7 @@ class ClientWatch:
         self._offset = 0
         self._late: dict[str, list[dict]] = {}  # a worker's run of late samples
         self._measured_from: float | None = None
+        self._counts: dict[str, tuple[int, int]] = {}  # a process's answered, failed
         self.warned = False
 
     def _warmup_until(self) -> float | None:
@@ -52,10 +53,24 @@ class ClientWatch:
                 samples.append(sample)
         return samples
 
+    def counts(self) -> tuple[int, int] | None:
+        """Requests answered and failed so far, over every Locust process (None before the
+        first sample that counts them); read by :meth:`check`."""
+        if not self._counts:
+            return None
+        return tuple(sum(c[i] for c in self._counts.values()) for i in (0, 1))  # type: ignore[return-value]
+
     def check(self) -> str | None:
+        """Read the new samples: their request counts, and a warning the first time the load
+        generator falls behind after the warm-up (None otherwise)."""
+        samples = self._new_samples()
+        for sample in samples:
+            answered, failed = sample.get(LOADGEN_ANSWERED), sample.get(LOADGEN_FAILED)
+            if isinstance(answered, int) and isinstance(failed, int):
+                self._counts[str(sample.get("worker", ""))] = (answered, failed)
         if self.warned or self._warmup_until() is None:
             return None  # nothing to judge before the test has started
-        for sample in self._new_samples():
+        for sample in samples:
             if float(sample.get("t", 0.0)) < (self._measured_from or 0.0):
                 continue
             lag = sample.get("loop_lag_p99_ms")

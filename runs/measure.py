@@ -24,7 +24,7 @@ from vprof.runs.environment import client_versions, hardware, vllm_version
 from vprof.runs.hostprobe import HostProbe
 from vprof.runs.loadgen import LoadProcess, LoadSpec, start_spare
 from vprof.runs.sampler import MetricsSampler
-from vprof.runs.spec import BenchSpec, Progress, RunOutcome
+from vprof.runs.spec import BenchSpec, Progress, RunOutcome, Tick
 
 FAULT_STOP_S = 10.0  # how long a load generator that cannot write is given to stop
 # After a level whose answers in flight were cut off: how long the server is given to drop
@@ -417,16 +417,24 @@ def run_one(
             finished = values.get("vllm:request_success_total", 0.0)
             if done_before is None and values:
                 done_before = finished
-            elapsed = time.monotonic() - started
-            of = f"/{total_s:.0f}" if total_s else ""
             server_side = (
-                f"running {values.get('vllm:num_requests_running', 0):3.0f}  "
-                f"waiting {values.get('vllm:num_requests_waiting', 0):3.0f}  "
-                f"done {finished - (done_before or 0.0):6.0f}"
+                f"server: running {values.get('vllm:num_requests_running', 0):.0f}, "
+                f"waiting {values.get('vllm:num_requests_waiting', 0):.0f}, "
+                f"finished {finished - (done_before or 0.0):.0f}"
                 if sampler.enabled
                 else "(no /metrics sampling)"
             )
-            say(f"\r  {run.name[:48]:48} {elapsed:5.0f}{of} s  {server_side}")
+            done, failed = watch.counts() or (None, None)
+            say(
+                Tick(
+                    run.name,
+                    time.monotonic() - started,
+                    total_s or 0.0,
+                    done=done,
+                    failed=failed,
+                    detail=server_side,
+                )
+            )
     except KeyboardInterrupt as exc:
         state, reason = RunState.INTERRUPTED, interruption(exc)
         raise

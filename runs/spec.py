@@ -20,7 +20,31 @@ from vprof.runs.sampler import DEFAULT_INTERVAL_S
 if TYPE_CHECKING:
     from vprof.traffic import TrafficShape
 
-Progress = Callable[[str], None]
+
+@dataclass(frozen=True)
+class Tick:
+    """Where a measuring run is, said about once a second: a live display draws it, a log
+    prints ``str(tick)`` now and then. ``place`` is the run's (number, of) in the command's
+    matrix when the command knows it; ``done`` and ``failed`` count the load generator's
+    answered and failed requests so far (None: not known yet)."""
+
+    run: str
+    elapsed_s: float
+    total_s: float = 0.0  # 0: the run ends when its work does (a trace, a ladder)
+    done: int | None = None
+    failed: int | None = None
+    detail: str = ""  # the server's side, or an alternating run's block
+    place: tuple[int, int] | None = None
+
+    def __str__(self) -> str:
+        of = f"/{self.total_s:.0f}" if self.total_s else ""
+        counts = "" if self.done is None else f"  answered {self.done}  failed {self.failed or 0}"
+        where = f"[{self.place[0]}/{self.place[1]}] " if self.place else ""
+        return f"  {where}{self.run[:48]:48} {self.elapsed_s:5.0f}{of} s{counts}  {self.detail}"
+
+
+# What a run says as it goes: a line (str) or, while it measures, a Tick.
+Progress = Callable[[str | Tick], None]
 
 # Outcomes of a bench cell beyond a run's own states: completed earlier, or never started.
 SKIPPED = "skipped"

@@ -387,7 +387,8 @@ def test_a_run_in_which_every_request_failed_fails_with_the_first_error_and_back
         spec = BenchSpec(traffic=(str(shape),), workload=str(too_long), out_dir=tmp_path / "out",
                          url=emulator.url, metrics_interval_s=0.5)  # fmt: skip
         (outcome,) = run_bench(profiles(["emu"], url=spec.url, say=said.append), spec, said.append)
-    assert any("has max-model-len 256" in line for line in said)  # warned before it started
+    # warned before it started
+    assert any("has max-model-len 256" in line for line in map(str, said))
     assert outcome.state == "failed" and not outcome.finished
     assert outcome.reason.startswith("every request failed (")
     assert "the first error: HTTP 400:" in outcome.reason

@@ -59,8 +59,8 @@ def bench(emulator, files: Path) -> list[str]:
 
 def ran(said: list[str]) -> bool:
     """True when the bench ran its cell; False when it skipped it as already completed."""
-    skipped = any("already completed" in line for line in said)
-    running = any(line.endswith(": running") for line in said)
+    skipped = any("already completed" in line for line in map(str, said))
+    running = any(line.endswith(": running") for line in map(str, said))
     assert skipped != running, said
     return running
 
@@ -139,6 +139,6 @@ def test_a_completed_run_whose_records_were_damaged_runs_again_and_keeps_them(em
     (run / "records.arrow").write_bytes(b"\xff" * 100)
     said = bench(emulator, files)
     assert ran(said)
-    assert any("completed, but its records are damaged" in line for line in said)
+    assert any("completed, but its records are damaged" in line for line in map(str, said))
     kept = run.with_name(run.name + ".attempt-1")
     assert (kept / "records.arrow").read_bytes() == b"\xff" * 100  # moved aside, not deleted

@@ -1,0 +1,64 @@
+"""Long commands' progress: a live display on a terminal, plain lines in a log."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+
+from vprof.cli.progress import ProgressView, remaining_s
+from vprof.runs.spec import Tick
+
+
+def _ticks(run: str, place: tuple[int, int], seconds: int) -> list[Tick]:
+    return [
+        Tick(run, float(t), 10.0, done=3 * t, failed=t // 5, detail="server: running 2",
+             place=place)
+        for t in range(1, seconds + 1)
+    ]  # fmt: skip
+
+
+def test_on_a_terminal_each_run_gets_a_bar_and_the_command_its_time_to_go(capsys):
+    from rich.console import Console
+
+    screen = io.StringIO()
+    view = ProgressView(live=True, console=Console(file=screen, force_terminal=True, width=120))
+    view.say("baseline × steady: running")
+    for tick in _ticks("baseline--chat--steady", (1, 2), 10):
+        view.say(tick)
+    view.say("\n  ! the load generator is falling behind")
+    for tick in _ticks("chunked-256--chat--steady", (2, 2), 4):
+        view.say(tick)
+    view.close()
+    text = screen.getvalue()
+    assert "\x1b[" in text  # drawn with terminal controls, not printed line by line
+    assert "[1/2]" in text and "[2/2]" in text
+    assert "baseline--chat--steady" in text and "chunked-256--chat--steady" in text
+    assert "4/10 s  answered 12  failed 0" in text
+    assert "the command: run 2 of 2" in text and "to go" in text
+    assert "! the load generator is falling behind" in text  # lines print above the bars
+    assert capsys.readouterr().err == "baseline × steady: running\n"  # before the bars
+
+
+def test_in_a_log_ticks_are_plain_lines_at_most_every_10_s(capsys):
+    view = ProgressView(live=False)
+    view.say("baseline × steady: running")
+    for tick in _ticks("baseline--chat--steady", (1, 2), 5):
+        view.say(tick)  # within 10 s: only the first prints
+    view.close()
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[0] == "baseline × steady: running"
+    assert lines[1:] == [str(_ticks("baseline--chat--steady", (1, 2), 1)[0])]
+    assert "\x1b" not in "".join(lines) and "\r" not in "".join(lines)
+    assert lines[1].split() == [
+        "[1/2]", "baseline--chat--steady", "1/10", "s", "answered", "3", "failed", "0",
+        "server:", "running", "2",
+    ]  # fmt: skip
+
+
+def test_the_time_to_go_counts_what_is_left_and_each_run_to_come_with_its_set_up():
+    # run 2 of 4 at 30 of 60 s; 200 s of wall time so far, run 1 measured 60 s: the 110 s
+    # beyond measuring went to two runs' set-up (55 s each)
+    left = remaining_s(200.0, 60.0, 30.0, 60.0, number=2, of=4)
+    assert left == pytest.approx(30.0 + 2 * (60.0 + 55.0))
+    assert remaining_s(10.0, 0.0, 10.0, 10.0, number=1, of=1) == 0.0
