@@ -380,7 +380,6 @@ def run_one(
             f"  waiting for {spec.workers_expected} Locust worker(s) at {spec.master_bind}: "
             f"on each load host run `{join_hint(spec.master_bind)}`"
         )
-    done_before: float | None = None  # the server's finished-request count when the run began
     state, reason = RunState.COMPLETED, ""
     ladder = spec.cut_in_flight_s is not None  # another level may follow at once
     try:
@@ -414,13 +413,9 @@ def run_one(
             if warning := watch.check():
                 say(f"\n  ! {warning}")
             values = sampler.last_values
-            finished = values.get("vllm:request_success_total", 0.0)
-            if done_before is None and values:
-                done_before = finished
             server_side = (
-                f"server: running {values.get('vllm:num_requests_running', 0):.0f}, "
-                f"waiting {values.get('vllm:num_requests_waiting', 0):.0f}, "
-                f"finished {finished - (done_before or 0.0):.0f}"
+                f"server: {values.get('vllm:num_requests_running', 0):.0f} running, "
+                f"{values.get('vllm:num_requests_waiting', 0):.0f} waiting"
                 if sampler.enabled
                 else "(no /metrics sampling)"
             )

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -45,6 +45,29 @@ class Tick:
 
 # What a run says as it goes: a line (str) or, while it measures, a Tick.
 Progress = Callable[[str | Tick], None]
+
+
+def nested(say: Progress, index: int, count: int) -> Progress:
+    """``say`` for the ``index``-th (from 0) of ``count`` like benches run one after another
+    (a ladder's rungs): a Tick's place (k of n) in its bench becomes its place in all of
+    them, ``index`` × n + k of ``count`` × n."""
+
+    def placed(message: str | Tick) -> None:
+        if isinstance(message, Tick) and message.place:
+            k, n = message.place
+            message = replace(message, place=(index * n + k, count * n))
+        say(message)
+
+    return placed
+
+
+def unplaced(say: Progress) -> Progress:
+    """``say`` for benches whose number is not known beforehand (a tune's trials): Ticks
+    without a place, so nothing claims a count or a time to go."""
+    return lambda message: say(
+        replace(message, place=None) if isinstance(message, Tick) else message
+    )
+
 
 # Outcomes of a bench cell beyond a run's own states: completed earlier, or never started.
 SKIPPED = "skipped"

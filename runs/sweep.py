@@ -24,7 +24,7 @@ from vprof.analysis.keys import CLIENT_FIX, SummaryKey
 from vprof.common.errors import ProfileError, RunError, WorkloadError
 from vprof.common.numbers import MAX_TOKENS, check_number, parse_number_list
 from vprof.records.rundir import RunState, read_json, sweep_manifest, write_json_atomic
-from vprof.runs.spec import MEASURED, NOT_STARTED, SKIPPED, level_cut_s
+from vprof.runs.spec import MEASURED, NOT_STARTED, SKIPPED, level_cut_s, nested
 from vprof.server.logparse import mentions_oom
 
 if TYPE_CHECKING:
@@ -371,7 +371,7 @@ def run_ladder(
         return [rung_row(rung, [o for o in outcomes if o.profile == rung.label]) for rung in rungs]
     rows: list[dict[str, Any]] = []
     for i, rung in enumerate(rungs):
-        row = rung_row(rung, run_bench([variant(base, rung)], spec, say))
+        row = rung_row(rung, run_bench([variant(base, rung)], spec, nested(say, i, len(rungs))))
         rows.append(row)
         reason = should_stop(row)
         if reason:

@@ -19,12 +19,12 @@ need. The tune folder holds::
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from vprof.common.errors import RunError
 from vprof.records.rundir import REPORT_FILE, TUNE_FIELDS, read_json, tune_manifest
+from vprof.runs.spec import Progress
 from vprof.runs.tunebench import BenchTrials
 from vprof.runs.tuneguide import ModelGuide
 from vprof.runs.tuneoutput import (
@@ -43,15 +43,13 @@ from vprof.runs.tunespace import Candidate, refusal
 if TYPE_CHECKING:
     from vprof.forecast.rules import SchedulerRules
 
-Say = Callable[[str], None]
 
-
-def run_tune(request: TuneRequest, say: Say = print) -> TuneOutcome:
+def run_tune(request: TuneRequest, say: Progress = print) -> TuneOutcome:
     """Prepare (checking everything), search, and write the profile, tables and report."""
     return run_prepared(prepare(request, say), say)
 
 
-def run_prepared(prepared: Prepared, say: Say = print) -> TuneOutcome:
+def run_prepared(prepared: Prepared, say: Progress = print) -> TuneOutcome:
     """Search with checked inputs (``prepare``'s) and write what a tune leaves."""
     p = prepared
     folder = p.request.out_dir
@@ -105,7 +103,7 @@ def run_prepared(prepared: Prepared, say: Say = print) -> TuneOutcome:
     return outcome
 
 
-def _guide(prepared: Prepared, runner: BenchTrials, say: Say) -> ModelGuide:
+def _guide(prepared: Prepared, runner: BenchTrials, say: Progress) -> ModelGuide:
     """The capacity model behind --guided: the tune's workload at its levels' rates, on this
     host, with each candidate's scheduler rules and the KV cache its server reported (before
     any did: the least any reported, else a cache that holds every request)."""
@@ -136,7 +134,7 @@ def _guide(prepared: Prepared, runner: BenchTrials, say: Say) -> ModelGuide:
     return ModelGuide(model, rules_of, start_rps=prepared.settings.start_rps, say=say)
 
 
-def _report(folder: Path, prepared: Prepared, say: Say) -> Path | None:
+def _report(folder: Path, prepared: Prepared, say: Progress) -> Path | None:
     from vprof.report import write_report
 
     objective = prepared.objective

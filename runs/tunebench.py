@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from vprof.analysis.keys import SummaryKey as K
 from vprof.records.rundir import RunState, read_json
-from vprof.runs.spec import NOT_STARTED, SKIPPED
+from vprof.runs.spec import NOT_STARTED, SKIPPED, Progress, unplaced
 from vprof.runs.tuneevidence import Measurement, Verdict
 from vprof.runs.tunerequest import Prepared, rate_shape
 from vprof.runs.tunespace import Candidate, variant
@@ -29,7 +29,6 @@ if TYPE_CHECKING:
     from vprof.runs.spec import RunOutcome
     from vprof.traffic import TrafficShape
 
-Say = Callable[[str], None]
 # A level the load generator could not keep up with says nothing of the server (and a plan never
 # counts it as met): it is measured again, at most this many times in all.
 CLIENT_LIMITED_ATTEMPTS = 3
@@ -42,9 +41,9 @@ class BenchTrials:
     again when the tune is resumed.
     """
 
-    def __init__(self, prepared: Prepared, say: Say, failures: dict[str, str]) -> None:
+    def __init__(self, prepared: Prepared, say: Progress, failures: dict[str, str]) -> None:
         self.prepared = prepared
-        self.say = say
+        self.say = unplaced(say)  # how many benches a tune runs is not known beforehand
         self.failures = failures  # profile identity → why its server did not start
         self.on_failure: Callable[[], None] = lambda: None
         self.opened = 0  # trials opened so far

@@ -8,7 +8,7 @@ write over what is not a tune's), so a mistake costs no server start.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -17,6 +17,7 @@ from vprof.common.errors import LaunchError, ProfileError, RunError, WorkloadErr
 from vprof.common.numbers import check_number, parse_number
 from vprof.common.suggest import suggestion
 from vprof.records.rundir import REPORT_FILE, TUNE_FIELDS, read_json, tune_manifest
+from vprof.runs.spec import Progress
 from vprof.runs.tuneevidence import OBJECTIVES, Objective
 from vprof.runs.tunesearch import SearchSettings
 from vprof.runs.tunespace import Candidate, Space, build_space, parse_space
@@ -28,7 +29,6 @@ if TYPE_CHECKING:
     from vprof.traffic import TrafficShape
     from vprof.workloads import Workload
 
-Say = Callable[[str], None]
 DEFAULT_BUDGET_TRIALS = 12
 MAX_BUDGET_TRIALS = 1000
 MAX_BUDGET_S = 30 * 86_400.0
@@ -128,7 +128,7 @@ class Prepared:
     workload_name: str
 
 
-def prepare(request: TuneRequest, say: Say = lambda _: None) -> Prepared:
+def prepare(request: TuneRequest, say: Progress = lambda _: None) -> Prepared:
     """Check everything before any server starts; raise the error that names what is wrong."""
     from vprof.analysis.slo import SloError, parse_slo
     from vprof.registry import get_profile

@@ -62,3 +62,14 @@ def test_the_time_to_go_counts_what_is_left_and_each_run_to_come_with_its_set_up
     left = remaining_s(200.0, 60.0, 30.0, 60.0, number=2, of=4)
     assert left == pytest.approx(30.0 + 2 * (60.0 + 55.0))
     assert remaining_s(10.0, 0.0, 10.0, 10.0, number=1, of=1) == 0.0
+
+
+def test_a_ladders_rungs_count_together_and_a_tunes_benches_claim_no_place():
+    from vprof.runs.spec import nested, unplaced
+
+    said: list = []
+    tick = Tick("rung", 1.0, 10.0, place=(2, 3))  # its bench's run 2 of 3
+    nested(said.append, 1, 4)(tick)  # the second of four rungs
+    nested(said.append, 1, 4)("a line")
+    unplaced(said.append)(tick)
+    assert said[0].place == (5, 12) and said[1] == "a line" and said[2].place is None
