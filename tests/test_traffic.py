@@ -123,6 +123,8 @@ def test_unknown_key_names_file_line_and_suggestion(tmp_path: Path):
         ("kind: steady\nusers: 2.5\nduration_s: 5\n", "users", 2),
         ("kind: open-loop\nduration_s: 5\nrate_rps: 0\n", "rate_rps", 3),
         ("kind: open-loop\nduration_s: 5\nrate_rps: 1\nprocess: gama\n", "process", 4),
+        # out of range on any kind, as the schema says (a fuzzed ramp found the loader took it)
+        ("kind: ramp\nduration_s: 5\nusers: 4\nburstiness: 0\n", "burstiness", 4),
     ],
 )
 def test_invalid_values_are_located(tmp_path: Path, yaml_text: str, key: str, line: int):

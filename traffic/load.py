@@ -106,6 +106,8 @@ def shape_from_dict(
             f"unknown arrival process {process!r}",
             suggestion(process, PROCESSES, f"one of {', '.join(PROCESSES)}"),
         )
+    if values.get("burstiness", 1.0) <= 0:  # whatever the kind: no value out of range
+        raise fail("burstiness", "must be positive (1 = Poisson, <1 burstier)")
     if kind == "open-loop":
         if process != "trace" and values.get("rate_rps", 0) <= 0:
             raise fail(
@@ -114,10 +116,6 @@ def shape_from_dict(
             )
         if values.get("max_in_flight", 32) < 1:
             raise fail("max_in_flight", "must be at least 1")
-        if process == "gamma" and values.get("burstiness", 1.0) <= 0:
-            raise fail("burstiness", "must be positive (1 = Poisson, <1 burstier)")
-        if values.get("burstiness", 1.0) == 0:
-            raise fail("burstiness", "must be positive (1 = Poisson, <1 burstier)")
     elif values.get("users", 1) < 1 and kind != "spike":
         raise fail("users", "must be at least 1")
     if kind == "step" and values.get("step_s", 10.0) <= 0:
