@@ -165,6 +165,8 @@ def comparison_parts(
     if detect is not None:
         columns.insert(columns.index("detectable_pct") + 1, "power_pct")
     columns.remove("ci_high_pct")  # in one cell with ci_low_pct
+    if all(row.get("detectable_pct") is None for row in rows):  # one run a side: no design
+        columns.remove("detectable_pct")
     if fmt == "markdown":
         columns.append("verdict")
     return [
