@@ -85,7 +85,7 @@ def summary_parts(
             click.echo(f"warning: {name}: {summary[K.PROMPT_TOKEN_WARNING]}", err=True)
     rows = summary_rows(names, summaries, fmt)
     parts: list[Part] = [("summaries", rows, None)]
-    if fmt == "table":  # sentences (a verdict, a warning) below the table, named by run
+    if fmt == "table" and rows:  # sentences (a verdict, a warning) below the table, by run
         rows, notes = lift_long_cells(
             rows, list(rows[0]), lambda row, run: f"{run}, {row['metric']}", table_width()
         )
