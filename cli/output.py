@@ -6,6 +6,7 @@ import csv
 import io
 import json
 import math
+import re
 import shutil
 import sys
 import textwrap
@@ -76,11 +77,18 @@ def table_width() -> int:
     return max(60, shutil.get_terminal_size((TABLE_WIDTH, 24)).columns)
 
 
+# A number and its unit stay on one line ("±1.3 %", "2 ms", "3.5 req/s").
+_NUMBER_UNIT = re.compile(r"(\d) (?=%|ms\b|s\b|req/s|tokens\b|GiB\b|MB\b)")
+
+
 def wrap(text: str, width: int, indent: str = "    ") -> str:
-    """``text`` in lines of at most ``width``, later lines indented; words are not broken."""
-    return textwrap.fill(
-        text, width, subsequent_indent=indent, break_long_words=False, break_on_hyphens=False
+    """``text`` in lines of at most ``width``, later lines indented; words are not broken,
+    nor a number from its unit."""
+    kept = _NUMBER_UNIT.sub("\\1\u00a0", text)
+    lines = textwrap.fill(
+        kept, width, subsequent_indent=indent, break_long_words=False, break_on_hyphens=False
     )
+    return lines.replace("\u00a0", " ")
 
 
 def lift_long_cells(

@@ -47,3 +47,13 @@ def test_columns_that_do_not_fit_continue_in_blocks_led_by_the_first():
     assert all(len(line) <= 80 for line in text.splitlines())
     shown = [name for b in blocks for name in b.splitlines()[0].split()[1:]]
     assert shown == [f"run-{k}-with-a-long-name" for k in range(6)]  # each once, in order
+
+
+def test_a_wrapped_sentence_keeps_each_number_with_its_unit():
+    from vprof.cli.output import wrap
+
+    text = "could not have seen a change under ±1.3 % in 2 ms at 3.5 req/s"
+    for width in range(20, len(text)):
+        lines = wrap(text, width).splitlines()
+        assert all(not line.strip().startswith(("%", "ms", "req/s")) for line in lines[1:])
+        assert " ".join(line.strip() for line in lines) == text
