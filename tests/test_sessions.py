@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from locust_run import import_locust_unpatched, run_headless
 
-from vprof.analysis.summary import summarize
+from vprof.analysis.summary import IN_FLIGHT_SHARE_LIMIT, summarize
 from vprof.common.errors import WorkloadError
 from vprof.emulator import Emulator, EmulatorConfig
 from vprof.records import read_records
@@ -384,6 +384,12 @@ def test_closed_loop_users_think_between_turns_and_the_load_is_still_what_was_as
     # requests in flight alone hold ~1.45 of the 2 users here: thinking counted is what reaches
     # the load asked; the margin is the second user's start and a busy core's send lag (a
     # suite run on a loaded machine gave 1.91)
-    assert summary["mean_in_flight"] + summary["mean_thinking"] >= 0.9 * 2
+    kept = summary["mean_in_flight"] + summary["mean_thinking"]
+    assert kept >= 0.9 * 2
     assert summary["mean_in_flight"] < 0.85 * 2
-    assert not any("requests in flight" in r for r in summary["client_limited_by"])
+    # the verdict follows in flight and thinking together, never in flight alone (which would
+    # always call this run short); a busy core's send lag may still leave the two short of the
+    # users (a CI run's unit-test part: 1.91 of 2), and then the verdict counts the thinking
+    short = [r for r in summary["client_limited_by"] if "requests in flight" in r]
+    assert bool(short) == (kept < IN_FLIGHT_SHARE_LIMIT * 2), (kept, short)
+    assert all("sessions thinking" in r for r in short)
