@@ -58,7 +58,8 @@ class ClientWatch:
         first sample that counts them); read by :meth:`check`."""
         if not self._counts:
             return None
-        return tuple(sum(c[i] for c in self._counts.values()) for i in (0, 1))  # type: ignore[return-value]
+        per_process = self._counts.values()
+        return sum(a for a, _ in per_process), sum(f for _, f in per_process)
 
     def check(self) -> str | None:
         """Read the new samples: their request counts, and a warning the first time the load

@@ -73,3 +73,26 @@ def test_a_ladders_rungs_count_together_and_a_tunes_benches_claim_no_place():
     nested(said.append, 1, 4)("a line")
     unplaced(said.append)(tick)
     assert said[0].place == (5, 12) and said[1] == "a line" and said[2].place is None
+
+
+def test_the_answered_and_failed_counts_add_each_locust_processs_latest(tmp_path):
+    import json
+
+    from vprof.records.rundir import LOADGEN_ANSWERED, LOADGEN_FAILED, RunDir
+    from vprof.runs.clientwatch import ClientWatch
+
+    run = RunDir(tmp_path)
+    watch = ClientWatch(run)
+    assert watch.check() is None and watch.counts() is None  # nothing written yet
+
+    def sample(t: float, worker: str, answered: int, failed: int) -> str:
+        return json.dumps({"t": t, "worker": worker, "loop_lag_p99_ms": 1.0,
+                           LOADGEN_ANSWERED: answered, LOADGEN_FAILED: failed}) + "\n"  # fmt: skip
+
+    run.loadgen_jsonl.write_text(sample(1, "w0", 5, 0) + sample(1, "w1", 7, 1))
+    watch.check()  # before the test's warm-up is known: the counts are read all the same
+    assert watch.counts() == (12, 1)
+    with run.loadgen_jsonl.open("a") as f:
+        f.write(sample(3, "w0", 11, 2))
+    watch.check()
+    assert watch.counts() == (18, 3)  # w0's latest and w1's
