@@ -45,7 +45,7 @@ class ProgressView:
         """End the live display (its last state stays on the screen)."""
         if self._progress is not None:
             self._progress.stop()
-            self._progress = None
+            self._progress, self._overall, self._current = None, None, None
             self._tasks.clear()
 
     def _line(self, message: str) -> None:
@@ -74,11 +74,10 @@ class ProgressView:
         if self._progress is None:
             self._progress = self._start()
         progress = self._progress
-        if self._current is not None and self._current.run != tick.run:
-            self._finished_s += self._current.elapsed_s
-            last = self._tasks.get(self._current.run)
-            if last is not None:
-                progress.update(last, completed=progress.tasks[last].total)
+        last = self._current
+        if last is not None and last.run != tick.run:  # that run is over: its bar full
+            self._finished_s += last.elapsed_s
+            progress.update(self._tasks[last.run], completed=last.total_s or last.elapsed_s)
         self._current = tick
         self._draw_overall(tick)  # first: the command's line stays on top
         task = self._tasks.get(tick.run)
@@ -87,13 +86,9 @@ class ProgressView:
             task = self._tasks[tick.run] = progress.add_task(
                 tick.run[:48], total=total, place="", counts="", detail=""
             )
-        of = f"/{tick.total_s:.0f}" if tick.total_s else ""
-        counts = f"{tick.elapsed_s:.0f}{of} s"
-        if tick.done is not None:
-            counts += f"  answered {tick.done}  failed {tick.failed or 0}"
-        place = f"[{tick.place[0]}/{tick.place[1]}]" if tick.place else ""
+        counts = f"{tick.elapsed_s:.0f}{tick.of} s{tick.counts}"
         progress.update(
-            task, completed=tick.elapsed_s, place=place, counts=counts, detail=tick.detail
+            task, completed=tick.elapsed_s, place=tick.where, counts=counts, detail=tick.detail
         )
 
     def _draw_overall(self, tick: Tick) -> None:

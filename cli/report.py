@@ -83,13 +83,14 @@ def summary_parts(
             click.echo(f"warning: {name}: {summary[K.METRICS_WARNING]}", err=True)
         if summary.get(K.PROMPT_TOKEN_WARNING):
             click.echo(f"warning: {name}: {summary[K.PROMPT_TOKEN_WARNING]}", err=True)
-    rows = summary_rows(names, summaries, fmt)
-    parts: list[Part] = [("summaries", rows, None)]
+    rows, notes = summary_rows(names, summaries, fmt), ""
     if fmt == "table" and rows:  # sentences (a verdict, a warning) below the table, by run
         rows, notes = lift_long_cells(
             rows, list(rows[0]), lambda row, run: f"{run}, {row['metric']}", table_width()
         )
-        parts = [("summaries", rows, None)] + ([("summary_notes", notes, None)] if notes else [])
+    parts: list[Part] = [("summaries", rows, None)]
+    if notes:
+        parts.append(("summary_notes", notes, None))
     if fmt in HUMAN and (by_replica := replica_rows(names, summaries)):
         parts.append((K.PER_REPLICA, by_replica, None))  # JSON has it in each summary
     if timeline_interval_s:
@@ -198,7 +199,7 @@ def _compare_cells(row: dict[str, Any]) -> dict[str, Any]:
     """A comparison row for a table: headings for people, the interval in one cell."""
     low, high = row.get("ci_low_pct"), row.get("ci_high_pct")
     cells = {_HEADINGS.get(key, key): value for key, value in row.items()}
-    cells["95 % interval"] = (
+    cells[_HEADINGS["ci_low_pct"]] = (
         f"[{low:+.1f}, {high:+.1f}]" if low is not None and high is not None else ""
     )
     return cells

@@ -14,7 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -22,7 +22,7 @@ from vprof.common.errors import LaunchError, ProfileError, RunError, VprofError,
 from vprof.records.rundir import RunDir, RunState, name_of
 from vprof.runs.measure import Server, check_fits, run_one
 from vprof.runs.order import block_order
-from vprof.runs.spec import NOT_STARTED, SKIPPED, BenchSpec, Progress, RunOutcome, Tick
+from vprof.runs.spec import NOT_STARTED, SKIPPED, BenchSpec, Progress, RunOutcome, placing
 
 if TYPE_CHECKING:
     from vprof.registry import Profile
@@ -341,11 +341,7 @@ class _Bench:
     def _placed(self, number: int) -> Progress:
         """``say``, with each Tick given the run's place in the matrix (number, of)."""
         of = len(self.profiles) * len(self.resolved.shapes) * self.spec.repeat
-
-        def say(message: str | Tick) -> None:
-            self.say(replace(message, place=(number, of)) if isinstance(message, Tick) else message)
-
-        return say
+        return placing(self.say, lambda _: (number, of))
 
     def _server_for(self, index: int) -> Server | None:
         """The running server of profile ``index``, started if needed; None if it failed."""

@@ -36,37 +36,55 @@ class Tick:
     detail: str = ""  # the server's side, or an alternating run's block
     place: tuple[int, int] | None = None
 
+    @property
+    def where(self) -> str:
+        """Its place, ``[k/n]``, or nothing."""
+        return f"[{self.place[0]}/{self.place[1]}]" if self.place else ""
+
+    @property
+    def of(self) -> str:
+        """``/length`` when the run has one."""
+        return f"/{self.total_s:.0f}" if self.total_s else ""
+
+    @property
+    def counts(self) -> str:
+        """The requests answered and failed so far, when known."""
+        return "" if self.done is None else f"  answered {self.done}  failed {self.failed or 0}"
+
     def __str__(self) -> str:
-        of = f"/{self.total_s:.0f}" if self.total_s else ""
-        counts = "" if self.done is None else f"  answered {self.done}  failed {self.failed or 0}"
-        where = f"[{self.place[0]}/{self.place[1]}] " if self.place else ""
-        return f"  {where}{self.run[:48]:48} {self.elapsed_s:5.0f}{of} s{counts}  {self.detail}"
+        where = f"{self.where} " if self.place else ""
+        return (
+            f"  {where}{self.run[:48]:48} {self.elapsed_s:5.0f}{self.of} s{self.counts}  "
+            f"{self.detail}"
+        )
 
 
 # What a run says as it goes: a line (str) or, while it measures, a Tick.
 Progress = Callable[[str | Tick], None]
 
 
+def placing(
+    say: Progress, place: Callable[[tuple[int, int] | None], tuple[int, int] | None]
+) -> Progress:
+    """``say``, with each Tick's place replaced by ``place(its place)``; lines pass as they are."""
+
+    def placed(message: str | Tick) -> None:
+        say(replace(message, place=place(message.place)) if isinstance(message, Tick) else message)
+
+    return placed
+
+
 def nested(say: Progress, index: int, count: int) -> Progress:
     """``say`` for the ``index``-th (from 0) of ``count`` like benches run one after another
     (a ladder's rungs): a Tick's place (k of n) in its bench becomes its place in all of
     them, ``index`` × n + k of ``count`` × n."""
-
-    def placed(message: str | Tick) -> None:
-        if isinstance(message, Tick) and message.place:
-            k, n = message.place
-            message = replace(message, place=(index * n + k, count * n))
-        say(message)
-
-    return placed
+    return placing(say, lambda p: (index * p[1] + p[0], count * p[1]) if p else p)
 
 
 def unplaced(say: Progress) -> Progress:
     """``say`` for benches whose number is not known beforehand (a tune's trials): Ticks
     without a place, so nothing claims a count or a time to go."""
-    return lambda message: say(
-        replace(message, place=None) if isinstance(message, Tick) else message
-    )
+    return placing(say, lambda _: None)
 
 
 # Outcomes of a bench cell beyond a run's own states: completed earlier, or never started.
