@@ -38,12 +38,15 @@ KEY_SETTINGS = {
 UNSET = "(default)"
 
 
-def _short(where: str) -> str:
-    """A ``path:line`` origin, relative to the current directory when it is below it."""
+def _short(where: str, home: str | None = None) -> str:
+    """A ``path:line`` origin: its file name alone when it lies in the directory ``home``,
+    else relative to the current directory when it is below it."""
     path, sep, line = where.rpartition(":")
     if not sep or not line.isdigit():
         path, line = where, ""
-    if os.path.isabs(path):
+    if home is not None and os.path.dirname(path) == home:
+        path = os.path.basename(path)
+    elif os.path.isabs(path):
         relative = os.path.relpath(path)
         if not relative.startswith(".."):
             path = relative
@@ -100,6 +103,9 @@ def profiles(ctx: click.Context, profiles_dirs: tuple[Path, ...], fmt: str) -> N
 
 
 def _setting_rows(profile: Profile) -> list[dict[str, Any]]:
+    """One row per resolved setting; its origin by file name when the profile's own directory
+    holds it (the heading names that directory), so the table fits a deep checkout too."""
+    home = os.path.dirname(profile.source)
     settings: list[tuple[str, Any]] = [
         ("model", profile.model),
         ("entrypoint", profile.entrypoint),
@@ -110,7 +116,7 @@ def _setting_rows(profile: Profile) -> list[dict[str, Any]]:
         {
             "setting": key,
             "value": json.dumps(value) if isinstance(value, (dict, list)) else value,
-            "from": _short(profile.origins.get(key, profile.source)),
+            "from": _short(profile.origins.get(key, profile.source), home),
         }
         for key, value in settings
     ]
