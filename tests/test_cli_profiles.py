@@ -73,6 +73,7 @@ def test_show_prints_resolved_values_and_their_origins(run):
     out = result.output
     assert out.startswith("guide-chunked: The guide's second command")
     assert "extends guide-prefix-caching" in out
+
     # a deep checkout's absolute paths widen the table past 120 columns, and its origins
     # continue in a second block led by the setting: read a row's cells from every block
     def cells(setting: str) -> list[str]:
