@@ -112,10 +112,23 @@ def summarize(
     e2el = f["e2e_ms"][ok & ~np.isnan(f["e2e_ms"])]
     out.update(describe(ttft, Metric.TTFT, percentiles))
     out.update(describe(tpot, Metric.TPOT, percentiles))
-    itl, token_bins = itl_pass()
-    out.update(itl.describe(Metric.ITL, percentiles))
+    # the gap pass's figures take their places now and their values once it is done (at the
+    # SLO's checks, which need them, else at the end): the work between runs beside it
+    out.update(describe([], Metric.ITL, percentiles))
     out.update(describe(e2el, Metric.E2EL, percentiles))
-    out[K.MAX_OUTPUT_TOKENS_PER_S] = float(token_bins.max()) if token_bins.size else math.nan
+    out[K.MAX_OUTPUT_TOKENS_PER_S] = math.nan
+    itl: BlockQuantiles | None = None
+
+    def gaps_done() -> BlockQuantiles:
+        nonlocal itl
+        if itl is None:
+            itl, token_bins = itl_pass()
+            out.update(itl.describe(Metric.ITL, percentiles))
+            out[K.MAX_OUTPUT_TOKENS_PER_S] = (
+                float(token_bins.max()) if token_bins.size else math.nan
+            )
+        return itl
+
     out[K.MAX_CONCURRENT_REQUESTS] = _peak_concurrency(f["sent_at"][ok], f["last_token_at"][ok])
 
     out[K.OPEN_LOOP] = bool(cols.open_loop[keep].any())
@@ -126,7 +139,7 @@ def summarize(
         out.update(_held_back(cols, keep, in_flight_cap))
     if slo is not None:
         unanswered = keep & ~ok & ~failed & ~cut  # cancelled (not by the end), never sent
-        out.update(_slo(slo, cols, ok, failed | unanswered, itl, out, cut))
+        out.update(_slo(slo, cols, ok, failed | unanswered, gaps_done(), out, cut))
     else:
         out[K.REQUEST_GOODPUT] = None  # as vllm bench serve writes it without --goodput
     out.update(_cached_share(cols, ok))
@@ -146,6 +159,7 @@ def summarize(
         if name in out.get(K.PER_REPLICA, {}):
             out[K.PER_REPLICA][name].update(stats)
     out.update(_sessions(cols, keep, ok, percentiles, out[K.OPEN_LOOP]))
+    gaps_done()
     return out
 
 
