@@ -130,13 +130,15 @@ def analyse(runs: Path) -> None:
     print(f"fitted on {FIT_WORKLOAD} at {rates} req/s in {took:.1f} s: {config.key.profile}")
     rows: list[dict] = []
     plans: list[tuple[str, float | None, float | None]] = []
-    print(f"\n{'run':34} {'metric':22} {'measured':>10} {'predicted':>10} {'error':>8}")
+    print(f"\n{'run':34} {'metric':22} {'measured':>10} {'predicted':>10} {'error':>8}  "
+          "the stalls' draws")  # fmt: skip
     for workload, rated in by_workload.items():
         measured_levels, predicted_levels = [], []
         for rate, path in sorted(rated.items()):
             (measured,) = summaries_of(path, slo=SLO)
             meta = RunDir(path).meta(strict=True)
-            predicted = predict(config, scenario_of_run(meta, str(path)), slo=SLO).summary
+            scenario = scenario_of_run(meta, str(path))
+            predicted = predict(config, scenario, slo=SLO, spread=True).summary
             measured_levels.append(measured)
             predicted_levels.append({**predicted, "profile": measured.get("profile")})
             if workload == FIT_WORKLOAD and rate in FIT_RATES:
@@ -146,7 +148,13 @@ def analyse(runs: Path) -> None:
                 if row["metric"] in TARGETS and row["error_pct"] is not None:
                     rows.append(row)
                     figures = f"{row['measured']:10.3g} {row['predicted']:10.3g}"
-                    print(f"{name:34} {row['metric']:22} {figures} {row['error_pct']:+7.1f}%")
+                    draws = ""
+                    if "draws_low" in row:
+                        inside = "measured within" if row["within_draws"] else "measured outside"
+                        draws = f"  {row['draws_low']:.3g}–{row['draws_high']:.3g} ({inside})"
+                    print(
+                        f"{name:34} {row['metric']:22} {figures} {row['error_pct']:+7.1f}%{draws}"
+                    )
         plans.append((workload, _sustainable(measured_levels), _sustainable(predicted_levels)))
     print("\nmedian absolute error over the held-out runs (target):")
     for metric, target in TARGETS.items():
@@ -154,7 +162,18 @@ def analyse(runs: Path) -> None:
         if errors:
             median = float(np.median(errors))
             verdict = "met" if median <= target else "missed"
-            print(f"  {metric:22} {median:6.1f} %  (≤ {target:g} %: {verdict}; {len(errors)} runs)")
+            inside = [
+                r["within_draws"] for r in rows if r["metric"] == metric and "within_draws" in r
+            ]
+            within = (
+                f"; measured within the stalls' draws in {sum(inside)} of {len(inside)}"
+                if inside
+                else ""
+            )
+            print(
+                f"  {metric:22} {median:6.1f} %  (≤ {target:g} %: {verdict}; "
+                f"{len(errors)} runs{within})"
+            )
     print(f"\nsustainable rate under {SLO}, measured levels against predicted (target ±10 %):")
     for workload, measured_rps, predicted_rps in plans:
         if measured_rps and predicted_rps:

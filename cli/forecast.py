@@ -145,17 +145,33 @@ def predict(
     fitted = read_model(model)
     config = fitted.pick(profile)
     s = scenario(workload, traffic, seed=seed)
-    predictions = predict_rates(config, s, wanted, slo=parsed, model_path=str(model))
+    predictions = predict_rates(config, s, wanted, slo=parsed, model_path=str(model), spread=True)
     summaries = [p.summary for p in predictions]
     click.echo(f"predicted by {model} ({config.label}); {config.error_text()}", err=True)
     for p in predictions:
         for note in p.summary.get(K.FORECAST, {}).get("notes") or []:
             click.echo(f"warning: {p.summary[K.RUN]}: {note}", err=True)
+        if spread := _spread_line(p.summary):
+            click.echo(f"note: {_short(p.summary)}: {spread}", err=True)
     if out is not None:
         for p in predictions:
             click.echo(f"wrote {write_prediction(p, out)}", err=True)
     names = [_short(s) for s in summaries] if fmt in HUMAN else display_names(summaries)
     emit_parts([("summaries", summary_rows(names, summaries, fmt), None)], fmt)
+
+
+def _spread_line(summary: dict) -> str:
+    """How far the server's stalls alone move the prediction's tail and pace, when the model
+    replays them (each a random draw; a measured run is one such draw)."""
+    from vprof.analysis.keys import SummaryKey as K
+
+    spread = (summary.get(K.FORECAST) or {}).get("spread") or {}
+    parts = [
+        f"{words} {spread[key][0]:.0f}–{spread[key][1]:.0f} ms"
+        for key, words in ((K.P95_TTFT_MS, "p95 TTFT"), (K.MEDIAN_TPOT_MS, "median TPOT"))
+        if key in spread
+    ]
+    return "across the stalls' draws " + ", ".join(parts) if parts else ""
 
 
 def _short(summary: dict) -> str:
@@ -184,8 +200,14 @@ def check(model: str, runs: tuple[str, ...], fmt: str) -> None:
 
     fitted = read_model(model)
     rows, report = check_runs(fitted, runs)
+    within = report.get("within_draws") or {}
     medians = [
-        {"metric": k, "median_abs_error_pct": v, "runs": report["runs"]}
+        {
+            "metric": k,
+            "median_abs_error_pct": v,
+            "runs": report["runs"],
+            **({"within_draws_share": within[k]} if k in within else {}),
+        }
         for k, v in report["median_abs_pct"].items()
     ]
     parts: list[Part] = [("checks", json_safe(rows), None), ("errors", json_safe(medians), None)]

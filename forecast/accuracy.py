@@ -33,17 +33,24 @@ def _value(summary: Mapping[str, Any], key: str) -> float | None:
 def compare_summaries(
     run: str, measured: Mapping[str, Any], predicted: Mapping[str, Any]
 ) -> list[dict[str, Any]]:
-    """One row per metric both summaries have: measured, predicted, error in % of measured."""
+    """One row per metric both summaries have: measured, predicted, error in % of measured;
+    with the range of the stalls' draws when the prediction has one (``predict(spread=
+    True)``): ``draws_low``, ``draws_high`` and whether the measured value lies within."""
     keys = list(CHECK_METRICS)
     if measured.get(K.OPEN_LOOP):
         keys += OPEN_LOOP_METRICS
+    spread = (predicted.get(K.FORECAST) or {}).get("spread") or {}
     rows = []
     for key in keys:
         m, p = _value(measured, key), _value(predicted, key)
         if m is None or p is None:
             continue
         error = (p - m) / m * 100.0 if m else None
-        rows.append({"run": run, "metric": key, "measured": m, "predicted": p, "error_pct": error})
+        row = {"run": run, "metric": key, "measured": m, "predicted": p, "error_pct": error}
+        if key in spread:
+            low, high = spread[key]
+            row.update(draws_low=low, draws_high=high, within_draws=low <= m <= high)
+        rows.append(row)
     return rows
 
 
@@ -56,8 +63,12 @@ def error_report(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         if row.get("error_pct") is not None:
             by_metric.setdefault(str(row["metric"]), []).append(abs(float(row["error_pct"])))
     medians = {k: float(np.median(v)) for k, v in by_metric.items()}
-    return {
-        "runs": len({row["run"] for row in rows}),
-        "median_abs_pct": medians,
-        "rows": [dict(r) for r in rows],
-    }
+    within: dict[str, list[bool]] = {}
+    for row in rows:
+        if "within_draws" in row:
+            within.setdefault(str(row["metric"]), []).append(bool(row["within_draws"]))
+    report: dict[str, Any] = {"runs": len({row["run"] for row in rows}), "median_abs_pct": medians}
+    if within:  # per metric, the share of runs whose measured value lay within the draws
+        report["within_draws"] = {k: sum(v) / len(v) for k, v in within.items()}
+    report["rows"] = [dict(r) for r in rows]
+    return report

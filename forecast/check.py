@@ -73,6 +73,7 @@ def check_runs(
     rows: list[dict[str, Any]] = []
     for o, config in zip(observed, configs, strict=True):
         s = scenario_of_run(o.meta, str(RunDir(o.path).run_json))
-        predicted = predict(config, s, slo=o.summary.get(K.SLO), model_path=model.path).summary
+        slo = o.summary.get(K.SLO)
+        predicted = predict(config, s, slo=slo, model_path=model.path, spread=True).summary
         rows.extend(compare_summaries(o.name, o.summary, predicted))
     return rows, error_report(rows)

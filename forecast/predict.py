@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from vprof.analysis.keys import SummaryKey as K
+from vprof.forecast.accuracy import CHECK_METRICS, OPEN_LOOP_METRICS
 from vprof.forecast.model import ConfigModel
 from vprof.forecast.replayrecords import RecordContext, replay_metrics, replay_table
 from vprof.forecast.rules import SchedulerRules
@@ -43,7 +44,14 @@ def replay(
 ) -> tuple[Replayed, Stream]:
     """Replay scenario ``s`` on ``config`` (with other scheduler ``rules``, for a candidate's
     settings). A closed loop plans requests until the users stop asking for more."""
-    rules = rules or config.rules
+    replayed, stream, _ = _replay_draws(config, s, rules or config.rules)
+    return replayed, stream
+
+
+def _replay_draws(
+    config: ConfigModel, s: Scenario, rules: SchedulerRules
+) -> tuple[Replayed, Stream, list[Replayed]]:
+    """:func:`replay`, with every draw of the stalls beside the one it keeps."""
     n = None
     while True:
         stream = build_stream(
@@ -52,24 +60,28 @@ def replay(
             chat_template_tokens=config.chat_template_tokens,
             gap_ms=config.closed_loop_gap_ms,
         )
-        replayed = _representative(config, stream, rules)
+        draws = _draws(config, stream, rules)
+        replayed = _median_draw(draws)
         if stream.open_loop or not _asked_for_more(replayed, stream):
-            return replayed, stream
+            return replayed, stream, draws
         n = stream.requests.n * 4
 
 
-def _representative(config: ConfigModel, stream: Stream, rules: SchedulerRules) -> Replayed:
-    """The replay of ``stream``; with stalls (a random process) the median of ``DRAWS``
-    draws by p95 TTFT, so one lucky or unlucky draw of a few episodes does not decide the
-    tail."""
+def _draws(config: ConfigModel, stream: Stream, rules: SchedulerRules) -> list[Replayed]:
+    """The replays of ``stream``: one, or with stalls (a random process) ``DRAWS`` of them."""
     if config.stalls is None:
-        return simulate(stream.requests, stream.client, rules, config.cost, seed=SEED)
-    draws = [
+        return [simulate(stream.requests, stream.client, rules, config.cost, seed=SEED)]
+    return [
         simulate(
             stream.requests, stream.client, rules, config.cost, seed=seed, stalls=config.stalls
         )
         for seed in range(SEED, SEED + DRAWS)
     ]
+
+
+def _median_draw(draws: Sequence[Replayed]) -> Replayed:
+    """The median of the draws by p95 TTFT, so one lucky or unlucky draw of a few episodes
+    does not decide the tail."""
     tails = []
     for d in draws:
         ok = np.isfinite(d.first_s) & np.isfinite(d.sent_s)
@@ -92,11 +104,18 @@ def predict(
     model_path: str = "",
     rules: SchedulerRules | None = None,
     label: str | None = None,
+    spread: bool = False,
 ) -> Prediction:
-    """The predicted summary of scenario ``s`` on ``config`` (keys as ``vprof summarize``)."""
+    """The predicted summary of scenario ``s`` on ``config`` (keys as ``vprof summarize``).
+
+    With ``spread``, and a model that replays the server's stalls (a random process), every
+    draw is summarised too, and the prediction's ``forecast`` says the range of the draws'
+    values of each checked metric (``spread``: metric → [lowest, highest]): how far the
+    stalls alone move a run's figures, which a measured run is one draw of.
+    """
     from vprof.analysis.run import Run, summarize_loaded
 
-    replayed, stream = replay(config, s, rules=rules)
+    replayed, stream, draws = _replay_draws(config, s, rules or config.rules)
     ctx = RecordContext(
         epoch_s=EPOCH_S,
         open_loop=stream.open_loop,
@@ -105,28 +124,51 @@ def predict(
         prefix_group=stream.prefix_group,
         expected_prompt_tokens=stream.expected_prompt_tokens,
     )
-    table = replay_table(replayed, stream.requests, ctx)
-    metrics = replay_metrics(replayed, stream.requests, EPOCH_S)
     meta = predicted_meta(config, s, model_path=model_path, rules=rules, label=label)
     meta["forecast"]["notes"] = outside_span(config, stream, replayed, rules)
-    locust = {
-        "started_at": EPOCH_S,
-        "warmup_until": EPOCH_S + stream.warmup_s,
-        "stopped_at": EPOCH_S + float(s.shape.total_s),
-        "open_loop": stream.open_loop,
-        "records": table.num_rows,
-    }
-    run = Run(
-        path=Path(meta["name"]),
-        meta=meta,
-        locust=locust,
-        status={"state": "completed", "reason": ""},
-        records=table,
-        metrics=tuple(metrics),
-    )
+
+    def run_of(draw: Replayed) -> tuple[Run, Any, list[dict[str, Any]], dict[str, Any]]:
+        table = replay_table(draw, stream.requests, ctx)
+        metrics = replay_metrics(draw, stream.requests, EPOCH_S)
+        locust = {
+            "started_at": EPOCH_S,
+            "warmup_until": EPOCH_S + stream.warmup_s,
+            "stopped_at": EPOCH_S + float(s.shape.total_s),
+            "open_loop": stream.open_loop,
+            "records": table.num_rows,
+        }
+        run = Run(
+            path=Path(meta["name"]),
+            meta=meta,
+            locust=locust,
+            status={"state": "completed", "reason": ""},
+            records=table,
+            metrics=tuple(metrics),
+        )
+        return run, table, metrics, locust
+
+    if spread and len(draws) > 1:
+        meta["forecast"]["spread"] = _spread(
+            [summarize_loaded(run_of(d)[0], slo=slo) for d in draws]
+        )
+    run, table, metrics, locust = run_of(replayed)
     summary = summarize_loaded(run, slo=slo)
     summary[K.PATH] = None
     return Prediction(summary, table, metrics, {**meta, "locust": locust}, replayed)
+
+
+def _spread(summaries: Sequence[Mapping[str, Any]]) -> dict[str, list[float]]:
+    """Per checked metric, the lowest and highest of the draws' values (finite ones)."""
+    out = {}
+    for key in (*CHECK_METRICS, *OPEN_LOOP_METRICS):
+        values = [v for v in (s.get(key) for s in summaries) if _finite(v)]
+        if values:
+            out[str(key)] = [float(min(values)), float(max(values))]
+    return out
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and np.isfinite(value)
 
 
 def predicted_meta(
@@ -239,13 +281,15 @@ def predict_rates(
     model_path: str = "",
     rules: SchedulerRules | None = None,
     label: str | None = None,
+    spread: bool = False,
 ) -> list[Prediction]:
     """One prediction per open-loop rate (or the scenario as it is, when ``rates`` is empty)."""
-    if not rates:
-        return [predict(config, s, slo=slo, model_path=model_path, rules=rules, label=label)]
+    scenarios = [s.at_rate(r) for r in rates] if rates else [s]
     return [
-        predict(config, s.at_rate(r), slo=slo, model_path=model_path, rules=rules, label=label)
-        for r in rates
+        predict(
+            config, one, slo=slo, model_path=model_path, rules=rules, label=label, spread=spread
+        )
+        for one in scenarios
     ]
 
 

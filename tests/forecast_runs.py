@@ -80,10 +80,17 @@ def shape(rate: float, duration_s: float = 20.0, warmup_s: float = 2.0, **kw: An
     )
 
 
-def measured_run(folder: Path, truth: Truth, workload: str, traffic: TrafficShape) -> Path:
-    """A run folder as a bench would have written it for ``truth`` (no ``forecast`` mark)."""
+def measured_run(
+    folder: Path,
+    truth: Truth,
+    workload: str,
+    traffic: TrafficShape,
+    config: ConfigModel | None = None,
+) -> Path:
+    """A run folder as a bench would have written it for ``truth`` (no ``forecast`` mark);
+    replayed on ``config`` when given (``truth``'s with stalls, say)."""
     s = Scenario(get_workload(workload), traffic, 0)
-    path = write_prediction(predict(truth.config, s), Path(folder))
+    path = write_prediction(predict(config or truth.config, s), Path(folder))
     run = RunDir(path)
     meta = read_json(run.run_json)
     meta.pop("forecast")

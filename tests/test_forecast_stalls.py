@@ -67,3 +67,75 @@ def test_token_times_follow_the_records_gaps():
     per = token_times(np.array([1.0, 2.0]), np.array([10.0, 20.0, 5.0]), np.array([2, 1]))
     np.testing.assert_allclose(per[0], [1.0, 1.01, 1.03])
     np.testing.assert_allclose(per[1], [2.0, 2.005])
+
+
+# -- how far the stalls alone move a prediction ----------------------------------------------
+
+PAUSES = StallProcess(rate_per_s=0.5, continue_prob=0.4, min_ms=40.0, mean_excess_ms=80.0)
+
+
+def _stalling(truth):
+    import dataclasses
+
+    return dataclasses.replace(truth.config, stalls=PAUSES)
+
+
+def test_a_prediction_with_stalls_says_the_range_of_its_draws():
+    from forecast_runs import cpu_truth, shape
+
+    from vprof.forecast.predict import predict
+    from vprof.forecast.scenario import Scenario
+    from vprof.workloads import get_workload
+
+    config = _stalling(cpu_truth())
+    s = Scenario(get_workload("chat"), shape(4.0, duration_s=10.0), 0)
+    spread = predict(config, s, spread=True).summary["forecast"]["spread"]
+    kept = predict(config, s).summary
+    low, high = spread["p95_ttft_ms"]
+    assert low < high  # the draws' stalls move the tail
+    assert low <= kept["p95_ttft_ms"] <= high  # the kept draw is one of them
+    assert set(spread) >= {"request_throughput", "median_ttft_ms", "median_tpot_ms"}
+    assert "spread" not in kept["forecast"]  # asked for only: each draw is summarised
+    plain = predict(cpu_truth().config, s, spread=True).summary["forecast"]
+    assert "spread" not in plain  # no stalls: one replay, nothing to range over
+
+
+def test_a_check_says_whether_each_measured_value_lies_within_the_draws(tmp_path):
+    """A run of the model's own server (stalls and all) lies within its draws; a run of a
+    server three times slower per step lies outside them; the report counts both."""
+    import dataclasses
+
+    from forecast_runs import cpu_truth, measured_run, shape
+
+    from vprof.forecast.check import check_runs
+    from vprof.forecast.model import ForecastModel
+
+    truth = cpu_truth()
+    config = _stalling(truth)
+    slow = dataclasses.replace(config, cost=dataclasses.replace(config.cost, base_ms=9.0))
+    traffic = shape(4.0, duration_s=10.0)
+    same = measured_run(tmp_path / "same", truth, "chat", traffic, config=config)
+    slower = measured_run(tmp_path / "slow", truth, "chat", traffic, config=slow)
+    model = ForecastModel((config,))
+    for run, inside in ((same, True), (slower, False)):
+        rows, report = check_runs(model, [run])
+        by_metric = {row["metric"]: row for row in rows}
+        tpot = by_metric["median_tpot_ms"]
+        assert tpot["draws_low"] <= tpot["predicted"] <= tpot["draws_high"]
+        assert tpot["within_draws"] is inside, tpot
+        assert report["within_draws"]["median_tpot_ms"] == float(inside)
+    # the command says it too, per metric: the share of runs within the draws
+    import json
+
+    from click.testing import CliRunner
+
+    from vprof.cli.main import cli
+    from vprof.forecast.model import write_model
+
+    write_model(model, tmp_path / "model.json")
+    result = CliRunner().invoke(
+        cli, ["forecast", "check", str(tmp_path / "model.json"), str(same), "--format", "json"]
+    )
+    assert result.exit_code == 0, result.output
+    errors = {row["metric"]: row for row in json.loads(result.stdout)["errors"]}
+    assert errors["median_tpot_ms"]["within_draws_share"] == 1.0
