@@ -167,7 +167,7 @@ def _spread_line(summary: dict) -> str:
 
     spread = (summary.get(K.FORECAST) or {}).get("spread") or {}
     parts = [
-        f"{words} {spread[key][0]:.0f}–{spread[key][1]:.0f} ms"
+        f"{words} {spread[key][0]:.3g}–{spread[key][1]:.3g} ms"
         for key, words in ((K.P95_TTFT_MS, "p95 TTFT"), (K.MEDIAN_TPOT_MS, "median TPOT"))
         if key in spread
     ]
