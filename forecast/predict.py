@@ -161,9 +161,9 @@ def _spread(summaries: Sequence[Mapping[str, Any]]) -> dict[str, list[float]]:
     """Per checked metric, the lowest and highest of the draws' values (finite ones)."""
     out = {}
     for key in (*CHECK_METRICS, *OPEN_LOOP_METRICS):
-        values = [v for v in (s.get(key) for s in summaries) if _finite(v)]
+        values = [float(s[key]) for s in summaries if _finite(s.get(key))]
         if values:
-            out[str(key)] = [float(min(values)), float(max(values))]
+            out[str(key)] = [min(values), max(values)]
     return out
 
 
