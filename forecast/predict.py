@@ -147,12 +147,15 @@ def predict(
         )
         return run, table, metrics, locust
 
-    if spread and len(draws) > 1:
-        meta["forecast"]["spread"] = _spread(
-            [summarize_loaded(run_of(d)[0], slo=slo) for d in draws]
-        )
-    run, table, metrics, locust = run_of(replayed)
-    summary = summarize_loaded(run, slo=slo)
+    ranged = spread and len(draws) > 1  # each draw summarised once; the kept one among them
+    built = [run_of(d) for d in draws] if ranged else [run_of(replayed)]
+    summaries = [summarize_loaded(b[0], slo=slo) for b in built]
+    kept = next(i for i, d in enumerate(draws) if d is replayed) if ranged else 0
+    run, table, metrics, locust = built[kept]
+    summary = summaries[kept]
+    if ranged:
+        meta["forecast"]["spread"] = _spread(summaries)
+        summary[K.FORECAST] = meta["forecast"]  # the range is known only after the summaries
     summary[K.PATH] = None
     return Prediction(summary, table, metrics, {**meta, "locust": locust}, replayed)
 
