@@ -159,7 +159,7 @@ def _run(url: str, run_dir: Path, users: int, seconds: int) -> dict:
 
 @pytest.mark.e2e  # a real client at 256 users for half a minute: the slow tier
 def test_a_few_users_are_called_healthy_and_256_users_overloaded(emulator, tmp_path):
-    calm = _run(emulator, tmp_path / "calm" / "run", 4, 10)
+    calm = _run(emulator, tmp_path / "calm" / "run", 4, 6)
     assert calm["completed"] > 0 and calm["loadgen_loop_lag_p99_ms"] is not None
     assert not calm["client_limited"], calm["loadgen_verdict"]
     assert calm["loadgen_verdict"].startswith("load generator healthy: event-loop lag")

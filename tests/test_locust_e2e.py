@@ -124,7 +124,7 @@ def test_closed_loop_users_keep_that_many_requests_in_flight(vllm_server, tmp_pa
     workload = workload_file(tmp_path, "inflight", "prompt_tokens: 256\noutput_tokens: 64\n"
                              "fixed_output: true\n")  # fmt: skip
     shape = tmp_path / "steady.yaml"
-    shape.write_text(f"kind: steady\nusers: {users}\nspawn_rate: {users}\nduration_s: 14\n"
+    shape.write_text(f"kind: steady\nusers: {users}\nspawn_rate: {users}\nduration_s: 10\n"
                      "warmup_s: 2\n")  # fmt: skip
     run_dir = tmp_path / "run"
     run_locust(vllm_server, run_dir, "--workload", str(workload), "--traffic", str(shape))

@@ -73,7 +73,7 @@ def test_alternating_slices_between_two_vllm_servers_pair_and_judge_them(
     side it belongs to, and the comparison pairs the slices; two copies of one configuration
     differ by little, and the paired design says how small a change it could have seen."""
     sides = {"a": vllm_server.url, "b": second_server.url}
-    (tmp_path / "t.yaml").write_text("kind: steady\nusers: 2\nduration_s: 40\n")
+    (tmp_path / "t.yaml").write_text("kind: steady\nusers: 2\nduration_s: 24\n")
     # answers of 96 tokens (~0.3 s): with tiny-smoke's 16 (~60 ms) the client's own ~1 ms
     # between one answer and the next request is 2-3 % of the time, and the closed loop's
     # in-flight check (0.97 of the users) flags the client
@@ -101,7 +101,7 @@ def test_alternating_slices_between_two_vllm_servers_pair_and_judge_them(
     assert set(ok.replica) == set(sides.values())
     for _, rows in ok.groupby("slice"):
         assert rows.replica.nunique() == 1
-    assert ok.slice.nunique() >= 8  # 40 s of 4 s slices: 10, the last one may be cut
+    assert ok.slice.nunique() >= 5  # 24 s of 4 s slices: 6, the last one may be cut
     assert "alternating slices: " in proc.stderr
     rows = {r["metric"]: r for r in result["comparison"] if r["run"] == "b"}
     tpot = rows["median_tpot_ms"]
@@ -109,7 +109,7 @@ def test_alternating_slices_between_two_vllm_servers_pair_and_judge_them(
     # every verdict says what the paired design could see. How much is wide here: two servers
     # and Locust share two cores (the client is often flagged as held back, which withholds a
     # verdict), and now and then a slice's tokens arrive in one burst (its median TPOT 0, its
-    # TTFT ×4), which one block of five carries into the paired interval. The A/A direction
+    # TTFT ×4), which one block of three carries into the paired interval. The A/A direction
     # on real vLLM is test_verdicts_e2e's; on exact timing, test_alternate_emulated's.
     assert math.isfinite(tpot["detectable_pct"]) and tpot["detectable_pct"] > 0, tpot
     assert all(r["method"] == tpot["method"] for r in rows.values())

@@ -88,12 +88,11 @@ def _stop(proc: subprocess.Popen) -> None:
     proc.wait(timeout=10)
 
 
-@pytest.fixture(params=["local", "processes-2"])
+@pytest.fixture
 def locust_web(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    """The emulator and a Locust web UI in front of it; yields the UI's URL.
-
-    ``local``: one Locust process. ``processes-2``: ``--processes 2``, so the UI is the
-    master's and every record reaches the LLM tab from a worker.
+    """The emulator and a Locust web UI in front of it; yields the UI's URL. Parametrised
+    indirectly by each test: ``local``, one Locust process; ``processes-2``, ``--processes 2``,
+    so the UI is the master's and every record reaches the LLM tab from a worker.
     """
     if reason := chromium_missing():
         pytest.skip(reason)
@@ -263,11 +262,18 @@ def _check_header_rate(samples: list[tuple[float, float]], records, heard) -> No
     assert 0.85 * low <= header_rps <= 1.03 * high, (header_rps, low, high)
 
 
-def test_llm_tab_fills_with_live_percentiles(locust_web, browser, tmp_path, request):
+@pytest.mark.parametrize("locust_web", ["processes-2"], indirect=True)
+def test_llm_tab_fills_with_live_percentiles(locust_web, browser, tmp_path):
+    """With two workers, where the header's rate is read against the records': a rate, so the
+    test waits for quiet cores (``QUIET``); one process is test_webui_local_browser's."""
+    check_llm_tab(locust_web, browser, tmp_path, rate_read=True)
+
+
+def check_llm_tab(locust_web: str, driver, tmp_path: Path, *, rate_read: bool) -> None:
+    """Start a test from the form and check every LLM view against the run's records; with
+    ``rate_read``, also Locust's header RPS against the records' rate."""
     from selenium.webdriver.common.by import By
     from selenium.webdriver.common.keys import Keys
-
-    driver = browser
 
     def fill(name: str, value: str) -> None:
         field = driver.find_element(By.NAME, name)
@@ -322,7 +328,6 @@ def test_llm_tab_fills_with_live_percentiles(locust_web, browser, tmp_path, requ
     # once Locust's 10 s window (ending 2 s before the last request) has left the one-second
     # ramp-up behind. Read with workers (their stats reach the header through the master);
     # one process's are Locust's own statistics, whose counts test_locust_outputs checks.
-    rate_read = request.node.callspec.params["locust_web"] == "processes-2"
     samples: list[tuple[float, float]] = []
     if rate_read:
         _poll("14 s of test", 30, lambda: time.time() >= started_at + 14)
