@@ -180,6 +180,8 @@ _GOOD = '{"timestamp": 0, "input_length": 10, "output_length": 2}\n'
         ("m.jsonl", "", {}, None, None, "no requests in the file (it is empty)"),
         ("m.jsonl", "\n \n", {}, None, None, "no requests in the file (it is empty)"),
         ("a.csv", "TIMESTAMP,ContextTokens,GeneratedTokens\n", {}, 1, None, "only a header"),
+        ("a.jsonl", "timestamp: 0\n{}\n", {}, 1, None, "not a trace: its first line is neither"),
+        ("a.csv", "when,in,out\n0,1,1\n", {}, 1, None, "not a trace: its first line is neither"),
     ],
 )  # fmt: skip
 def test_bad_trace_files_fail_with_file_line_and_key(

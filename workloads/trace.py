@@ -194,6 +194,14 @@ def _read(spec: TraceSpec, lines: Iterator[tuple[int, str]]) -> Trace:
         raise WorkloadError("no requests in the file (it is empty)", path=source)
     number, text = first
     container = "jsonl" if text.lstrip().startswith("{") else "csv"
+    if container == "csv" and not _names_a_field(text):
+        raise WorkloadError(
+            "not a trace: its first line is neither a JSON object nor a CSV header naming a "
+            "trace format's fields",
+            path=source,
+            line=number,
+            hint=f"the formats need {_formats_hint()}",
+        )
     rows: Iterator[tuple[int, Mapping[str, Any]]]
     if container == "jsonl":
         rows = _json_rows(_chain(first, lines), source)
@@ -238,6 +246,20 @@ def _chain(first: tuple[int, str], rest: Iterator[tuple[int, str]]) -> Iterator[
 
 def _reject_constant(name: str) -> float:
     raise ValueError(f"{name} is not a finite number")
+
+
+def _names_a_field(line: str) -> bool:
+    """Whether ``line``, read as a CSV header, names a field of any trace format."""
+    known = {name for required, optional in _FIELDS.values() for name in (*required, *optional)}
+    try:
+        cells = next(csv.reader([line]), [])
+    except csv.Error:
+        return False
+    return any(cell.strip() in known for cell in cells)
+
+
+def _formats_hint() -> str:
+    return "; ".join(f"{s}: {', '.join(req)}" for s, (req, _) in _FIELDS.items())
 
 
 def _json_rows(
@@ -330,12 +352,11 @@ def _schema(
     if wanted == "auto":
         found = [s for s, (required, _) in _FIELDS.items() if set(required) <= fields]
         if not found:
-            hint = "; ".join(f"{s}: {', '.join(req)}" for s, (req, _) in _FIELDS.items())
             raise WorkloadError(
                 f"cannot tell the trace format from its fields ({', '.join(sorted(fields))})",
                 path=source,
                 line=first_line if container == "csv" else number,
-                hint=f"the formats need {hint}",
+                hint=f"the formats need {_formats_hint()}",
             )
         wanted = found[0]
     expected = {"mooncake": "jsonl", "azure": "csv"}.get(wanted)
