@@ -37,7 +37,7 @@ class ProgressView:
             self._line(message)
         elif self.live:
             self._draw(message)
-        elif time.monotonic() - self._last_plain >= PLAIN_EVERY_S:
+        elif not message.final and time.monotonic() - self._last_plain >= PLAIN_EVERY_S:
             self._last_plain = time.monotonic()
             click.echo(str(message), err=True)
 

@@ -430,6 +430,10 @@ def run_one(
                     detail=server_side,
                 )
             )
+        if state is RunState.COMPLETED:  # the load is over: a display's bar ends full
+            done, failed = watch.counts() or (None, None)
+            elapsed = total_s or time.monotonic() - started
+            say(Tick(run.name, elapsed, total_s, done=done, failed=failed, final=True))
     except KeyboardInterrupt as exc:
         state, reason = RunState.INTERRUPTED, interruption(exc)
         raise

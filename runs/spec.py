@@ -26,7 +26,9 @@ class Tick:
     """Where a measuring run is, said about once a second: a live display draws it, a log
     prints ``str(tick)`` now and then. ``place`` is the run's (number, of) in the command's
     matrix when the command knows it; ``done`` and ``failed`` count the load generator's
-    answered and failed requests so far (None: not known yet)."""
+    answered and failed requests so far (None: not known yet). A ``final`` tick says where the
+    run ended when its load did: a display fills its bar, a log prints nothing more (the
+    run's closing line says it)."""
 
     run: str
     elapsed_s: float
@@ -35,6 +37,7 @@ class Tick:
     failed: int | None = None
     detail: str = ""  # the server's side, or an alternating run's block
     place: tuple[int, int] | None = None
+    final: bool = False
 
     @property
     def where(self) -> str:

@@ -56,6 +56,22 @@ def test_in_a_log_ticks_are_plain_lines_at_most_every_10_s(capsys):
     ]  # fmt: skip
 
 
+def test_a_runs_final_tick_fills_its_bar_on_a_terminal_and_prints_nothing_in_a_log(capsys):
+    from rich.console import Console
+
+    ticks = _ticks("baseline--chat--steady", (1, 1), 7)  # its last tick came at 7 of 10 s
+    final = Tick("baseline--chat--steady", 10.0, 10.0, done=31, failed=1, final=True)
+    screen = io.StringIO()
+    live = ProgressView(live=True, console=Console(file=screen, force_terminal=True, width=120))
+    for tick in [*ticks, final]:
+        live.say(tick)
+    live.close()
+    assert "10/10 s  answered 31  failed 1" in screen.getvalue()
+    plain = ProgressView(live=False)
+    plain.say(final)  # the first tick a log would print, were it not the last
+    assert capsys.readouterr().err == ""
+
+
 def test_the_time_to_go_counts_what_is_left_and_each_run_to_come_with_its_set_up():
     # run 2 of 4 at 30 of 60 s; 200 s of wall time so far, run 1 measured 60 s: the 110 s
     # beyond measuring went to two runs' set-up (55 s each)
