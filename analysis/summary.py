@@ -139,7 +139,8 @@ def summarize(
         out.update(_held_back(cols, keep, in_flight_cap))
     if slo is not None:
         unanswered = keep & ~ok & ~failed & ~cut  # cancelled (not by the end), never sent
-        out.update(_slo(slo, cols, ok, failed | unanswered, gaps_done(), out, cut))
+        # the gaps are waited for only by an ITL check: the rest goes on beside their pass
+        out.update(_slo(slo, cols, ok, failed | unanswered, gaps_done, out, cut))
     else:
         out[K.REQUEST_GOODPUT] = None  # as vllm bench serve writes it without --goodput
     out.update(_cached_share(cols, ok))
@@ -917,7 +918,7 @@ def _slo(
     cols: Columns,
     ok: Any,
     failed: Any,
-    itl: BlockQuantiles,
+    itl: Callable[[], BlockQuantiles],
     summary: dict,
     cut: Any = None,
 ) -> dict:
@@ -927,7 +928,8 @@ def _slo(
     full answer (failed, cancelled, never sent) as infinitely slow, so an SLO cannot be met by
     dropping requests; requests ``cut`` off at the test's end count as :func:`_censored`
     says. With ``errors=`` the failures are judged by that entry and percentiles are over
-    completed requests. Open-loop runs are judged from the intended send time.
+    completed requests. Open-loop runs are judged from the intended send time. ``itl`` gives
+    the pooled gaps' quantiles once their pass is done (called only for an ITL check).
     """
     import numpy as np
 
@@ -942,7 +944,7 @@ def _slo(
         if target.percentile is None:
             continue
         if target.metric == "itl":
-            value = itl.percentile(target.percentile)
+            value = itl().percentile(target.percentile)
         else:
             base = _request_values(target, cols, from_schedule)
             if target.metric == "tpot":  # vllm's TPOT distribution: requests with >1 token
