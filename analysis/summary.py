@@ -19,6 +19,7 @@ vprof's additions: error rate and statuses, latency from the *schedule* for open
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -537,9 +538,13 @@ def _itl(
     wanted = [50.0, *percentiles]
     quantiles.guess(_gap_sample(cols), wanted)
 
+    local = threading.local()
+
     def one_part(part: tuple[int, int]) -> tuple[BlockQuantiles, Any]:
         mine, counts = quantiles.spawn(), np.zeros(n_bins, dtype=np.int64)
-        workspace = np.empty(2 * _GROUP_VALUES + _RunningSum.WIDTH)  # each step's running sums
+        workspace = getattr(local, "workspace", None)  # each step's running sums, per thread
+        if workspace is None:
+            workspace = local.workspace = np.empty(2 * _GROUP_VALUES + _RunningSum.WIDTH)
         for gaps, lengths, first_s in _gap_groups(cols, mask, t0, part=part):
             mine.add(gaps)
             if n_bins:
@@ -560,11 +565,13 @@ def _itl(
     parts = _parts(cols)
     if len(parts) == 1:
         return lambda: finish([one_part(parts[0])])
-    # numpy lets go of the GIL in its loops: the halves run on two cores beside the caller
+    # numpy lets go of the GIL in its loops: the pieces of the halves run on two cores beside
+    # the caller, each thread taking the next piece when done with one, so both end together
+    # however the caller's work shares the cores between them
     from concurrent.futures import ThreadPoolExecutor
 
     pool = ThreadPoolExecutor(len(parts), thread_name_prefix="vprof-gaps")
-    running = [pool.submit(one_part, part) for part in parts]
+    running = [pool.submit(one_part, piece) for piece in _pieces(cols, parts)]
     pool.shutdown(wait=False)  # its threads end once their part is done
     return lambda: finish([future.result() for future in running])
 
@@ -582,6 +589,24 @@ def _parts(cols: Columns) -> list[tuple[int, int]]:
     if cpus < 2 or n < 2 or sum(v.size for v, _ in cols.itl_blocks) < _THREADED_GAPS:
         return [(0, n)]
     return [(0, n // 2), (n // 2, n)]
+
+
+def _pieces(cols: Columns, parts: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The ``parts`` cut into ranges of blocks of about ``_PIECE_GAPS`` gaps each."""
+    pieces = []
+    for lo, hi in parts:
+        start, size = lo, 0
+        for b in range(lo, hi):
+            size += cols.itl_blocks[b][0].size
+            if size >= _PIECE_GAPS or b == hi - 1:
+                pieces.append((start, b + 1))
+                start, size = b + 1, 0
+    return pieces
+
+
+# Gaps per piece of a threaded pass: a fiftieth of a second's work or so, so that the thread
+# done last ends at most that much after the other.
+_PIECE_GAPS = 2_000_000
 
 
 _SAMPLE_VALUES = 200_000  # gaps in the sample that guesses where the percentiles lie
