@@ -24,7 +24,10 @@ from vprof.forecast.stalls import STALL_FIELDS, StallProcess
 from vprof.forecast.stepcost import COEFFICIENTS, StepCost
 
 KIND = "vprof-forecast-model"
-VERSION = 1
+# 2: what a request's arrival costs the engine's step (``step_cost.arrival_ms``,
+# ``arrival_ms_per_1k_prompt``); a version-1 file has neither, which is what they read as (0)
+VERSION = 2
+READS = (1, 2)
 MAX_MODEL_BYTES = 64 * 2**20
 
 
@@ -250,9 +253,11 @@ _COST = _obj(
         **{name: _number(0, 1e7) for name in COEFFICIENTS},
         "jitter": _number(0, 10),
         "decode_exponent": _number(0.1, 1),
+        "arrival_ms": _number(0, 1e4),
+        "arrival_ms_per_1k_prompt": _number(0, 1e4),
     },
-    # a model written before the cost per prefill chunk (or the decode exponent) was fitted
-    # has none
+    # a model written before the cost per prefill chunk (or the decode exponent, or the cost
+    # of an arrival) was fitted has none
     required=tuple(c for c in COEFFICIENTS if c != "prefill_chunk_ms"),
 )
 _STALLS = _obj(
@@ -329,9 +334,11 @@ def read_model(path: str | Path) -> ForecastModel:
             key="kind",
             hint="give a model.json written by `vprof forecast fit`",
         )
-    if data.get("version") != VERSION:
+    version = data.get("version")
+    if isinstance(version, bool) or version not in READS:
+        readable = " and ".join(str(v) for v in READS)
         raise ForecastError(
-            f"model version {json.dumps(data.get('version'))}; this vprof reads version {VERSION}",
+            f"model version {json.dumps(version)}; this vprof reads versions {readable}",
             path=where,
             line=_line_of(text, "version"),
             key="version",

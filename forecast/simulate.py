@@ -9,7 +9,9 @@ budget waits for the next step. A request that needs KV blocks the cache does no
 preempts the most recently admitted one (which goes back to the front of the queue, to be
 computed again); no waiting request is admitted in a step that preempted. A step's time comes
 from :class:`~vprof.forecast.stepcost.StepCost`; the step that computes a prompt's last token
-samples its first output token, every later step one more.
+samples its first output token, every later step one more. A request that reaches the engine
+while a step runs lengthens that step by what taking it in costs (``StepCost.arrival_s``); it
+joins the queue when the step ends. One that reaches an idle engine costs no step.
 
 Runs of identical decode-only steps (nothing to admit, no prompt in flight) are taken in one
 move, so a ten-minute run costs a few thousand iterations, not a hundred thousand.
@@ -342,6 +344,9 @@ class _State:
         self.c_ctx = cost.decode_context_ms_per_1k * 1e-6
         self.c_att = cost.prefill_attention_ms_per_1m * 1e-9
         self.c_chunk = cost.prefill_chunk_ms * 1e-3
+        arrival = np.asarray(cost.arrival_s(prompt.astype(np.float64)), dtype=np.float64)
+        self.arrival_cost: list[float] | None = arrival.tolist() if arrival.any() else None
+        self.landed: list[int] = []  # arrivals a step took in (and was charged for)
         self.rng = np.random.default_rng(seed)
         jitter = float(cost.jitter)
         self.sigma = math.sqrt(math.log1p(jitter * jitter)) if jitter > 0 else 0.0
@@ -507,6 +512,21 @@ class _State:
             heapq.heappop(heap)
         return heap[0][0] if heap else None
 
+    def _land(self, end: float) -> float:
+        """The end of a step that would end at ``end``, lengthened by the requests that
+        reach the engine while it runs (taken off the arrivals, to join the queue after it)."""
+        cost = self.arrival_cost
+        if cost is None:
+            return end
+        heap = self.clients.heap
+        arrived = []
+        while heap and heap[0][0] < end:
+            i = heapq.heappop(heap)[1]
+            end += cost[i]
+            arrived.append(i)
+        self.landed.extend(reversed(arrived))  # popped from the end: first come, first queued
+        return end
+
     def _factor(self) -> float:
         if self.noise is None:
             return 1.0
@@ -526,8 +546,9 @@ class _State:
             t = self.t
             if closed:
                 self.clients.step_to(t)
-            while heap and heap[0][0] <= t:
-                _, i = heapq.heappop(heap)
+            landed = self.landed
+            while landed or (heap and heap[0][0] <= t):
+                i = landed.pop() if landed else heapq.heappop(heap)[1]
                 if self.P[i] + self.O[i] > rules.max_model_len or self.P[i] > capacity:
                     self.status[i] = ERROR  # vLLM refuses it at once (HTTP 400)
                     self.last_s[i] = t
@@ -535,6 +556,7 @@ class _State:
                     continue
                 self.waiting.append(i)
                 self.blocked = False
+
             if not self.running and not self.waiting:
                 upcoming = min(heap[0][0] if heap else math.inf, self.clients.next_change())
                 if upcoming > horizon_s:
@@ -584,7 +606,10 @@ class _State:
                 if noise is not None:
                     step *= noise[at]
                     at = at + 1 if at + 1 < size else 0
-                end = t + step if pauses is None else pauses.step_end(t, t + step)
+                end = t + step
+                if end >= until:
+                    end = self._land(end)  # the arrival it meets lengthens it
+                end = end if pauses is None else pauses.step_end(t, end)
                 ends.append(end)
                 t = end
                 if t >= until:
@@ -605,6 +630,7 @@ class _State:
                 # only the steps that start before the next arrival are unaffected by it
                 k = max(1, min(k, int(np.searchsorted(ends_a, until, side="left")) + 1))
                 ends_a = ends_a[:k]
+                ends_a[-1] = self._land(float(ends_a[-1]))  # the arrival it meets lengthens it
             self.steps.extend(ends_a.tolist())
             self.step_decodes.extend([n_dec] * k)
             last_t = float(ends_a[-1])
@@ -716,8 +742,9 @@ class _State:
         )
         if self.noise is not None:
             dt *= self._factor()
+
         start = self.t
-        self.t += dt
+        self.t = self._land(start + dt)
         if self.pauses is not None:
             self.t = self.pauses.step_end(start, self.t)
         s = len(self.steps)

@@ -12,7 +12,11 @@ where P is the prefill tokens computed in the step, D the sequences decoding, C 
 tokens those decodes attend to, A the pairs a chunk's tokens attend to (chunk × (tokens
 before it + chunk / 2)) and N the prompts the step computes a chunk of; γ
 (``decode_exponent``, 1 unless the fit finds the decodes' cost flattening with the batch)
-bends the cost per decode. Requests also spend
+bends the cost per decode. A request reaching the engine also lengthens the step it arrives
+in by ``arrival_ms`` + ``arrival_ms_per_1k_prompt`` per 1,000 prompt tokens (taking it in —
+the server's HTTP, tokenising and hand-over to the engine — shares the machine with the
+step; fitted on the steps the token times show, so it is what it is on the server's own
+hardware, none where the front end has room of its own). Requests also spend
 ``frontend_ms`` (+ per prompt token) between the client's send and the engine (HTTP,
 tokenising, and streaming back), and steps vary by ``jitter`` (their coefficient of
 variation). Nothing here knows CPUs or GPUs: the coefficients
@@ -49,6 +53,9 @@ class StepCost:
     frontend_ms_per_1k_prompt: float = 0.0
     jitter: float = 0.0  # coefficient of variation of a step's time
     decode_exponent: float = 1.0  # γ: decodes cost decode_seq · D^γ (fitted, not calibrated)
+    # what a request reaching the engine adds to the step it arrives in (fitted, not calibrated)
+    arrival_ms: float = 0.0
+    arrival_ms_per_1k_prompt: float = 0.0
 
     def step_ms(
         self,
@@ -68,6 +75,10 @@ class StepCost:
             + self.prefill_chunk_ms * chunks
         )
 
+    def arrival_s(self, prompt_tokens: Any) -> Any:
+        """Seconds a request's arrival adds to the engine's step, per request."""
+        return (self.arrival_ms + self.arrival_ms_per_1k_prompt * prompt_tokens * 1e-3) * 1e-3
+
     def frontend_s(self, prompt_tokens: Any) -> Any:
         """Seconds from the client's send to the engine (and the answer back), per request."""
         return (self.frontend_ms + self.frontend_ms_per_1k_prompt * prompt_tokens * 1e-3) * 1e-3
@@ -77,10 +88,11 @@ class StepCost:
 
     @classmethod
     def from_vector(
-        cls, values: Any, jitter: float = 0.0, decode_exponent: float = 1.0
+        cls, values: Any, jitter: float = 0.0, decode_exponent: float = 1.0, **fixed: float
     ) -> StepCost:
+        """From the calibration's vector; ``fixed``: the fitted terms it does not move."""
         named = {name: float(v) for name, v in zip(COEFFICIENTS, values, strict=True)}
-        return cls(**named, jitter=jitter, decode_exponent=decode_exponent)
+        return cls(**named, jitter=jitter, decode_exponent=decode_exponent, **fixed)
 
     def with_jitter(self, jitter: float) -> StepCost:
         return replace(self, jitter=float(jitter))

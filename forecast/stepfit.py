@@ -21,7 +21,14 @@ also show whether the cost per decode flattens with the batch (decodes^γ, γ by
 if it does, the constant and that cost are fitted on those steps, a window's decodes summing
 steps of different batches. The server's prefill
 times span more than the prompt's own steps (the README's forecast section has the
-measurement), so they are not used then. Then the replay itself is fitted: each run
+measurement), so they are not used then. The token times also bound each request's front
+end: the engine takes in new requests between steps, so a request whose prompt's first chunk
+ran in a step reached the engine during the step before it, and its front end's delay lies
+between the end of the step before that one and that step's end (as the client saw both);
+the middle of that range (its median over the requests) places each request's arrival at the
+engine, and the steps a request arrived in, less what the fitted step gives them, say what an
+arrival costs the engine's step (per request and per prompt token, by the same BIC rule; the
+README's forecast section has the measurement). Then the replay itself is fitted: each run
 is replayed with the requests it really sent (their send times, lengths and cached tokens), and
 the front end's delay, the steps' jitter and (without the server's prefill times) the
 coefficients the data can tell apart are moved until the replayed TTFT, TPOT and E2E
@@ -162,6 +169,13 @@ def linear_estimate(
     for o in runs:
         fronts.extend(_frontend_residuals(o, cost))
     front = float(np.percentile(fronts, 25)) if fronts else 0.0
+    if by_steps:
+        arrival = _arrival_cost(runs, cost, say)
+        if arrival is not None:
+            front, per_request, per_1k = arrival
+            cost = dataclasses.replace(
+                cost, arrival_ms=per_request, arrival_ms_per_1k_prompt=per_1k
+            )
     # with the prefill measured the step is fixed here; the replay adds the front end
     active = ([COEFFICIENTS[c] for c in columns] if prefill is None else []) + ["frontend_ms"]
     prompts = np.concatenate([o.requests.prompt_tokens for o in runs]).astype(np.float64)
@@ -328,16 +342,22 @@ def _prefill_rows(o: Observed) -> tuple[Any, Any]:
 
 
 def _step_gaps(o: Observed) -> tuple[Any, Any, Any]:
+    """:func:`_timed_step_gaps` without the steps' bounds."""
+    return _timed_step_gaps(o)[:3]
+
+
+def _timed_step_gaps(o: Observed) -> tuple[Any, Any, Any, Any]:
     """One row per gap between two tokens of a decoding request (one step): what the step
     held (the columns of :func:`_decode_windows`, then the prompts it computed a chunk of),
-    its time (ms) and a weight (1 / the decodes it held, so that each step counts once).
+    its time (ms), a weight (1 / the decodes it held, so that each step counts once) and its
+    bounds (the two tokens' times, s).
     Left out: gaps over a stall, gaps in which no decode shows (the request's next token came
     within the spread of the last: one step's tokens delivered bunched, not a step), and steps
     whose prompts as placed here overfill the token budget (two prompts sharing it: the split
     is not known). Empty without token times."""
     import numpy as np
 
-    empty = (np.empty((0, 6)), np.empty(0), np.empty(0))
+    empty = (np.empty((0, 6)), np.empty(0), np.empty(0), np.empty((0, 2)))
     times = o.token_s
     if times is None:
         return empty
@@ -365,9 +385,10 @@ def _step_gaps(o: Observed) -> tuple[Any, Any, Any]:
     p_own, p_cached = own[answered][porder], cached[answered][porder]
     rules = o.rules
     budget = float(rules.max_num_batched_tokens)
-    rows, ys = [], []
+    rows, ys, spans = [], [], []
     for i in decoding:
         t = times[i]
+        spans.append(np.column_stack([t[:-1], t[1:]]))
         hi = t[1:] + spread
         lo = t[:-1] + spread
         d0 = np.searchsorted(dec_t, lo, side="right")
@@ -417,7 +438,7 @@ def _step_gaps(o: Observed) -> tuple[Any, Any, Any]:
     y = np.concatenate(ys)
     good = np.isfinite(y) & (y > 0) & (a[:, 2] >= 1) & (a[:, 1] + a[:, 2] <= budget)
     a, y = a[good], y[good]
-    return a, y, 1.0 / np.maximum(a[:, 2], 1.0)
+    return a, y, 1.0 / np.maximum(a[:, 2], 1.0), np.vstack(spans)[good]
 
 
 def _nnls(a: Any, y: Any) -> tuple[Any, float]:
@@ -499,6 +520,180 @@ def _decode_windows(o: Observed) -> tuple[Any, Any]:
     return rows[good], y[good]
 
 
+def _frontend_bounds(o: Observed) -> Any:
+    """Per request whose token times place it: the middle of the range its front end's delay
+    lies in (ms; see the module's text). The steps are read off the requests decoding at its
+    first token: each gap between two of a decoding request's tokens is one step, so the one
+    that got a token with it (within a step's spread) had its tokens of the steps before at
+    its own earlier tokens; the middle is the median over those requests. A request counts
+    only where such a request's gaps back to the step before its prompt's first chunk are
+    ordinary steps (each longer than the spread and no longer than the run's
+    99th-percentile inter-token gap, no stall), so an idle engine or a pause does not pass
+    for the front end. Empty without token times."""
+    import numpy as np
+
+    times = o.token_s
+    if times is None:
+        return np.empty(0)
+    sizes = np.array([t.size for t in times])
+    decoding = np.flatnonzero(sizes >= 2)
+    if not decoding.size:
+        return np.empty(0)
+    gaps = np.concatenate([np.diff(times[i]) for i in decoding])
+    spread = min(TOKEN_SPREAD_S, 0.25 * float(np.median(gaps)))
+    ordinary = float(np.percentile(gaps, 99))
+    # every decoded token: its time, its request and its place in that request's tokens
+    flat = np.concatenate([times[i] for i in decoding])
+    owner = np.repeat(decoding, sizes[decoding])
+    start = np.repeat(np.cumsum(sizes[decoding]) - sizes[decoding], sizes[decoding])
+    place = np.arange(flat.size) - start
+    # a token's step is ordinary if the gap before it is; count the others up to each token
+    step = np.concatenate(([np.inf], np.diff(flat)))
+    step[place == 0] = np.inf
+    odd = (step <= spread) | (step > ordinary)
+    if o.stalls is not None:
+        odd |= o.stalls.paused_ms(flat - np.where(np.isfinite(step), step, 0.0), flat) > 0
+    odd_cum = np.concatenate(([0], np.cumsum(odd)))
+    order = np.argsort(flat)
+    by_time = flat[order]
+    answered = np.flatnonzero(sizes > 0)
+    sent = np.asarray(o.client.sent_s, dtype=np.float64)
+    prompt = o.requests.prompt_tokens.astype(np.float64)
+    cached = np.maximum(np.asarray(o.requests.known_hit, dtype=np.float64), 0.0)
+    own = np.maximum(prompt - cached, 1.0)
+    rules = o.rules
+    budget = float(rules.max_num_batched_tokens)
+    threshold = float(rules.long_prefill_token_threshold)
+    warm = o.measured["after_warmup"]
+    mids = []
+    for i in answered[warm[answered]]:
+        f = times[i][0]
+        lo = int(np.searchsorted(by_time, f - spread, side="left"))
+        hi = int(np.searchsorted(by_time, f + spread, side="right"))
+        with_it = order[lo:hi]
+        with_it = with_it[owner[with_it] != i]
+        if not with_it.size:
+            continue
+        # the prompt's chunks: what the step's decodes leave of the budget
+        room = max(budget - with_it.size, 1.0) if rules.chunked_prefill else own[i]
+        if threshold > 0:
+            room = min(room, threshold)
+        count = int(math.ceil(own[i] / room))
+        back = with_it[place[with_it] >= count + 1]  # tokens of the step before the first chunk
+        back = back[odd_cum[back + 1] - odd_cum[back - count] == 0]
+        if not back.size:
+            continue
+        end_j, end_before = flat[back - count], flat[back - count - 1]
+        mids.append(float(np.median((end_j + end_before) / 2 - sent[i])) * 1000.0)
+    return np.asarray(mids)
+
+
+def _arrival_cost(
+    runs: Sequence[Observed], cost: StepCost, say: Callable[[str], None]
+) -> tuple[float, float, float] | None:
+    """What a request reaching the engine adds to the step it arrives in: (the front end's
+    delay that places the arrivals, ms; the cost per arriving request, ms; per 1,000 of its
+    prompt tokens, ms), or None when the token times show none. Each request reaches the
+    engine the median of :func:`_frontend_bounds` after its send; the decode-only steps the
+    token times show (each counted once, as :func:`_step_gaps` counts them), less what
+    ``cost`` gives them and less the length an arrival's step has by chance (its length
+    bias), are regressed on the arrivals in them and their prompt tokens (non-negative, with
+    an intercept for what the step's constant absorbed of them); each term joins by the BIC
+    rule."""
+    import numpy as np
+
+    mids = np.concatenate([_frontend_bounds(o) for o in runs])
+    if mids.size < 30:
+        return None
+    front = float(np.median(mids))
+    rows, ys, ws = [], [], []
+    for o in runs:
+        steps = _arrival_steps(o, front)
+        if steps is not None:
+            rows.append(steps[0])
+            ys.append(steps[1])
+            ws.append(steps[2])
+    if not rows:
+        return None
+    a, y, w = np.vstack(rows), np.concatenate(ys), np.concatenate(ws)
+    left = y - (
+        cost.base_ms
+        + cost.decode_seq_ms * a[:, 0] ** cost.decode_exponent
+        + cost.decode_context_ms_per_1k * a[:, 1]
+    )
+    n = float(w.sum())
+    if not (a[:, 2] > 0).any() or n < 10:
+        return None
+    # a random arrival lands in a long step more often than in a short one (the inspection
+    # paradox): each arrival in a step makes it longer by Var(step) / mean(step) with no cost
+    # at all, so that much is taken off first (measured on the steps no arrival came in)
+    quiet = a[:, 2] == 0
+    predicted = y[quiet] - left[quiet]
+    bias = float(np.average(left[quiet] ** 2 / np.maximum(predicted, 1e-3), weights=w[quiet]))
+    left = left - bias * a[:, 2]
+    root = np.sqrt(w)
+    ones = np.ones_like(left)
+
+    def fit(columns: tuple[int, ...]) -> tuple[float, Any]:
+        x = np.column_stack([ones, *[a[:, c] for c in columns]])
+        # the intercept may be either sign: split it into two non-negative columns
+        x = np.column_stack([x, -ones])
+        coef, sse = _nnls(x * root[:, None], left * root)
+        bic = n * math.log(max(sse, 1e-12) / n) + (len(columns) + 1) * math.log(n)
+        return bic, coef[1:-1]
+
+    plain, _ = fit(())
+    best: tuple[float, tuple[int, ...], Any] = (plain, (), np.empty(0))
+    candidates: tuple[tuple[int, ...], ...] = ((2,), (3,), (2, 3))
+    for columns in candidates:
+        bic, coef = fit(columns)
+        names = " and ".join(("per arrival", "per arriving prompt token")[c - 2] for c in columns)
+        say(f"step cost {names} on {n:.0f} decode-only steps: BIC {bic - plain:+.1f}")
+        if bic < best[0] - EVIDENCE:
+            best = (bic, columns, coef)
+    _, chosen, coef = best
+    if not chosen:
+        return None
+    values = dict(zip(chosen, coef.tolist(), strict=True))
+    return front, float(values.get(2, 0.0)), float(values.get(3, 0.0))
+
+
+def _arrival_steps(o: Observed, front_ms: float) -> tuple[Any, Any, Any] | None:
+    """The steps of :func:`_step_gaps` that computed no prompt (decodes only), with what
+    reached the engine during each: (decodes, context tokens / 1,000, requests whose send
+    plus ``front_ms`` lies in the step, their prompt tokens / 1,000), the step's time (ms) and
+    its weight (each step counted once)."""
+    import numpy as np
+
+    a, y, w, spans = _timed_step_gaps(o)
+    keep = a[:, CHUNKS] == 0
+    if not keep.any():
+        return None
+    a, y, w, spans = a[keep], y[keep], w[keep], spans[keep]
+    sent = np.asarray(o.client.sent_s, dtype=np.float64)
+    known = np.isfinite(sent)
+    arrive = sent[known] + front_ms * 1e-3
+    by = np.argsort(arrive)
+    arrive = arrive[by]
+    prompt = o.requests.prompt_tokens.astype(np.float64)[known][by]
+    tokens_cum = np.concatenate(([0.0], np.cumsum(prompt)))
+    # arrivals during the step: after the step before ended, before this one did
+    a0 = np.searchsorted(arrive, spans[:, 0], side="right")
+    a1 = np.searchsorted(arrive, spans[:, 1], side="right")
+    # a prompt the budget takes in more than one chunk has steps before its first token that
+    # the token times place only roughly: steps its arrival is seen in are left out
+    cached = np.maximum(np.asarray(o.requests.known_hit, dtype=np.float64), 0.0)[known][by]
+    own = prompt - cached
+    room = float(o.rules.max_num_batched_tokens) - a[:, 2]
+    clear = np.ones(len(y), dtype=bool)
+    for r in np.flatnonzero(a1 > a0):
+        clear[r] = bool(own[a0[r] : a1[r]].max() <= room[r])
+    rows = np.column_stack(
+        [a[:, 2], a[:, 3], (a1 - a0).astype(np.float64), (tokens_cum[a1] - tokens_cum[a0]) * 1e-3]
+    )
+    return rows[clear], y[clear], w[clear]
+
+
 def _frontend_residuals(o: Observed, cost: StepCost) -> list[float]:
     """Each request's TTFT less the step that computed its prompt (a lower bound on the
     front end's delay plus queueing; the fit takes a low quantile of them)."""
@@ -577,7 +772,11 @@ def calibrate(
         x = full.copy()
         x[moving] = z * scale[moving]
         return StepCost.from_vector(
-            x[:-1], jitter=float(x[-1]), decode_exponent=start.decode_exponent
+            x[:-1],
+            jitter=float(x[-1]),
+            decode_exponent=start.decode_exponent,
+            arrival_ms=start.arrival_ms,
+            arrival_ms_per_1k_prompt=start.arrival_ms_per_1k_prompt,
         )
 
     def residuals(z: Any) -> Any:

@@ -55,6 +55,23 @@ def test_an_idle_server_answers_in_one_prefill_step_then_one_step_per_token():
     assert out.status[0] == "ok" and out.steps == 5
 
 
+def test_a_request_reaching_a_busy_engine_lengthens_the_step_it_arrives_in():
+    # request 0 decodes alone; request 1 reaches the engine mid-run
+    plain = once([100, 100], [40, 5], [0.0, 0.050], rules())
+    costly = dataclasses.replace(FLAT, arrival_ms=4.0, arrival_ms_per_1k_prompt=10.0)
+    out = once([100, 100], [40, 5], [0.0, 0.050], rules(), cost=costly)
+    extra = 4.0 + 10.0 * 100 / 1000  # per arrival + per prompt token, ms
+    # request 0 reached an idle engine: no step was running to lengthen
+    assert out.first_s[0] == plain.first_s[0]
+    # request 1 reached it mid-step: that step, and so its first token, ends that much later
+    ttft = (out.first_s[1] - out.sent_s[1]) * 1000
+    assert ttft == pytest.approx((plain.first_s[1] - plain.sent_s[1]) * 1000 + extra)
+    # and request 0's steps, the same ones, take that much longer in all
+    decoding = np.ptp(out.token_times(0, 40)) - np.ptp(plain.token_times(0, 40))
+    assert decoding * 1000 == pytest.approx(extra)
+    assert out.steps == plain.steps
+
+
 def test_chunked_prefill_spreads_a_long_prompt_over_budget_sized_steps():
     chunked = once([1000], [2], [0.0], rules(max_num_batched_tokens=256))
     assert chunked.first_step[0] == 3  # ceil(1000 / 256) = 4 steps, the last one samples
@@ -230,6 +247,27 @@ def test_the_steps_in_the_token_times_recover_a_decode_cost_that_flattens_with_t
     assert any("decodes^" in line for line in said)
 
 
+def test_the_steps_in_the_token_times_recover_what_an_arrival_costs_the_engine(tmp_path):
+    cost, fitted, active, said = _fit_synthetic_chat(tmp_path, arrival_ms=3.0)
+    assert fitted.arrival_ms == pytest.approx(3.0, rel=0.25)
+    assert fitted.base_ms == pytest.approx(cost.base_ms, rel=0.15)
+    assert "arrival_ms" not in active  # measured on the steps: the replay leaves it
+    assert any("per arrival on" in line for line in said)
+
+
+def test_a_server_whose_arrivals_cost_nothing_is_given_no_arrival_cost(cpu_runs):
+    from vprof.forecast.observed import load_observed
+    from vprof.forecast.stepfit import linear_estimate
+    from vprof.records import expand_runs
+
+    said: list[str] = []
+    fitted, _ = linear_estimate(
+        [load_observed(p) for p in expand_runs([cpu_runs / "fit"])], say=said.append
+    )
+    assert fitted.arrival_ms == 0.0 and fitted.arrival_ms_per_1k_prompt == 0.0
+    assert any("per arrival on" in line for line in said)  # judged, and refused
+
+
 def test_a_server_whose_decodes_cost_alike_is_given_no_exponent(cpu_runs):
     from vprof.forecast.observed import load_observed
     from vprof.forecast.stepfit import linear_estimate
@@ -304,7 +342,7 @@ def test_a_model_file_reads_back_as_it_was_written(model_file):
     ("edit", "key", "words"),
     [
         (lambda d: d.update(kind="something-else"), "kind", "not a vprof forecast model"),
-        (lambda d: d.update(version=99), "version", "this vprof reads version 1"),
+        (lambda d: d.update(version=99), "version", "this vprof reads versions 1 and 2"),
         (lambda d: d["configs"][0]["step_cost"].update(base_ms=-1), "step_cost.base_ms", "range"),
         (lambda d: d["configs"][0]["rules"].update(block_size="16"), "rules.block_size", "number"),
         (lambda d: d["configs"][0].pop("rules"), "configs[0].rules", "missing"),
@@ -338,6 +376,22 @@ def test_a_decode_exponent_is_kept_in_the_model_file_and_older_files_read_as_lin
     del data["configs"][0]["step_cost"]["decode_exponent"]
     path.write_text(json.dumps(data))
     assert read_model(path).configs[0].cost.decode_exponent == 1.0
+
+
+def test_an_arrival_cost_is_kept_in_the_model_file_and_version_1_files_read_as_none(tmp_path):
+    path = tmp_path / "model.json"
+    truth = cpu_truth()
+    costly = dataclasses.replace(truth.cost, arrival_ms=3.5, arrival_ms_per_1k_prompt=2.0)
+    write_model(ForecastModel((dataclasses.replace(truth, cost=costly).config,)), path)
+    data = json.loads(path.read_text())
+    assert data["version"] == 2
+    assert read_model(path).configs[0].cost == costly
+    for key in ("arrival_ms", "arrival_ms_per_1k_prompt"):
+        del data["configs"][0]["step_cost"][key]
+    data["version"] = 1  # what this vprof wrote before it fitted the term
+    path.write_text(json.dumps(data))
+    cost = read_model(path).configs[0].cost
+    assert cost.arrival_ms == 0.0 and cost.arrival_ms_per_1k_prompt == 0.0
 
 
 def test_a_model_file_that_is_not_json_is_refused_with_its_line(model_file):
