@@ -539,17 +539,19 @@ def _itl(
     quantiles.guess(_gap_sample(cols), wanted)
 
     local = threading.local()
+    states: list[tuple[BlockQuantiles, Any]] = []  # one per thread, added to piece by piece
 
     def one_part(part: tuple[int, int]) -> tuple[BlockQuantiles, Any]:
-        mine, counts = quantiles.spawn(), np.zeros(n_bins, dtype=np.int64)
-        workspace = getattr(local, "workspace", None)  # each step's running sums, per thread
-        if workspace is None:
-            workspace = local.workspace = np.empty(2 * _GROUP_VALUES + _RunningSum.WIDTH)
+        if not hasattr(local, "state"):
+            local.state = quantiles.spawn(), np.zeros(n_bins, dtype=np.int64)
+            local.workspace = np.empty(2 * _GROUP_VALUES + _RunningSum.WIDTH)  # running sums
+            states.append(local.state)
+        mine, counts = local.state
         for gaps, lengths, first_s in _gap_groups(cols, mask, t0, part=part):
             mine.add(gaps)
             if n_bins:
-                _bin_chunks(counts, gaps, lengths, first_s, workspace)
-        return mine, counts
+                _bin_chunks(counts, gaps, lengths, first_s, local.workspace)
+        return local.state
 
     def finish(done: list[tuple[BlockQuantiles, Any]]) -> tuple[BlockQuantiles, Any]:
         for part_quantiles, part_bins in done:
@@ -573,7 +575,13 @@ def _itl(
     pool = ThreadPoolExecutor(len(parts), thread_name_prefix="vprof-gaps")
     running = [pool.submit(one_part, piece) for piece in _pieces(cols, parts)]
     pool.shutdown(wait=False)  # its threads end once their part is done
-    return lambda: finish([future.result() for future in running])
+
+    def done() -> tuple[BlockQuantiles, Any]:
+        for future in running:
+            future.result()
+        return finish(states)
+
+    return done
 
 
 # Above this many gaps their pass is split in two halves of the blocks, one per thread when
