@@ -556,7 +556,6 @@ class _State:
                     continue
                 self.waiting.append(i)
                 self.blocked = False
-
             if not self.running and not self.waiting:
                 upcoming = min(heap[0][0] if heap else math.inf, self.clients.next_change())
                 if upcoming > horizon_s:
@@ -742,7 +741,6 @@ class _State:
         )
         if self.noise is not None:
             dt *= self._factor()
-
         start = self.t
         self.t = self._land(start + dt)
         if self.pauses is not None:
