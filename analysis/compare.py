@@ -6,10 +6,11 @@ form one group. Two kinds of interval answer two different questions:
 - **two or more runs on each side** — a Welch t-interval over the per-run values of each
   statistic (on a log scale, so the difference reads as a ratio). Each run's value carries both
   its request noise and the run-to-run variation, so the interval says whether the next runs
-  will agree; a difference is *significant* when the 95 % interval excludes zero and does not
-  lie wholly within ±``NEGLIGIBLE_PCT`` (then it is real but negligible). A statistic
-  whose repeats disagree by more than ``UNSTABLE_RATIO`` (a median that flips between two
-  modes, say) is flagged as unstable instead of compared.
+  will agree; a difference is *significant* when the 95 % interval excludes zero, the p-value
+  still passes once adjusted over the metrics judged with it (:func:`_judge_family`), and the
+  interval does not lie wholly within ±``NEGLIGIBLE_PCT`` (then it is real but negligible). A
+  statistic whose repeats disagree by more than ``UNSTABLE_RATIO`` (a median that flips
+  between two modes, say) is flagged as unstable instead of compared.
 - **one run on a side** — a request bootstrap inside each run (``vprof.analysis.bootstrap``).
   It measures request noise only, so nothing is called significant.
 
@@ -86,6 +87,10 @@ METHOD_REQUESTS = "request bootstrap within one run (request noise only)"
 # timing (the emulator, a quiet GPU over many slices) resolves offsets of 0.1 % that no setting
 # is chosen by. Called "no meaningful difference", like criterion's noise threshold.
 NEGLIGIBLE_PCT = 1.0
+
+# A design that could not have seen a change this large (%) is said to have too few runs; its
+# own figure (a t quantile over one degree of freedom, say) would read as noise.
+DETECTABLE_CAP_PCT = 1000.0
 
 # Methods whose intervals include the variation between runs: only they can be significant.
 VERDICT_METHODS = (METHOD_RUNS, METHOD_PAIRED, METHOD_SLICES)
@@ -319,17 +324,18 @@ def comparison(
     _check_metrics(metrics, groups)
     boots, drawn = _bootstraps(groups, metrics, n_boot, seed, precision_pct)
     base = groups[0]
-    rows = []
-    for metric in metrics:
-        for i, other in enumerate(groups[1:], start=1):
-            if min(len(base.runs), len(other.runs)) >= 2:
-                row = _between_runs(metric, base, other)
-            else:
-                row = _within_run(metric, base, other, boots[0].get(metric), boots[i].get(metric))
-            judged = _judge(row, base, other, detect)
-            rows.append({**judged, "warnings": base.damage + other.damage})
-    frame = Rows(rows)
-    frame.attrs["notes"] = _notes(groups)
+    families = []
+    for i, other in enumerate(groups[1:], start=1):
+        if min(len(base.runs), len(other.runs)) >= 2:
+            family = [_between_runs(metric, base, other) for metric in metrics]
+        else:
+            family = [
+                _within_run(metric, base, other, boots[0].get(metric), boots[i].get(metric))
+                for metric in metrics
+            ]
+        families.append(_judge_family(family, base, other, detect))
+    frame = Rows(_metric_major(families))
+    frame.attrs["notes"] = _notes(groups) + _family_note(families)
     frame.attrs["warnings"] = [line for g in groups for line in g.damage]
     frame.attrs["n_boot"] = drawn
     if open_loop:
@@ -367,9 +373,10 @@ def _compare_alternating(
         metrics = [from_schedule(m) for m in metrics]
     order, blocks = paired_blocks(phases, metrics)
     base = groups[0]
-    rows = []
-    for metric in metrics:
-        for other in groups[1:]:
+    families = []
+    for other in groups[1:]:
+        family = []
+        for metric in metrics:
             interval, n = blocks_interval(blocks, base.label, other.label, metric)
             row = _row(metric, base, other, method=METHOD_SLICES)
             row["runs"] = f"{n} blocks"
@@ -378,9 +385,9 @@ def _compare_alternating(
                 row["missing"] = True
             else:
                 row.update(interval_fields(interval))
-            judged = _judge(row, base, other, detect)
-            rows.append({**judged, "warnings": base.damage + other.damage})
-    frame = Rows(rows)
+            family.append(row)
+        families.append(_judge_family(family, base, other, detect))
+    frame = Rows(_metric_major(families))
     frame.attrs["warnings"] = [line for g in groups for line in g.damage]
     alt = alternation(phases[0])
     assert alt is not None
@@ -399,7 +406,7 @@ def _compare_alternating(
         )
     if len(blocks) < 2:
         frame.attrs["notes"].append("fewer than two whole blocks: no interval")
-    frame.attrs["notes"] += host_notes(groups, paired=True)
+    frame.attrs["notes"] += _family_note(families) + host_notes(groups, paired=True)
     return frame
 
 
@@ -598,6 +605,8 @@ def _row(metric: str, base: Group, other: Group, *, method: str) -> dict[str, An
         "ci_low_pct": math.nan,
         "ci_high_pct": math.nan,
         "detectable_pct": math.nan,
+        "p_value": math.nan,
+        "p_adjusted": math.nan,
         "runs": f"{len(base.runs)} vs {len(other.runs)}",
         "method": method,
         "stable": True,
@@ -620,11 +629,68 @@ def _fmt_value(value: float) -> str:
     return f"{value:,.0f}" if abs(value) >= 100 else f"{value:.3g}"
 
 
+def _judge_family(
+    rows: list[dict[str, Any]], base: Group, other: Group, detect: float | None
+) -> list[dict[str, Any]]:
+    """Judge one group's rows against the baseline as one family: the p-values of the metrics
+    that can be judged are adjusted together (Benjamini–Hochberg), so twelve metrics of an A/A
+    share one 5 % chance of any "difference" instead of having twelve."""
+    judged = [i for i, row in enumerate(rows) if _judgeable(row, base, other)]
+    adjusted = designs.benjamini_hochberg([rows[i]["interval"].p_value for i in judged])
+    p_adjusted = dict(zip(judged, adjusted, strict=True))
+    return [
+        {
+            **_judge(row, base, other, detect, p_adjusted.get(i), len(judged)),
+            "warnings": base.damage + other.damage,
+        }
+        for i, row in enumerate(rows)
+    ]
+
+
+def _judgeable(row: dict[str, Any], base: Group, other: Group) -> bool:
+    """A row whose interval can be a verdict: a design over runs or slices, stable values and
+    a client that kept up."""
+    metric = row["metric"]
+    return (
+        row["method"] in VERDICT_METHODS
+        and row.get("interval") is not None
+        and row["value"] != row["baseline_value"]  # identical can never be called different
+        and row["stable"]
+        and not row.get("missing")
+        and not (base.suspect_for(metric) or other.suspect_for(metric))
+    )
+
+
+def _metric_major(families: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """Each group's family of rows, interleaved as the table reads: metric by metric."""
+    return [row for rows in zip(*families, strict=True) for row in rows]
+
+
+def _family_note(families: list[list[dict[str, Any]]]) -> list[str]:
+    sizes = {sum(math.isfinite(row["p_adjusted"]) for row in rows) for rows in families}
+    if max(sizes, default=0) < 2:
+        return []
+    judged = "/".join(str(n) for n in sorted(sizes))
+    return [
+        f"{judged} metrics judged together (Benjamini–Hochberg): identical configurations "
+        f"show a difference in any of them {designs.ALPHA * 100:g} % of the time, not that much "
+        "in each; a change in one metric alone must be larger to be found (its detectable ±); "
+        "judge fewer (--metric) to see smaller changes in those"
+    ]
+
+
 def _judge(
-    row: dict[str, Any], base: Group, other: Group, detect: float | None = None
+    row: dict[str, Any],
+    base: Group,
+    other: Group,
+    detect: float | None = None,
+    p_adjusted: float | None = None,
+    family: int = 1,
 ) -> dict[str, Any]:
     """Significance, direction, what the design could have seen, and the one-sentence
-    verdict. ``detect``: a shift (%) whose power is reported too (``power_pct``)."""
+    verdict. ``detect``: a shift (%) whose power is reported too (``power_pct``).
+    ``p_adjusted``: the row's p-value adjusted over the ``family`` judged with it
+    (Benjamini–Hochberg; ``None``: the row is not judgeable)."""
     metric, name = row["metric"], other.label
     label = _label(metric)
     diff, low, high = row["diff_pct"], row["ci_low_pct"], row["ci_high_pct"]
@@ -637,9 +703,17 @@ def _judge(
     evidence = row.pop("evidence", None) or f"{row['runs']} runs"
     excludes_zero = by_runs and has_ci and row["stable"] and not suspect and (low > 0 or high < 0)
     negligible = excludes_zero and max(abs(low), abs(high)) < NEGLIGIBLE_PCT
-    significant = excludes_zero and not negligible
+    # A change in one metric alone must clear α over the family's size: what the design could
+    # have seen, and its power, are stated at that level.
+    alpha = designs.ALPHA / max(family, 1)
+    rejected = True
+    if p_adjusted is not None and found is not None:
+        row["p_value"], row["p_adjusted"] = found.p_value, p_adjusted
+        row["detectable_pct"] = found.detectable_at(alpha)
+        rejected = p_adjusted <= designs.ALPHA
+    significant = excludes_zero and not negligible and rejected
     if detect is not None:
-        row["power_pct"] = found.power_at(detect) * 100.0 if found is not None else math.nan
+        row["power_pct"] = found.power_at(detect, alpha) * 100.0 if found is not None else math.nan
     interval = f"[{low:+.1f} %, {high:+.1f} %]" if has_ci else ""
     if row["baseline_value"] == row["value"] and not missing:
         verdict, row["diff_pct"], outcome = f"{label}: identical", 0.0, "identical"
@@ -682,7 +756,12 @@ def _judge(
         )
         outcome = "negligible"
     elif not significant:
-        seen = _could_see(row, detect)
+        seen = _could_see(row, detect, family)
+        if excludes_zero:  # its own interval excludes zero, the family's adjustment does not
+            seen = (
+                f"p {row['p_value']:.2g}, adjusted {row['p_adjusted']:.2g} over the {family} "
+                f"metrics judged together; {seen}"
+            )
         verdict = (
             f"{label}: no significant difference ({diff:+.1f} % {interval}, {evidence}; {seen})"
         )
@@ -709,10 +788,15 @@ def _judge(
     }
 
 
-def _could_see(row: dict[str, Any], detect: float | None) -> str:
+def _could_see(row: dict[str, Any], detect: float | None, family: int = 1) -> str:
     """What a design that found nothing could have found: the smallest change it detects with
     80 % power, and the power at ``detect`` when asked."""
-    seen = f"could not have seen a change under ±{_fmt(row['detectable_pct'])} %"
+    detectable = row["detectable_pct"]
+    if detectable >= DETECTABLE_CAP_PCT:
+        return f"could not have seen a change under ±{DETECTABLE_CAP_PCT:g} %: too few runs"
+    seen = f"could not have seen a change under ±{_fmt(detectable)} %"
+    if family > 1:
+        seen += " in this metric alone"
     if detect is not None and math.isfinite(row.get("power_pct", math.nan)):
         seen += f"; power at ±{_fmt(detect)} %: {row['power_pct']:.0f} %"
     return seen

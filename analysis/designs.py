@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from vprof.common.errors import RunError
 
 CONFIDENCE = 0.95
+ALPHA = 1.0 - CONFIDENCE  # the chance of calling a difference that is not there
 POWER = 0.80
 WELCH = "welch"
 PAIRED = "paired"
@@ -87,17 +88,30 @@ class Interval:
         return self.se > 0 and abs(self.diff) > self.half
 
     @property
+    def p_value(self) -> float:
+        """The two-sided chance of a difference at least this large when there is none."""
+        from scipy.special import stdtr
+
+        if not self.se > 0:
+            return 0.0 if self.diff else 1.0
+        return float(2.0 * stdtr(self.df, -abs(self.diff) / self.se))
+
+    @property
     def detectable_pct(self) -> float:
         """The smallest change (either way, as a percentage) this design would have found with
         80 % power at 95 % confidence: (t₀.₉₇₅ + t₀.₈₀) × the standard error."""
+        return self.detectable_at(ALPHA)
+
+    def detectable_at(self, alpha: float) -> float:
+        """:attr:`detectable_pct` for a test at level ``alpha`` (two-sided)."""
         if not self.se > 0:
             return 0.0
-        shift = (_t(0.5 + CONFIDENCE / 2, self.df) + _t(POWER, self.df)) * self.se
+        shift = (_t(1.0 - alpha / 2, self.df) + _t(POWER, self.df)) * self.se
         return self.pct(shift) if self.logs else abs(self.pct(shift))
 
-    def power_at(self, shift_pct: float) -> float:
-        """The chance this design calls a true change of ``shift_pct`` % significant
-        (noncentral t)."""
+    def power_at(self, shift_pct: float, alpha: float = ALPHA) -> float:
+        """The chance this design calls a true change of ``shift_pct`` % significant at level
+        ``alpha`` (noncentral t)."""
         from scipy.stats import nct
 
         if not self.se > 0:
@@ -109,9 +123,22 @@ class Interval:
         else:
             delta = shift_pct / 100.0 * self.base_value
         ncp = abs(delta) / self.se  # the test is two-sided: a shift either way is as visible
-        crit = _t(0.5 + CONFIDENCE / 2, self.df)
+        crit = _t(1.0 - alpha / 2, self.df)
         wrong_way = float(nct.cdf(-crit, self.df, ncp))  # vanishing, and NaN far out
         return min(1.0, float(nct.sf(crit, self.df, ncp)) + (wrong_way if wrong_way > 0 else 0.0))
+
+
+def benjamini_hochberg(p_values: Sequence[float]) -> list[float]:
+    """Benjamini and Hochberg's adjustment of a family's p-values (scipy's): the members whose
+    adjusted value is at most α are called different with an expected share of false calls
+    among them of at most α. When nothing differs (an A/A) any call is a false one, so the
+    chance of calling *any* member different stays at α; when a setting moves several metrics,
+    each needs little more than it would alone."""
+    if not p_values:
+        return []
+    from scipy.stats import false_discovery_control
+
+    return [float(q) for q in false_discovery_control(list(p_values), method="bh")]
 
 
 def _scale(values: Sequence[float], logs: bool) -> list[float]:

@@ -202,6 +202,11 @@ def _compare_cells(row: dict[str, Any]) -> dict[str, Any]:
     cells[_HEADINGS["ci_low_pct"]] = (
         f"[{low:+.1f}, {high:+.1f}]" if low is not None and high is not None else ""
     )
+    from vprof.analysis.compare import DETECTABLE_CAP_PCT
+
+    detectable = row.get("detectable_pct")
+    if detectable is not None and detectable >= DETECTABLE_CAP_PCT:
+        cells[_HEADINGS["detectable_pct"]] = f">{DETECTABLE_CAP_PCT:g}"
     return cells
 
 
@@ -311,9 +316,12 @@ def compare(
     on each side the 95 % intervals include run-to-run variation and a difference whose
     interval excludes zero is called significant: repeats made in A B A B order are paired
     (the interval is over the within-pair differences, so slow drift cancels), others are
-    compared with Welch's t. Every row says the smallest change its design would have found
-    with 80 % power (detectable_pct). With one run a side the interval covers request noise
-    only and nothing is called significant. Give explicit groups with `vs` between them.
+    compared with Welch's t. The metrics of a comparison are judged as one family (their
+    p-values adjusted together, Benjamini–Hochberg), so an A/A calls any of them different at
+    most 5 % of the time; fewer --metric see smaller changes. Every row says the smallest change
+    its design would have found with 80 % power (detectable_pct). With one run a side the
+    interval covers request noise only and nothing is called significant. Give explicit groups
+    with `vs` between them.
 
     \b
     Example:

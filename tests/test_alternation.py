@@ -96,3 +96,17 @@ def test_one_block_gives_no_interval(tmp_path):
     frame = compare([synth_alternating(tmp_path / "one", blocks=1)], metrics=["median_ttft_ms"])
     row = frame.iloc[0]
     assert not row["significant"] and math.isnan(row["ci_low_pct"])
+
+
+def test_every_default_metric_is_judged_in_one_family(tmp_path):
+    """Judged together, an A/A's metrics still show no difference, and a 10 % slowdown that
+    moves every latency is still found in each (adjusted together, a change that moves many
+    metrics costs little)."""
+    aa = compare([synth_alternating(tmp_path / "aa", blocks=20, drift_per_slice=0.02, seed=3)])
+    ab = compare([synth_alternating(tmp_path / "ab", blocks=20, shift=1.10, drift_per_slice=0.02)])
+    judged = aa[aa.p_adjusted.notna()]
+    assert len(judged) >= 10 and not aa.significant.any(), aa.verdict.tolist()
+    assert (judged.p_adjusted >= judged.p_value).all()
+    assert any(f"{len(judged)} metrics judged together" in n for n in aa.attrs["notes"])
+    latency = ab[ab.metric.str.contains("ttft|tpot|itl|e2el") & ab.metric.str.startswith("median")]
+    assert len(latency) == 4 and (latency.better == "worse").all(), latency.verdict.tolist()

@@ -34,6 +34,10 @@ def test_paired_interval_is_scipys_over_differences():
     assert got.diff - got.half == pytest.approx(want.low, rel=1e-9)
     assert got.diff + got.half == pytest.approx(want.high, rel=1e-9)
     assert got.significant  # ~ +10 % in every pair, although the pairs spread by ±25 %
+    assert got.p_value == pytest.approx(stats.ttest_rel(np.log(b), np.log(a)).pvalue, rel=1e-9)
+    assert welch(a, b).p_value == pytest.approx(  # type: ignore[union-attr]
+        stats.ttest_ind(np.log(b), np.log(a), equal_var=False).pvalue, rel=1e-9
+    )
 
 
 def test_values_with_zeros_are_compared_on_their_scale():
@@ -177,3 +181,33 @@ def test_interleaved_rounds_alternate_in_direction_and_keep_their_order_as_round
     assert block_order(3, 2, "interleaved") == [(0, 1), (1, 1), (2, 1), (2, 2), (1, 2), (0, 2)]
     assert block_order(2, 4, "interleaved")[:6] == block_order(2, 3, "interleaved")
     assert block_order(2, 2, "blocked") == [(0, 1), (0, 2), (1, 1), (1, 2)]
+
+
+def _family(size: int) -> list[dict]:
+    """A comparison's rows for ``size`` metrics: the first differs on its own (p 0.018, four
+    interleaved pairs), the others not at all (p 0.76)."""
+    from vprof.analysis.compare import METHOD_PAIRED, Group, _judge_family, _row, interval_fields
+
+    base, other = Group("a", (), ()), Group("b", (), ())
+    lone = paired([100, 102, 98, 101], [103, 103, 100, 104])
+    null = paired([100, 102, 98, 101], [101, 100, 99, 102])
+    rows = [
+        {**_row(f"metric_{k}", base, other, method=METHOD_PAIRED), **interval_fields(interval)}
+        for k, interval in enumerate([lone] + [null] * (size - 1))
+    ]
+    return _judge_family(rows, base, other, detect=10.0)
+
+
+def test_a_metric_found_alone_is_judged_again_with_its_family():
+    """Twelve metrics of an A/A give twelve chances of a chance "difference" unless they are
+    judged as one family: a p of 0.018 is a difference alone, not as one of twelve, and what
+    the design could have seen alone grows with the family."""
+    (alone,) = _family(1)
+    assert alone["significant"] and alone["p_adjusted"] == alone["p_value"] < 0.05
+    first, *rest = _family(12)
+    assert first["p_value"] == alone["p_value"] and first["p_adjusted"] > 0.05
+    assert not first["significant"] and not any(row["significant"] for row in rest)
+    assert "adjusted 0.21 over the 12 metrics judged together" in first["verdict"]
+    assert "in this metric alone" in first["verdict"]
+    assert first["detectable_pct"] > 1.3 * alone["detectable_pct"]
+    assert first["power_pct"] < alone["power_pct"]
