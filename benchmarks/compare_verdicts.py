@@ -32,6 +32,8 @@ import numpy as np
 import pyarrow as pa
 
 from vprof.analysis import compare
+from vprof.analysis.compare import DEFAULT_METRICS
+from vprof.analysis.designs import ALPHA
 from vprof.analysis.run import Run
 from vprof.records.schema import FIELDS, arrow_schema
 from vprof.runs.order import block_order
@@ -354,27 +356,43 @@ def main() -> None:
             continue
         started = time.perf_counter()
         false_pos = dict.fromkeys(METRICS, 0)
+        false_alone = dict.fromkeys(METRICS, 0)
         power = dict.fromkeys(METRICS, 0)
+        power_alone = dict.fromkeys(METRICS, 0)
+        any_false = any_false_alone = 0
         detectable: dict[str, list[float]] = {m: [] for m in METRICS}
         for _ in range(args.pairs):
-            aa = compare(make(rng, noise, args, 1.0), metrics=METRICS, n_boot=1)
-            ab = compare(make(rng, noise, args, 1.0 + args.shift), metrics=METRICS, n_boot=1)
-            for row in aa.itertuples():
+            aa = compare(make(rng, noise, args, 1.0), metrics=DEFAULT_METRICS, n_boot=1)
+            ab = compare(
+                make(rng, noise, args, 1.0 + args.shift), metrics=DEFAULT_METRICS, n_boot=1
+            )
+            any_false += bool(aa.significant.any())
+            any_false_alone += bool((aa.p_value <= ALPHA).any())
+            for row in aa[aa.metric.isin(METRICS)].itertuples():
                 false_pos[row.metric] += bool(row.significant)
+                false_alone[row.metric] += bool(row.p_value <= ALPHA)
                 if math.isfinite(row.detectable_pct):
                     detectable[row.metric].append(row.detectable_pct)
-            for row in ab.itertuples():
+            for row in ab[ab.metric.isin(METRICS)].itertuples():
                 power[row.metric] += bool(row.significant and row.better == "worse")
+                worse = (row.diff_pct > 0) == (row.metric != "request_throughput")
+                power_alone[row.metric] += bool(row.p_value <= ALPHA and worse)
         took = time.perf_counter() - started
         print(
             f"\n{design} — wall time per comparison {wall_s(design, args) / 60:.1f} min "
-            f"(simulated in {took:.0f} s):"
+            f"(simulated in {took:.0f} s); any of the {len(DEFAULT_METRICS)} metrics called "
+            f"different in an A/A: {any_false / args.pairs:.1%} (each judged alone: "
+            f"{any_false_alone / args.pairs:.1%})"
         )
-        print(f"  {'metric':20} {'A/A significant':>16} {'A/B found':>10} {'detectable':>11}")
+        print(
+            f"  {'metric':20} {'A/A significant':>16} {'(alone)':>8} {'A/B found':>10} "
+            f"{'(alone)':>8} {'detectable':>11}"
+        )
         for metric in METRICS:
             fp, pw = false_pos[metric] / args.pairs, power[metric] / args.pairs
+            fpa, pwa = false_alone[metric] / args.pairs, power_alone[metric] / args.pairs
             det = float(np.median(detectable[metric])) if detectable[metric] else math.nan
-            print(f"  {metric:20} {fp:16.1%} {pw:10.1%} {det:10.1f}%")
+            print(f"  {metric:20} {fp:16.1%} {fpa:8.1%} {pw:10.1%} {pwa:8.1%} {det:10.1f}%")
 
 
 if __name__ == "__main__":
