@@ -88,7 +88,7 @@ METHOD_REQUESTS = "request bootstrap within one run (request noise only)"
 # is chosen by. Called "no meaningful difference", like criterion's noise threshold.
 NEGLIGIBLE_PCT = 1.0
 
-# A design that could not have seen a change this large (%) is said to have too few runs; its
+# A design that could not have seen a change this large (%) has too few runs or slices; its
 # own figure (a t quantile over one degree of freedom, say) would read as noise.
 DETECTABLE_CAP_PCT = 1000.0
 
@@ -793,7 +793,9 @@ def _could_see(row: dict[str, Any], detect: float | None, family: int = 1) -> st
     80 % power, and the power at ``detect`` when asked."""
     detectable = row["detectable_pct"]
     if detectable >= DETECTABLE_CAP_PCT:
-        return f"could not have seen a change under ±{DETECTABLE_CAP_PCT:g} %: too few runs"
+        return (
+            f"could not have seen a change under ±{DETECTABLE_CAP_PCT:g} %: too few runs or slices"
+        )
     seen = f"could not have seen a change under ±{_fmt(detectable)} %"
     if family > 1:
         seen += " in this metric alone"
