@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from vprof.cli.options import OutDir, complete_traffic, complete_workload
-from vprof.cli.output import HUMAN, Part, emit_parts, format_option
+from vprof.cli.output import HUMAN, Part, echo_note, emit_parts, format_option
 from vprof.common.errors import ForecastError
 from vprof.common.numbers import parse_number
 
@@ -150,9 +150,9 @@ def predict(
     click.echo(f"predicted by {model} ({config.label}); {config.error_text()}", err=True)
     for p in predictions:
         for note in p.summary.get(K.FORECAST, {}).get("notes") or []:
-            click.echo(f"warning: {p.summary[K.RUN]}: {note}", err=True)
+            echo_note(f"warning: {p.summary[K.RUN]}: {note}")
         if spread := _spread_line(p.summary):
-            click.echo(f"note: {_short(p.summary)}: {spread}", err=True)
+            echo_note(f"note: {_short(p.summary)}: {spread}")
     if out is not None:
         for p in predictions:
             click.echo(f"wrote {write_prediction(p, out)}", err=True)

@@ -77,6 +77,15 @@ def table_width() -> int:
     return max(60, shutil.get_terminal_size((TABLE_WIDTH, 24)).columns)
 
 
+def echo_note(line: str) -> None:
+    """A note or a warning on stderr: on a terminal, wrapped to its width with later lines
+    indented; in a log or a pipe one line, so grep finds it whole."""
+    if sys.stderr.isatty():
+        width = max(60, shutil.get_terminal_size((TABLE_WIDTH, 24)).columns)
+        line = wrap(line, width, indent="  ")
+    click.echo(line, err=True)
+
+
 # A number and its unit stay on one line ("±1.3 %", "2 ms", "3.5 req/s").
 _NUMBER_UNIT = re.compile(r"(\d) (?=%|ms\b|s\b|req/s|tokens\b|GiB\b|MB\b)")
 

@@ -12,6 +12,7 @@ from vprof.cli.options import FiniteFloat, complete_traffic, complete_workload
 from vprof.cli.output import (
     HUMAN,
     Part,
+    echo_note,
     emit_parts,
     format_option,
     lift_long_cells,
@@ -23,7 +24,7 @@ from vprof.cli.output import (
 def warn(lines: Sequence[str]) -> None:
     """What a reader must know before trusting the numbers, on stderr (JSON carries it too)."""
     for line in lines:
-        click.echo(f"warning: {line}", err=True)
+        echo_note(f"warning: {line}")
 
 
 slo_option = click.option(
@@ -75,14 +76,14 @@ def summary_parts(
     warn(damage(summaries, names))
     for name, summary in zip(names, summaries, strict=True):
         if summary.get(K.STATE) in (RunState.DEGRADED, RunState.ABANDONED):
-            click.echo(f"warning: {name}: {summary[K.STATE]}: {summary.get(K.REASON)}", err=True)
+            echo_note(f"warning: {name}: {summary[K.STATE]}: {summary.get(K.REASON)}")
         if summary.get(K.CLIENT_LIMITED):
             why = "; ".join(summary.get(K.CLIENT_LIMITED_BY) or [])
-            click.echo(f"warning: {name}: the load generator set the pace ({why})", err=True)
+            echo_note(f"warning: {name}: the load generator set the pace ({why})")
         if summary.get(K.METRICS_WARNING):
-            click.echo(f"warning: {name}: {summary[K.METRICS_WARNING]}", err=True)
+            echo_note(f"warning: {name}: {summary[K.METRICS_WARNING]}")
         if summary.get(K.PROMPT_TOKEN_WARNING):
-            click.echo(f"warning: {name}: {summary[K.PROMPT_TOKEN_WARNING]}", err=True)
+            echo_note(f"warning: {name}: {summary[K.PROMPT_TOKEN_WARNING]}")
     rows, notes = summary_rows(names, summaries, fmt), ""
     if fmt == "table" and rows:  # sentences (a verdict, a warning) below the table, by run
         rows, notes = lift_long_cells(
@@ -158,7 +159,7 @@ def comparison_parts(
     rows = json_safe(frame.to_dict("records"))
     warn(frame.attrs.get("warnings", []))
     for note in frame.attrs.get("notes", []):
-        click.echo(f"note: {note}", err=True)
+        echo_note(f"note: {note}")
     if fmt not in HUMAN or not rows:
         return [("comparison", rows, None)]
     how = "95 % intervals by " + ", ".join(dict.fromkeys(r["method"] for r in rows))

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from vprof.cli.output import echo_note
 from vprof.records.rundir import REPORT_FILE
 
 
@@ -107,7 +108,7 @@ def report(
         title=title,
         progress=lambda message: click.echo(message, err=True),
         force=force,
-        warn=lambda line: click.echo(f"warning: {line}", err=True),
+        warn=lambda line: echo_note(f"warning: {line}"),
         model=model,
     )
     size_mb = path.stat().st_size / 1e6

@@ -57,3 +57,20 @@ def test_a_wrapped_sentence_keeps_each_number_with_its_unit():
         lines = wrap(text, width).splitlines()
         assert all(not line.strip().startswith(("%", "ms", "req/s")) for line in lines[1:])
         assert " ".join(line.strip() for line in lines) == text
+
+
+def test_a_note_wraps_on_a_terminal_and_stays_one_line_in_a_pipe(monkeypatch, capsys):
+    import sys
+
+    from vprof.cli.output import echo_note
+
+    note = f"note: {SENTENCE}; {SENTENCE}"
+    echo_note(note)  # captured: not a terminal
+    assert capsys.readouterr().err == note + "\n"
+    monkeypatch.setenv("COLUMNS", "60")
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+    echo_note(note)
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) > 2 and max(map(len, lines)) <= 60
+    assert all(line.startswith("  ") for line in lines[1:])
+    assert " ".join(line.strip() for line in lines) == note
