@@ -572,6 +572,10 @@ class AlternatingBench:
                         say(f"\n  every headline metric within ±{alt.precision_pct:g} %: stopping")
                         break
                 say(tick)
+            if state is RunState.COMPLETED:  # the load is over: a display's bar ends full
+                answered, failed = watch.counts() or (None, None)
+                total_s = shape.duration_s
+                say(Tick(run.name, total_s, total_s, done=answered, failed=failed, final=True))
         except KeyboardInterrupt as exc:
             state, reason = RunState.INTERRUPTED, interruption(exc)
             raise
