@@ -315,6 +315,27 @@ def test_runs_without_token_times_or_the_servers_counters_fit_from_decode_window
     assert cost.base_ms == pytest.approx(cpu_truth().cost.base_ms, rel=0.15)
 
 
+def test_a_server_that_reports_no_cache_hits_has_them_replayed_from_the_prefix_groups(tmp_path):
+    import pyarrow as pa
+
+    from vprof.forecast.observed import load_observed
+
+    path = measured_run(tmp_path, cpu_truth(), "rag-shared-prefix", shape(8.0, duration_s=10.0))
+    reported = np.asarray(load_observed(path).requests.known_hit)
+    assert (reported > 0).mean() > 0.8
+    # vLLM leaves usage.prompt_tokens_details out unless asked: every record says -1
+    records = path / "records.arrow"
+    with pa.OSFile(str(records)) as source:  # read into memory: the file is rewritten below
+        table = pa.ipc.open_stream(source).read_all()
+    column = table.schema.get_field_index("cached_tokens")
+    unknown = pa.array(np.full(table.num_rows, -1, dtype=np.int64))
+    with pa.ipc.new_stream(str(records), table.schema) as writer:
+        writer.write_table(table.set_column(column, "cached_tokens", unknown))
+    replayed = np.asarray(load_observed(path).requests.known_hit)
+    assert replayed.sum() == pytest.approx(reported.sum(), rel=0.05)
+    assert (replayed == reported).mean() > 0.9
+
+
 def _metric_samples(path: Path) -> list[dict]:
     from vprof.records.rundir import RunDir
 
