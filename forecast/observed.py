@@ -4,15 +4,16 @@ server's rules and counters, and which configuration they belong to."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from vprof.analysis.keys import SummaryKey as K
 from vprof.common.errors import ForecastError
 from vprof.forecast.rules import ConfigKey, SchedulerRules, config_key, rules_from_run
-from vprof.forecast.simulate import Replay, Requests
+from vprof.forecast.simulate import Replay, Requests, simulate
 from vprof.forecast.stalls import RunStalls, find_stalls, token_times
+from vprof.forecast.stepcost import StepCost
 
 ITERATIONS = "vllm:iteration_tokens_total_count"  # steps the engine took (a histogram's count)
 ITERATION_TOKENS = "vllm:iteration_tokens_total_sum"
@@ -131,12 +132,11 @@ def load_observed(path: str | Path) -> Observed:
     output = np.where(ok & (output > 0), output, expected_out)
     keep = has_sent  # every request sent loaded the server, warm-up ones included
     idx = np.flatnonzero(keep)
+    cached = cols.ints["cached_tokens"][idx]
     requests = Requests(
         prompt_tokens=prompt[idx],
         output_tokens=np.maximum(output[idx], 1),
-        known_hit=np.where(
-            cols.ints["cached_tokens"][idx] >= 0, cols.ints["cached_tokens"][idx], 0
-        ),
+        known_hit=np.where(cached >= 0, cached, 0),
     )
     warmup_until = run.warmup_until
     warmup_s = (warmup_until - epoch) if warmup_until is not None else 0.0
@@ -156,6 +156,16 @@ def load_observed(path: str | Path) -> Observed:
     if endpoint == "chat" and chat.any():
         diff = cols.ints["prompt_tokens"][chat] - cols.ints["expected_prompt_tokens"][chat]
         extra = float(np.median(diff))
+    if (cached < 0).all():
+        requests = _replayed_hits(
+            requests,
+            cols.ints["prefix_group"][idx],
+            meta,
+            rules,
+            Replay(sent[idx] - epoch),
+            lead=extra or 0.0,
+            step_ms=float(np.nanmedian(f["tpot_ms"])) if np.isfinite(f["tpot_ms"]).any() else 1.0,
+        )
     idle = f["idle_before_ms"][np.isfinite(f["idle_before_ms"])]
     per = _token_times(run.records, f["first_token_at"] - epoch)
     answered = None
@@ -184,6 +194,39 @@ def load_observed(path: str | Path) -> Observed:
         stalls=find_stalls([t for t in answered if t.size]) if answered is not None else None,
         token_s=tuple(answered[i] for i in idx) if answered is not None else None,
     )
+
+
+def _replayed_hits(
+    requests: Requests,
+    groups: Any,
+    meta: Mapping[str, Any],
+    rules: SchedulerRules,
+    client: Replay,
+    *,
+    lead: float,
+    step_ms: float,
+) -> Requests:
+    """``requests`` with each one's prefix-cache hit from a replay of the cache, for a server
+    that reported none (vLLM gives ``cached_tokens`` only when asked to) while the records
+    say which shared prefix each request began with: without it a fit would take every shared
+    prefix as computed again, and price the prompts' tokens and steps on that. The replay
+    steps at the run's median inter-token time; the hits are whole blocks of the workload's
+    prefix (plus the chat template's ``lead`` tokens) that an earlier request had computed."""
+    import numpy as np
+
+    prefix = (meta.get("workload") or {}).get("prefix") or {}
+    length = prefix.get("length_tokens") if isinstance(prefix, Mapping) else None
+    shared = groups >= 0
+    if not rules.prefix_caching or not isinstance(length, (int, float)) or not shared.any():
+        return requests
+    keyed = replace(
+        requests,
+        prefix_key=groups,
+        prefix_tokens=np.where(shared, int(length + lead), 0),
+        known_hit=None,
+    )
+    replayed = simulate(keyed, client, rules, StepCost(max(step_ms, 0.1), 0.0, 0.0))
+    return replace(requests, known_hit=np.asarray(replayed.cached, dtype=np.int64))
 
 
 def _token_times(records: Any, first_s: Any) -> list[Any] | None:

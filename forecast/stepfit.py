@@ -17,9 +17,11 @@ decodes that got a token in it, the prompts whose chunks it computed: the last w
 prompt's first token came, the earlier ones in the steps just before). The steps that computed
 prompts (each counted once), less the constant and decodes the windows give, price the prompts
 (per token, and by the same BIC rule per chunk and per attention pair). The decode-only steps
-also show whether the cost per decode flattens with the batch (decodes^γ, γ by the same rule);
-if it does, the constant and that cost are fitted on those steps, a window's decodes summing
-steps of different batches. The server's prefill
+also show whether the cost per decode flattens with the batch (decodes^γ) and whether it grows
+with the context the decodes read (a step's decodes read contexts of their own lengths, so
+varied prompts tell that cost from the batch's), both judged together by the same rule; if
+either joins, the constant and the decode costs are fitted on those steps, a window's decodes
+summing steps of different batches. The server's prefill
 times span more than the prompt's own steps (the README's forecast section has the
 measurement), so they are not used then. The token times also bound each request's front
 end: the engine takes in new requests between steps, so a request whose prompt's first chunk
@@ -90,7 +92,8 @@ def linear_estimate(
     attention terms join only when they explain the windows clearly better (BIC lower by
     more than ``EVIDENCE``): with one prompt length, per-token and per-pair costs are the same
     column and a fit could put the cost on either. The cost per prefill chunk joins the same
-    way, on the steps that computed prompts. A step fitted with the steps or the server's
+    way, on the steps that computed prompts, and the context term may also join on the
+    decode-only steps (:func:`_decode_terms`). A step fitted with the steps or the server's
     prefill times is kept as it is, the calibration moving only the front end and the
     jitter: on runs of one workload the replay's latency quantiles cannot tell the prefill
     tokens' cost from the front end's delay, and move the decode cost where the tails of a
@@ -131,11 +134,13 @@ def linear_estimate(
     gamma = 1.0
     if by_steps:
         assert prefill is not None
-        gamma, alone = _decode_exponent(runs, say)
-        if gamma != 1.0:
+        gamma, context, alone = _decode_terms(runs, say)
+        if context and 3 not in columns:
+            columns = (*columns, 3)
+        if gamma != 1.0 or context:
             # a window's decodes sum steps of different batches: the bent cost is fitted on
             # the decode-only steps themselves (each counted once; the context term as the
-            # windows chose), and so are the prompts'
+            # windows or those steps chose), and so are the prompts'
             a_s, y_s, w_s = alone
             root = np.sqrt(w_s)
             a = _bend(a_s, gamma) * root[:, None]
@@ -195,13 +200,16 @@ def _bend(rows: Any, gamma: float) -> Any:
     return out
 
 
-def _decode_exponent(
+def _decode_terms(
     runs: Sequence[Observed], say: Callable[[str], None]
-) -> tuple[float, tuple[Any, Any, Any]]:
-    """γ for a cost per decode that flattens with the batch (decode_seq · decodes^γ), judged
-    on the decode-only steps seen in the token times (each counted once) by the BIC rule: the
-    best γ of ``EXPONENTS`` joins only if it beats the linear cost by ``EVIDENCE``. Returns γ
-    (1.0 if none joins) and those steps (rows, times, weights)."""
+) -> tuple[float, bool, tuple[Any, Any, Any]]:
+    """γ for a cost per decode that flattens with the batch (decode_seq · decodes^γ), and
+    whether the decodes' context costs too, judged together on the decode-only steps seen in
+    the token times (each counted once) by the BIC rule: the best γ of ``EXPONENTS`` and the
+    context term each join only if they beat the model without them by ``EVIDENCE``. A
+    step's decodes read contexts of their own lengths, so where prompts vary the context
+    tokens are a column of their own even at one batch size. Returns γ (1.0 if none joins),
+    whether the context term joins, and those steps (rows, times, weights)."""
     import numpy as np
 
     parts = [_step_gaps(o) for o in runs]
@@ -209,20 +217,34 @@ def _decode_exponent(
     y = np.concatenate([p[1][p[0][:, 1] == 0] for p in parts])
     w = np.concatenate([p[2][p[0][:, 1] == 0] for p in parts])
     if y.size < 10:
-        return 1.0, (a, y, w)
+        return 1.0, False, (a, y, w)
     n = float(w.sum())
     root = np.sqrt(w)
 
-    def bic(gamma: float) -> float:
-        x = np.column_stack([a[:, 0], a[:, 2] ** gamma])
+    def bic(gamma: float, context: bool) -> float:
+        x = np.column_stack([a[:, 0], a[:, 2] ** gamma, *([a[:, 3]] if context else [])])
         _, sse = _nnls(x * root[:, None], y * root)
-        return n * math.log(max(sse, 1e-12) / n) + (2 if gamma == 1.0 else 3) * math.log(n)
+        terms = x.shape[1] + (gamma != 1.0)
+        return n * math.log(max(sse, 1e-12) / n) + terms * math.log(n)
 
-    plain = bic(1.0)
-    best = min(EXPONENTS, key=bic)
-    gain = plain - bic(best)
-    say(f"decode cost ∝ decodes^{best:g} on {n:.0f} decode-only steps: BIC {-gain:+.1f}")
-    return (best if gain > EVIDENCE else 1.0), (a, y, w)
+    scores = {(g, c): bic(g, c) for g in (1.0, *EXPONENTS) for c in (False, True)}
+
+    def best(context: bool) -> float:
+        """γ with or without the context term: bent only where that wins by ``EVIDENCE``."""
+        gamma = min(EXPONENTS, key=lambda g: scores[g, context])
+        return gamma if scores[gamma, context] < scores[1.0, context] - EVIDENCE else 1.0
+
+    gamma, gamma_c = best(False), best(True)
+    bent = min(EXPONENTS, key=lambda g: scores[g, False])
+    gain = scores[gamma_c, True] - scores[gamma, False]
+    say(
+        f"decode cost ∝ decodes^{bent:g} on {n:.0f} decode-only steps: "
+        f"BIC {scores[bent, False] - scores[1.0, False]:+.1f}; and per context token "
+        f"(decodes^{gamma_c:g}): BIC {gain:+.1f}"
+    )
+    if gain < -EVIDENCE:
+        return gamma_c, True, (a, y, w)
+    return gamma, False, (a, y, w)
 
 
 PREFILL_COLUMNS = (1, 4, CHUNKS)  # what the prefill evidence fits; the windows the rest
@@ -448,7 +470,14 @@ def _nnls(a: Any, y: Any) -> tuple[Any, float]:
 
     scale = np.linalg.norm(a, axis=0)
     scale[scale == 0] = 1.0
-    x, _ = nnls(a / scale, y)
+    scaled = a / scale
+    if scaled.shape[0] > scaled.shape[1]:
+        # the same problem on the columns' triangle (Q's columns are orthonormal): tens of
+        # thousands of steps solve in microseconds instead of a tenth of a second
+        q, r = np.linalg.qr(scaled)
+        x, _ = nnls(r, q.T @ y)
+    else:
+        x, _ = nnls(scaled, y)
     x = x / scale
     residual = y - a @ x
     return x, float(residual @ residual)

@@ -247,6 +247,20 @@ def test_the_steps_in_the_token_times_recover_a_decode_cost_that_flattens_with_t
     assert any("decodes^" in line for line in said)
 
 
+def test_the_steps_in_the_token_times_recover_a_context_cost_beside_a_flattening_decode_cost(
+    tmp_path,
+):
+    # a window sums steps of different batches, so judged there with a linear decode cost the
+    # context term is lost; judged on the decode-only steps with γ it is found
+    cost, fitted, _, said = _fit_synthetic_chat(
+        tmp_path, decode_seq_ms=1.0, decode_exponent=0.6, decode_context_ms_per_1k=0.5
+    )
+    assert fitted.decode_context_ms_per_1k == pytest.approx(0.5, rel=0.2)
+    assert fitted.decode_exponent == pytest.approx(0.6, abs=0.1)
+    assert fitted.base_ms == pytest.approx(cost.base_ms, rel=0.15)
+    assert any("per context token" in line for line in said)
+
+
 def test_the_steps_in_the_token_times_recover_what_an_arrival_costs_the_engine(tmp_path):
     cost, fitted, active, said = _fit_synthetic_chat(tmp_path, arrival_ms=3.0)
     assert fitted.arrival_ms == pytest.approx(3.0, rel=0.25)
@@ -268,7 +282,7 @@ def test_a_server_whose_arrivals_cost_nothing_is_given_no_arrival_cost(cpu_runs)
     assert any("per arrival on" in line for line in said)  # judged, and refused
 
 
-def test_a_server_whose_decodes_cost_alike_is_given_no_exponent(cpu_runs):
+def test_a_server_whose_decodes_cost_alike_is_given_no_exponent_nor_context_cost(cpu_runs):
     from vprof.forecast.observed import load_observed
     from vprof.forecast.stepfit import linear_estimate
     from vprof.records import expand_runs
@@ -277,7 +291,7 @@ def test_a_server_whose_decodes_cost_alike_is_given_no_exponent(cpu_runs):
     fitted, _ = linear_estimate(
         [load_observed(p) for p in expand_runs([cpu_runs / "fit"])], say=said.append
     )
-    assert fitted.decode_exponent == 1.0
+    assert fitted.decode_exponent == 1.0 and fitted.decode_context_ms_per_1k == 0.0
     assert any("decodes^" in line for line in said)  # judged, and refused
 
 
@@ -299,6 +313,27 @@ def test_runs_without_token_times_or_the_servers_counters_fit_from_decode_window
     cost, active = linear_estimate(bare)
     assert "prefill_token_ms" in active
     assert cost.base_ms == pytest.approx(cpu_truth().cost.base_ms, rel=0.15)
+
+
+def test_a_server_that_reports_no_cache_hits_has_them_replayed_from_the_prefix_groups(tmp_path):
+    import pyarrow as pa
+
+    from vprof.forecast.observed import load_observed
+
+    path = measured_run(tmp_path, cpu_truth(), "rag-shared-prefix", shape(8.0, duration_s=10.0))
+    reported = np.asarray(load_observed(path).requests.known_hit)
+    assert (reported > 0).mean() > 0.8
+    # vLLM leaves usage.prompt_tokens_details out unless asked: every record says -1
+    records = path / "records.arrow"
+    with pa.OSFile(str(records)) as source:  # read into memory: the file is rewritten below
+        table = pa.ipc.open_stream(source).read_all()
+    column = table.schema.get_field_index("cached_tokens")
+    unknown = pa.array(np.full(table.num_rows, -1, dtype=np.int64))
+    with pa.ipc.new_stream(str(records), table.schema) as writer:
+        writer.write_table(table.set_column(column, "cached_tokens", unknown))
+    replayed = np.asarray(load_observed(path).requests.known_hit)
+    assert replayed.sum() == pytest.approx(reported.sum(), rel=0.05)
+    assert (replayed == reported).mean() > 0.9
 
 
 def _metric_samples(path: Path) -> list[dict]:
