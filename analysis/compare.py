@@ -273,10 +273,12 @@ def compare(
     :func:`group_runs`) or a list of explicit groups (lists of runs). Columns: ``metric``,
     ``baseline``, ``baseline_value``, ``run``, ``value``, ``diff_pct``, ``ci_low_pct``,
     ``ci_high_pct``, ``detectable_pct`` (the smallest change the design would have found with
-    80 % power; NaN with one run a side), ``runs`` (how many on each side), ``method`` (the
-    design: paired t over interleaved repeats, Welch t, or a request bootstrap),
-    ``significant``, ``stable``, ``suspect``, ``better``, a plain ``verdict`` and
-    ``warnings`` (the damaged runs on either side, see :func:`vprof.analysis.run.damage`);
+    80 % power, at 5 % over the family's size; NaN with one run a side), ``p_value`` and
+    ``p_adjusted`` (its p-value alone and adjusted over the metrics judged with it; NaN for a
+    row not judged), ``runs`` (how many on each side), ``method`` (the design: paired t over
+    interleaved repeats, Welch t, or a request bootstrap), ``significant``, ``stable``,
+    ``suspect``, ``better``, a plain ``verdict`` and ``warnings`` (the damaged runs on either
+    side, see :func:`vprof.analysis.run.damage`);
     with ``detect`` (a shift in %) also ``power_pct``, the power at that shift. The frame's
     ``attrs["notes"]`` says what the reader must know (different workloads, say), and
     ``attrs["warnings"]`` every damaged run compared.
