@@ -69,7 +69,9 @@ def test_the_same_configuration_four_times_is_called_no_different(tmp_path, vllm
     # Each metric's own interval, recomputed from the runs' summaries, equals compare's row;
     # over eight metrics a chance "difference" in one came now and then when each was judged
     # on its own (a CI run: median E2E latency "lowered" 6.7 % [1.2 %, 12 %]); compare judges
-    # them as one family, and no metric of this A/A is called different.
+    # them as one family. Its verdicts may call an A/A different 5 % of the time by design, so
+    # the test holds the family's adjusted p-values to 1 %: intervals too narrow for their runs
+    # would fail it, a 1-in-20 chance call would not fail CI.
     summaries = [json.loads((r / "summary.json").read_text()) for r in runs]
     for metric in ("request_throughput", *HEADLINE):
         assert rows[metric]["runs"] == "2 vs 2"
@@ -79,8 +81,8 @@ def test_the_same_configuration_four_times_is_called_no_different(tmp_path, vllm
         t = abs(found.diff) / found.se if found.se > 0 else (math.inf if found.diff else 0.0)
         if rows[metric]["p_adjusted"] is not None:  # None: equal values, nothing to judge
             assert rows[metric]["p_value"] == pytest.approx(2 * float(stdtr(found.df, -t)))
-            assert rows[metric]["p_adjusted"] >= rows[metric]["p_value"]
-        assert not rows[metric]["significant"], rows[metric]["verdict"]
+            assert rows[metric]["p_value"] <= rows[metric]["p_adjusted"]
+            assert rows[metric]["p_adjusted"] > 0.01, rows[metric]["verdict"]
     assert rows["request_throughput"]["ci_low_pct"] is not None  # throughput has an interval
     for run in runs:  # every summary is its own records, recomputed independently
         summary = json.loads((run / "summary.json").read_text())
