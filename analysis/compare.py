@@ -310,6 +310,7 @@ def comparison(
         raise RunError(
             f"the bootstrap's precision must be a positive number, got {precision_pct!r}"
         )
+    metrics = list(dict.fromkeys(metrics))  # a metric named twice is one member of the family
     explicit = bool(runs) and all(isinstance(r, (list, tuple)) for r in runs)
     flat = [_load(r) for group in runs for r in group] if explicit else [_load(r) for r in runs]  # type: ignore[union-attr]
     if any(is_alternating(r) for r in flat):

@@ -110,3 +110,5 @@ def test_every_default_metric_is_judged_in_one_family(tmp_path):
     assert any(f"{len(judged)} metrics judged together" in n for n in aa.attrs["notes"])
     latency = ab[ab.metric.str.contains("ttft|tpot|itl|e2el") & ab.metric.str.startswith("median")]
     assert len(latency) == 4 and (latency.better == "worse").all(), latency.verdict.tolist()
+    twice = compare([tmp_path / "aa"], metrics=["median_ttft_ms", "median_ttft_ms"])
+    assert twice.metric.tolist() == ["median_ttft_ms"]  # named twice, judged once
