@@ -69,6 +69,8 @@ VARIED = 0.25  # prompts vary enough to show a per-token front-end cost (std / m
 # token belongs to the step that gave that one
 TOKEN_SPREAD_S = 1e-3
 SEED = 0
+REPLAYS = 3  # seeds a calibration's replay of a run pools
+FRONT_END = ("frontend_ms", "frontend_ms_per_1k_prompt")  # solved on each replay
 
 
 @dataclass(frozen=True)
@@ -549,25 +551,26 @@ def _decode_windows(o: Observed) -> tuple[Any, Any]:
     return rows[good], y[good]
 
 
-def _frontend_bounds(o: Observed) -> Any:
-    """Per request whose token times place it: the middle of the range its front end's delay
-    lies in (ms; see the module's text). The steps are read off the requests decoding at its
-    first token: each gap between two of a decoding request's tokens is one step, so the one
-    that got a token with it (within a step's spread) had its tokens of the steps before at
-    its own earlier tokens; the middle is the median over those requests. A request counts
-    only where such a request's gaps back to the step before its prompt's first chunk are
-    ordinary steps (each longer than the spread and no longer than the run's
-    99th-percentile inter-token gap, no stall), so an idle engine or a pause does not pass
-    for the front end. Empty without token times."""
+def _frontend_bounds(o: Observed) -> tuple[Any, Any]:
+    """The requests whose token times place them, and for each the middle of the range its
+    front end's delay lies in (ms; see the module's text). The steps are read off the
+    requests decoding at its first token: each gap between two of a decoding request's
+    tokens is one step, so the one that got a token with it (within a step's spread) had its
+    tokens of the steps before at its own earlier tokens; the middle is the median over
+    those requests. A request counts only where such a request's gaps back to the step
+    before its prompt's first chunk are ordinary steps (each longer than the spread and no
+    longer than the run's 99th-percentile inter-token gap, no stall), so an idle engine or a
+    pause does not pass for the front end. Empty without token times."""
     import numpy as np
 
     times = o.token_s
+    none = (np.empty(0, dtype=np.int64), np.empty(0))
     if times is None:
-        return np.empty(0)
+        return none
     sizes = np.array([t.size for t in times])
     decoding = np.flatnonzero(sizes >= 2)
     if not decoding.size:
-        return np.empty(0)
+        return none
     gaps = np.concatenate([np.diff(times[i]) for i in decoding])
     spread = min(TOKEN_SPREAD_S, 0.25 * float(np.median(gaps)))
     ordinary = float(np.percentile(gaps, 99))
@@ -594,7 +597,7 @@ def _frontend_bounds(o: Observed) -> Any:
     budget = float(rules.max_num_batched_tokens)
     threshold = float(rules.long_prefill_token_threshold)
     warm = o.measured["after_warmup"]
-    mids = []
+    placed, mids = [], []
     for i in answered[warm[answered]]:
         f = times[i][0]
         lo = int(np.searchsorted(by_time, f - spread, side="left"))
@@ -613,8 +616,9 @@ def _frontend_bounds(o: Observed) -> Any:
         if not back.size:
             continue
         end_j, end_before = flat[back - count], flat[back - count - 1]
+        placed.append(int(i))
         mids.append(float(np.median((end_j + end_before) / 2 - sent[i])) * 1000.0)
-    return np.asarray(mids)
+    return np.asarray(placed, dtype=np.int64), np.asarray(mids)
 
 
 def _arrival_cost(
@@ -631,7 +635,7 @@ def _arrival_cost(
     rule."""
     import numpy as np
 
-    mids = np.concatenate([_frontend_bounds(o) for o in runs])
+    mids = np.concatenate([_frontend_bounds(o)[1] for o in runs])
     if mids.size < 30:
         return None
     front = float(np.median(mids))
@@ -757,16 +761,59 @@ def _targets(o: Observed) -> dict[str, Any]:
 def _replayed_metrics(
     o: Observed, cost: StepCost, pick: Any, stalls: StallProcess | None = None
 ) -> dict[str, Any]:
+    """``o`` replayed with ``REPLAYS`` seeds, its requests' metrics pooled (and each one's
+    prompt tokens, which the front end's cost per token reads); ``steps``: their mean."""
     import numpy as np
 
-    rep = simulate(o.requests, o.client, o.rules, cost, seed=SEED, stalls=stalls)
-    ok = (rep.status == OK) & pick
-    sent = rep.sent_s
-    ttft = (rep.first_s - sent) * 1000.0
-    e2e = (rep.last_s - sent) * 1000.0
+    pooled: dict[str, list[Any]] = {"ok": [], "ttft_ms": [], "tpot_ms": [], "e2e_ms": []}
+    steps = 0
     output = o.requests.output_tokens
-    tpot = np.where(output > 1, (e2e - ttft) / np.maximum(output - 1, 1), np.nan)
-    return {"ok": ok, "ttft_ms": ttft, "tpot_ms": tpot, "e2e_ms": e2e, "steps": rep.steps}
+    for seed in range(SEED, SEED + REPLAYS):
+        rep = simulate(o.requests, o.client, o.rules, cost, seed=seed, stalls=stalls)
+        sent = rep.sent_s
+        ttft = (rep.first_s - sent) * 1000.0
+        e2e = (rep.last_s - sent) * 1000.0
+        pooled["ok"].append((rep.status == OK) & pick)
+        pooled["ttft_ms"].append(ttft)
+        pooled["e2e_ms"].append(e2e)
+        pooled["tpot_ms"].append(
+            np.where(output > 1, (e2e - ttft) / np.maximum(output - 1, 1), np.nan)
+        )
+        steps += rep.steps
+    out = {name: np.concatenate(values) for name, values in pooled.items()}
+    prompt = np.tile(o.requests.prompt_tokens.astype(np.float64), REPLAYS)
+    return {**out, "prompt_tokens": prompt, "steps": steps / REPLAYS}
+
+
+def _residuals(
+    runs: Sequence[Observed],
+    targets: Sequence[dict[str, Any]],
+    got: Sequence[dict[str, Any]],
+    front_ms: Any,
+) -> Any:
+    """Log ratios of the replayed quantiles to the measured ones (and of the steps counted),
+    the replays' front end moved by ``front_ms`` (ms, and ms per 1,000 prompt tokens): a
+    request's front end delays its arrival at the engine, so it adds to its TTFT and E2E."""
+    import numpy as np
+
+    out: list[float] = []
+    for o, target, replay in zip(runs, targets, got, strict=True):
+        shift = front_ms[0] + front_ms[1] * replay["prompt_tokens"] * 1e-3
+        for name, qs in MATCHED:
+            want = target[name]
+            if want is None:
+                continue
+            values = replay[name] + (0.0 if name == "tpot_ms" else shift)
+            values = values[replay["ok"]]
+            values = values[np.isfinite(values) & (values > 0)]
+            if values.size < 5:
+                out.extend([3.0] * len(qs))  # it answered (almost) nothing: far off
+                continue
+            out.extend(np.log(np.percentile(values, qs) / want).tolist())
+        steps = o.server.get("steps")
+        if steps:
+            out.append(math.log(max(replay["steps"], 1) / steps))
+    return np.asarray(out)
 
 
 def calibrate(
@@ -780,14 +827,23 @@ def calibrate(
 ) -> Fitted:
     """The second stage: the ``active`` coefficients (and the jitter) fitted so replays match
     the measured quantiles; the others stay at ``start``'s values. The replays pause as
-    ``stalls`` says, so the jitter is only what the stalls leave."""
+    ``stalls`` says, so the jitter is only what the stalls leave.
+
+    The front end only delays a request's arrival at the engine: moving it all by a constant
+    moves the engine's timeline with it, so its terms are not replayed for but solved on each
+    replay (TTFT and E2E shifted), and the search moves the rest. Each replay pools
+    ``REPLAYS`` seeds, with the same draws for every candidate (see ``simulate``): the cost the
+    search sees is smooth where the draws' chance alone would make it jump."""
     import numpy as np
     from scipy.optimize import least_squares
 
     targets = [_targets(o) for o in runs]
     full = np.array([*start.vector(), max(start.jitter, 0.05)])
     scale = _scales(runs, start)
-    moving = [i for i, name in enumerate(COEFFICIENTS) if name in active] + [len(COEFFICIENTS)]
+    front = [COEFFICIENTS.index(name) for name in FRONT_END]
+    moving = [
+        i for i, name in enumerate(COEFFICIENTS) if name in active and name not in FRONT_END
+    ] + [len(COEFFICIENTS)]
     z0 = full[moving] / scale[moving]
     lower = np.zeros_like(z0)
     if 0 in moving:
@@ -795,40 +851,51 @@ def calibrate(
     upper = np.full_like(z0, np.inf)
     upper[-1] = 1.0 / scale[-1]  # jitter: a coefficient of variation
     z0 = np.clip(z0, lower, np.where(np.isinf(upper), np.maximum(z0, lower) + 1, upper))
+    f0 = full[front]
+    solving = [j for j, name in enumerate(FRONT_END) if name in active]
+    f_scale = scale[front][solving]
     calls = 0
+    solved: dict[bytes, Any] = {}
 
-    def cost_of(z: Any) -> StepCost:
+    def cost_of(z: Any, front_ms: Any) -> StepCost:
         x = full.copy()
         x[moving] = z * scale[moving]
+        x[front] = front_ms
         return StepCost.from_vector(
             x[:-1],
             jitter=float(x[-1]),
             decode_exponent=start.decode_exponent,
             arrival_ms=start.arrival_ms,
             arrival_ms_per_1k_prompt=start.arrival_ms_per_1k_prompt,
+            frontend_ms_per_in_flight=start.frontend_ms_per_in_flight,
         )
 
     def residuals(z: Any) -> Any:
         nonlocal calls
         calls += 1
-        cost = cost_of(z)
-        out: list[float] = []
-        for o, target in zip(runs, targets, strict=True):
-            got = _replayed_metrics(o, cost, target["pick"], stalls)
-            for name, qs in MATCHED:
-                want = target[name]
-                if want is None:
-                    continue
-                values = got[name][got["ok"]]
-                values = values[np.isfinite(values) & (values > 0)]
-                if values.size < 5:
-                    out.extend([3.0] * len(qs))  # it answered (almost) nothing: far off
-                    continue
-                out.extend(np.log(np.percentile(values, qs) / want).tolist())
-            steps = o.server.get("steps")
-            if steps:
-                out.append(math.log(max(got["steps"], 1) / steps))
-        return np.asarray(out)
+        got = [
+            _replayed_metrics(o, cost_of(z, f0), t["pick"], stalls)
+            for o, t in zip(runs, targets, strict=True)
+        ]
+        if not solving:
+            solved[z.tobytes()] = f0
+            return _residuals(runs, targets, got, np.zeros(len(FRONT_END)))
+
+        def moved(u: Any) -> Any:
+            shift = np.zeros(len(FRONT_END))
+            shift[solving] = u * f_scale - f0[solving]
+            return shift
+
+        # the front end these replays' TTFT and E2E ask for
+        inner = least_squares(
+            lambda u: _residuals(runs, targets, got, moved(u)),
+            f0[solving] / f_scale,
+            bounds=(0.0, np.inf),
+            loss="soft_l1",
+            f_scale=0.1,
+        )
+        solved[z.tobytes()] = f0 + moved(inner.x)
+        return inner.fun
 
     result = least_squares(
         residuals,
@@ -841,7 +908,9 @@ def calibrate(
         xtol=1e-3,
         ftol=1e-4,
     )
-    cost = cost_of(result.x)
+    if result.x.tobytes() not in solved:
+        residuals(result.x)
+    cost = cost_of(result.x, solved[result.x.tobytes()])
     say(f"calibrated in {calls} replays of {len(runs)} runs (cost {result.cost:.4f})")
     return Fitted(cost, start, tuple(active), calls, float(result.cost))
 
