@@ -30,7 +30,9 @@ between the end of the step before that one and that step's end (as the client s
 the middle of that range (its median over the requests) places each request's arrival at the
 engine, and the steps a request arrived in, less what the fitted step gives them, say what an
 arrival costs the engine's step (per request and per prompt token, by the same BIC rule; the
-README's forecast section has the measurement). Then the replay itself is fitted: each run
+README's forecast section has the measurement); the same delays, request by request, say
+whether the front end's delay grows with the requests the client had in flight at the send
+and with the prompt (by the same rule). Then the replay itself is fitted: each run
 is replayed with the requests it really sent (their send times, lengths and cached tokens), and
 the front end's delay, the steps' jitter and (without the server's prefill times) the
 coefficients the data can tell apart are moved until the replayed TTFT, TPOT and E2E
@@ -185,9 +187,16 @@ def linear_estimate(
             )
     # with the prefill measured the step is fixed here; the replay adds the front end
     active = ([COEFFICIENTS[c] for c in columns] if prefill is None else []) + ["frontend_ms"]
-    prompts = np.concatenate([o.requests.prompt_tokens for o in runs]).astype(np.float64)
-    if prompts.size and np.std(prompts) > VARIED * np.mean(prompts):
-        active.append("frontend_ms_per_1k_prompt")  # only varied prompts can show it
+    law = _frontend_law(runs, say) if by_steps else None
+    if law is not None:
+        front, per_1k, per_in_flight = law
+        cost = dataclasses.replace(
+            cost, frontend_ms_per_1k_prompt=per_1k, frontend_ms_per_in_flight=per_in_flight
+        )
+    else:
+        prompts = np.concatenate([o.requests.prompt_tokens for o in runs]).astype(np.float64)
+        if prompts.size and np.std(prompts) > VARIED * np.mean(prompts):
+            active.append("frontend_ms_per_1k_prompt")  # only varied prompts can show it
     return dataclasses.replace(cost, frontend_ms=max(front, 0.0)), tuple(active)
 
 
@@ -619,6 +628,65 @@ def _frontend_bounds(o: Observed) -> tuple[Any, Any]:
         placed.append(int(i))
         mids.append(float(np.median((end_j + end_before) / 2 - sent[i])) * 1000.0)
     return np.asarray(placed, dtype=np.int64), np.asarray(mids)
+
+
+def _frontend_law(
+    runs: Sequence[Observed], say: Callable[[str], None]
+) -> tuple[float, float, float] | None:
+    """How the front end's delay grows: (at no load, ms; per 1,000 of the request's prompt
+    tokens, ms; per request the client had in flight at its send, ms), from the delays
+    :func:`_frontend_bounds` places, or None when it places too few. The API server is one
+    process serving every request out, so its delay may grow with them (and with the prompt
+    it tokenises); each term joins by the BIC rule, non-negative. The highest twentieth of
+    the delays is left out: a stall, or a prompt queued behind another's chunks, puts a few
+    far above the rest."""
+    import numpy as np
+
+    rows, ys = [], []
+    for o in runs:
+        placed, mids = _frontend_bounds(o)
+        if placed.size:
+            prompt = o.requests.prompt_tokens.astype(np.float64)[placed] * 1e-3
+            rows.append(np.column_stack([prompt, _in_flight_at_send(o)[placed]]))
+            ys.append(mids)
+    y = np.concatenate(ys) if ys else np.empty(0)
+    if y.size < 30:
+        return None
+    keep = y <= np.percentile(y, 95)
+    a, y = np.vstack(rows)[keep], y[keep]
+    n = float(y.size)
+    ones = np.ones_like(y)
+
+    def fit(columns: tuple[int, ...]) -> tuple[float, Any]:
+        coef, sse = _nnls(np.column_stack([ones, *[a[:, c] for c in columns]]), y)
+        return n * math.log(max(sse, 1e-12) / n) + (len(columns) + 1) * math.log(n), coef
+
+    plain, coef = fit(())
+    best: tuple[float, tuple[int, ...], Any] = (plain, (), coef)
+    for columns in ((0,), (1,), (0, 1)):
+        bic, coef = fit(columns)
+        names = " and ".join(("per prompt token", "per request in flight")[c] for c in columns)
+        say(f"front end {names} on {n:.0f} requests: BIC {bic - plain:+.1f}")
+        if bic < best[0] - EVIDENCE:
+            best = (bic, columns, coef)
+    _, chosen, coef = best
+    values = dict(zip(chosen, coef[1:].tolist(), strict=True))
+    return float(coef[0]), float(values.get(0, 0.0)), float(values.get(1, 0.0))
+
+
+def _in_flight_at_send(o: Observed) -> Any:
+    """Per request: the requests the client had out when it sent it (sent before it, not yet
+    ended; one that failed without an E2E ended at its send)."""
+    import numpy as np
+
+    sent = np.asarray(o.client.sent_s, dtype=np.float64)
+    e2e = o.measured["e2e_ms"]
+    ended = sent + np.where(np.isfinite(e2e), e2e, 0.0) * 1e-3
+    known = np.isfinite(sent)
+    sends = np.sort(sent[known])
+    ends = np.sort(ended[known])
+    out = np.searchsorted(sends, sent, side="left") - np.searchsorted(ends, sent, side="right")
+    return np.where(known, out, 0).astype(np.float64)
 
 
 def _arrival_cost(

@@ -281,6 +281,26 @@ def test_the_steps_in_the_token_times_recover_what_an_arrival_costs_the_engine(t
     assert any("per arrival on" in line for line in said)
 
 
+def test_the_token_times_recover_a_front_end_that_grows_with_the_requests_in_flight(tmp_path):
+    cost, fitted, active, said = _fit_synthetic_chat(
+        tmp_path, frontend_ms=4.0, frontend_ms_per_in_flight=0.5
+    )
+    assert fitted.frontend_ms_per_in_flight == pytest.approx(0.5, rel=0.25)
+    assert fitted.frontend_ms == pytest.approx(4.0, rel=0.25)
+    assert fitted.frontend_ms_per_1k_prompt == 0.0
+    assert active == ("frontend_ms",)  # the slopes are fitted here, the replay moves the rest
+    assert any("per request in flight on" in line for line in said)
+
+
+def test_a_front_end_that_does_not_grow_is_given_no_growth(cpu_runs):
+    from vprof.forecast.observed import load_observed
+    from vprof.forecast.stepfit import linear_estimate
+    from vprof.records import expand_runs
+
+    fitted, _ = linear_estimate([load_observed(p) for p in expand_runs([cpu_runs / "fit"])])
+    assert fitted.frontend_ms_per_in_flight == 0.0
+
+
 def test_a_server_whose_arrivals_cost_nothing_is_given_no_arrival_cost(cpu_runs):
     from vprof.forecast.observed import load_observed
     from vprof.forecast.stepfit import linear_estimate
