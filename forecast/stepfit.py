@@ -61,6 +61,8 @@ TPOT_QUANTILES = (10, 50, 90)
 E2E_QUANTILES = (50,)
 MATCHED = (("ttft_ms", TTFT_QUANTILES), ("tpot_ms", TPOT_QUANTILES), ("e2e_ms", E2E_QUANTILES))
 MAX_EVALUATIONS = 120  # replays of every run the calibration may spend
+JITTERS = (0.0, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2)  # the jitters the calibration tries
+SOFT = 0.1  # the calibration's residuals count fully up to this, then less (soft L1)
 EVIDENCE = 10.0  # BIC points a context or attention term must win by to join the model
 # Prefill-time intervals are used while the steps hold at most this share of the token budget,
 # so a prompt's chunks are its own tokens over what the decodes leave of the budget
@@ -899,88 +901,88 @@ def calibrate(
 
     The front end only delays a request's arrival at the engine: moving it all by a constant
     moves the engine's timeline with it, so its terms are not replayed for but solved on each
-    replay (TTFT and E2E shifted), and the search moves the rest. Each replay pools
-    ``REPLAYS`` seeds, with the same draws for every candidate (see ``simulate``): the cost the
-    search sees is smooth where the draws' chance alone would make it jump."""
+    replay (TTFT and E2E shifted). The jitter is tried at each of ``JITTERS`` (the replays'
+    quantiles hardly tell nearby ones apart, and a search over it stopped wherever its start
+    and the draws' chance left it), the other active terms searched at each; each replay
+    pools ``REPLAYS`` seeds, the same for every candidate."""
     import numpy as np
     from scipy.optimize import least_squares
 
     targets = [_targets(o) for o in runs]
-    full = np.array([*start.vector(), max(start.jitter, 0.05)])
+    full = np.array(start.vector())
     scale = _scales(runs, start)
     front = [COEFFICIENTS.index(name) for name in FRONT_END]
-    moving = [
-        i for i, name in enumerate(COEFFICIENTS) if name in active and name not in FRONT_END
-    ] + [len(COEFFICIENTS)]
+    moving = [i for i, name in enumerate(COEFFICIENTS) if name in active and name not in FRONT_END]
     z0 = full[moving] / scale[moving]
     lower = np.zeros_like(z0)
     if 0 in moving:
         lower[moving.index(0)] = 1e-4 / scale[0]  # a step always takes some time
-    upper = np.full_like(z0, np.inf)
-    upper[-1] = 1.0 / scale[-1]  # jitter: a coefficient of variation
-    z0 = np.clip(z0, lower, np.where(np.isinf(upper), np.maximum(z0, lower) + 1, upper))
+    z0 = np.maximum(z0, lower)
     f0 = full[front]
     solving = [j for j, name in enumerate(FRONT_END) if name in active]
     f_scale = scale[front][solving]
     calls = 0
-    solved: dict[bytes, Any] = {}
 
-    def cost_of(z: Any, front_ms: Any) -> StepCost:
+    def cost_of(z: Any, front_ms: Any, jitter: float) -> StepCost:
         x = full.copy()
         x[moving] = z * scale[moving]
         x[front] = front_ms
         return StepCost.from_vector(
-            x[:-1],
-            jitter=float(x[-1]),
+            x,
+            jitter=jitter,
             decode_exponent=start.decode_exponent,
             arrival_ms=start.arrival_ms,
             arrival_ms_per_1k_prompt=start.arrival_ms_per_1k_prompt,
             frontend_ms_per_in_flight=start.frontend_ms_per_in_flight,
         )
 
-    def residuals(z: Any) -> Any:
+    def solve(z: Any, jitter: float) -> tuple[Any, Any]:
+        """The residuals of candidate ``z`` at ``jitter``, and the front end they ask for."""
         nonlocal calls
         calls += 1
         got = [
-            _replayed_metrics(o, cost_of(z, f0), t["pick"], stalls)
+            _replayed_metrics(o, cost_of(z, f0, jitter), t["pick"], stalls)
             for o, t in zip(runs, targets, strict=True)
         ]
         if not solving:
-            solved[z.tobytes()] = f0
-            return _residuals(runs, targets, got, np.zeros(len(FRONT_END)))
+            return _residuals(runs, targets, got, np.zeros(len(FRONT_END))), f0
 
         def moved(u: Any) -> Any:
             shift = np.zeros(len(FRONT_END))
             shift[solving] = u * f_scale - f0[solving]
             return shift
 
-        # the front end these replays' TTFT and E2E ask for
         inner = least_squares(
             lambda u: _residuals(runs, targets, got, moved(u)),
             f0[solving] / f_scale,
             bounds=(0.0, np.inf),
             loss="soft_l1",
-            f_scale=0.1,
+            f_scale=SOFT,
         )
-        solved[z.tobytes()] = f0 + moved(inner.x)
-        return inner.fun
+        return inner.fun, f0 + moved(inner.x)
 
-    result = least_squares(
-        residuals,
-        z0,
-        bounds=(lower, upper),
-        loss="soft_l1",
-        f_scale=0.1,
-        diff_step=0.05,
-        max_nfev=max_evaluations,
-        xtol=1e-3,
-        ftol=1e-4,
-    )
-    if result.x.tobytes() not in solved:
-        residuals(result.x)
-    cost = cost_of(result.x, solved[result.x.tobytes()])
-    say(f"calibrated in {calls} replays of {len(runs)} runs (cost {result.cost:.4f})")
-    return Fitted(cost, start, tuple(active), calls, float(result.cost))
+    best: tuple[float, StepCost] | None = None
+    for jitter in JITTERS:
+        z = z0
+        if moving:
+            z = least_squares(
+                lambda z, jitter=jitter: solve(z, jitter)[0],
+                z0,
+                bounds=(lower, np.inf),
+                loss="soft_l1",
+                f_scale=SOFT,
+                diff_step=0.05,
+                max_nfev=max(max_evaluations // len(JITTERS), 2),
+                xtol=1e-3,
+                ftol=1e-4,
+            ).x
+        fun, front_ms = solve(z, jitter)
+        value = float(np.sum(SOFT**2 * (np.sqrt(1.0 + (fun / SOFT) ** 2) - 1.0)))
+        if best is None or value < best[0]:
+            best = (value, cost_of(z, front_ms, jitter))
+    assert best is not None
+    say(f"calibrated in {calls} replays of {len(runs)} runs (cost {best[0]:.4f})")
+    return Fitted(best[1], start, tuple(active), calls, best[0])
 
 
 def _scales(runs: Sequence[Observed], start: StepCost) -> Any:
@@ -1013,4 +1015,4 @@ def _scales(runs: Sequence[Observed], start: StepCost) -> Any:
     }
     values = start.vector()
     out = [max(abs(v), 0.1 * typical[name]) for name, v in zip(COEFFICIENTS, values, strict=True)]
-    return np.array([*out, 0.1])
+    return np.array(out)

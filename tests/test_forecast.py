@@ -301,6 +301,22 @@ def test_a_front_end_that_does_not_grow_is_given_no_growth(cpu_runs):
     assert fitted.frontend_ms_per_in_flight == 0.0
 
 
+def test_the_calibration_recovers_the_front_end_whatever_its_start(cpu_runs):
+    from vprof.forecast.observed import load_observed
+    from vprof.forecast.stepfit import calibrate, linear_estimate
+    from vprof.records import expand_runs
+
+    runs = [load_observed(p) for p in expand_runs([cpu_runs / "fit"])]
+    start, active = linear_estimate(runs)
+    fits = [
+        calibrate(runs, dataclasses.replace(start, frontend_ms=front, jitter=jitter), active)
+        for front, jitter in ((start.frontend_ms, 0.0), (start.frontend_ms + 1.5, 0.13))
+    ]
+    a, b = (dataclasses.asdict(f.cost) for f in fits)
+    assert a == pytest.approx(b, rel=1e-6)  # the same jitter, and the front end solved alike
+    assert fits[0].cost.frontend_ms == pytest.approx(cpu_truth().cost.frontend_ms, abs=0.5)
+
+
 def test_a_server_whose_arrivals_cost_nothing_is_given_no_arrival_cost(cpu_runs):
     from vprof.forecast.observed import load_observed
     from vprof.forecast.stepfit import linear_estimate
