@@ -26,8 +26,10 @@ from vprof.forecast.stepcost import COEFFICIENTS, StepCost
 KIND = "vprof-forecast-model"
 # 2: what a request's arrival costs the engine's step (``step_cost.arrival_ms``,
 # ``arrival_ms_per_1k_prompt``); a version-1 file has neither, which is what they read as (0)
-VERSION = 2
-READS = (1, 2)
+# 3: the front end's delay per request in flight (``step_cost.frontend_ms_per_in_flight``);
+# older files have none (0)
+VERSION = 3
+READS = (1, 2, 3)
 MAX_MODEL_BYTES = 64 * 2**20
 
 
@@ -255,6 +257,7 @@ _COST = _obj(
         "decode_exponent": _number(0.1, 1),
         "arrival_ms": _number(0, 1e4),
         "arrival_ms_per_1k_prompt": _number(0, 1e4),
+        "frontend_ms_per_in_flight": _number(0, 1e4),
     },
     # a model written before the cost per prefill chunk (or the decode exponent, or the cost
     # of an arrival) was fitted has none
@@ -336,7 +339,7 @@ def read_model(path: str | Path) -> ForecastModel:
         )
     version = data.get("version")
     if isinstance(version, bool) or version not in READS:
-        readable = " and ".join(str(v) for v in READS)
+        readable = ", ".join(str(v) for v in READS[:-1]) + f" and {READS[-1]}"
         raise ForecastError(
             f"model version {json.dumps(version)}; this vprof reads versions {readable}",
             path=where,

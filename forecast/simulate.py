@@ -23,6 +23,7 @@ the send times a measured run had (:class:`Replay`).
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import math
 from collections import OrderedDict, deque
@@ -132,16 +133,24 @@ class Replayed:
 
 
 class _Clients:
-    """Turns a :data:`Client` into arrivals at the engine, in time order."""
+    """Turns a :data:`Client` into arrivals at the engine, in time order. A request's front
+    end takes ``frontend_s`` (its own, at no load) plus ``per_in_flight_s`` for each request
+    the client had out when it sent it (sent, not yet answered): a send joins ``pending`` at
+    the earliest it can arrive, and is given its arrival (``heap``) by :meth:`release` once
+    the replay has reached that time, when every answer before its send is known."""
 
-    def __init__(self, client: Client, n: int, frontend_s: Any) -> None:
+    def __init__(self, client: Client, n: int, frontend_s: Any, per_in_flight_s: float) -> None:
         import numpy as np
 
         self.client = client
         self.n = n
         self.frontend_s = frontend_s
+        self.per_in_flight_s = per_in_flight_s
         self.sent = np.full(n, np.nan)
         self.heap: list[tuple[float, int]] = []
+        self.pending: list[tuple[float, int]] = []
+        self.send_times: list[float] = []  # sorted
+        self.end_times: list[float] = []  # sorted: when requests ended (answered or not)
         self.next_index = 0
         self.exhausted = False  # a closed loop asked for more requests than the stream holds
         if isinstance(client, Replay):
@@ -162,7 +171,26 @@ class _Clients:
 
     def _send(self, i: int, t: float) -> None:
         self.sent[i] = t
-        heapq.heappush(self.heap, (t + float(self.frontend_s[i]), i))
+        bisect.insort(self.send_times, t)
+        heapq.heappush(self.pending, (t + float(self.frontend_s[i]), i))
+
+    def release(self, t: float) -> None:
+        """Give the sends that can reach the engine by ``t`` their arrival."""
+        pending = self.pending
+        while pending and pending[0][0] <= t:
+            earliest, i = heapq.heappop(pending)
+            sent = float(self.sent[i])
+            out = bisect.bisect_left(self.send_times, sent) - bisect.bisect_right(
+                self.end_times, sent
+            )
+            heapq.heappush(self.heap, (earliest + self.per_in_flight_s * out, i))
+
+    def next_arrival(self) -> float:
+        """The earliest a request not yet at the engine can reach it."""
+        return min(
+            self.heap[0][0] if self.heap else math.inf,
+            self.pending[0][0] if self.pending else math.inf,
+        )
 
     def _fill_open(self, now: float) -> None:
         client = self.client
@@ -215,6 +243,7 @@ class _Clients:
 
     def finished(self, t: float) -> None:
         """A request ended (answered, failed or cut off) at ``t``."""
+        bisect.insort(self.end_times, t)
         if isinstance(self.client, OpenLoop):
             self.in_flight -= 1
             self._fill_open(t)
@@ -248,7 +277,7 @@ def simulate(
     prompt = np.asarray(requests.prompt_tokens, dtype=np.int64)
     output = np.maximum(np.asarray(requests.output_tokens, dtype=np.int64), 1)
     frontend = np.asarray(cost.frontend_s(prompt.astype(np.float64)), dtype=np.float64)
-    clients = _Clients(client, n, frontend)
+    clients = _Clients(client, n, frontend, cost.frontend_ms_per_in_flight * 1e-3)
     if horizon_s is None:
         end = getattr(client, "end_s", None)
         if end is None:
@@ -518,6 +547,7 @@ class _State:
         cost = self.arrival_cost
         if cost is None:
             return end
+        self.clients.release(end)
         heap = self.clients.heap
         arrived = []
         while heap and heap[0][0] < end:
@@ -546,6 +576,7 @@ class _State:
             t = self.t
             if closed:
                 self.clients.step_to(t)
+            self.clients.release(t)
             landed = self.landed
             while landed or (heap and heap[0][0] <= t):
                 i = landed.pop() if landed else heapq.heappop(heap)[1]
@@ -557,7 +588,7 @@ class _State:
                 self.waiting.append(i)
                 self.blocked = False
             if not self.running and not self.waiting:
-                upcoming = min(heap[0][0] if heap else math.inf, self.clients.next_change())
+                upcoming = min(self.clients.next_arrival(), self.clients.next_change())
                 if upcoming > horizon_s:
                     return
                 self.t = max(t, upcoming)
@@ -584,8 +615,8 @@ class _State:
                 k //= 2
         if k <= 1:
             return False
-        heap = self.clients.heap
-        until = heap[0][0] if heap and len(self.running) < self.rules.max_num_seqs else math.inf
+        full = len(self.running) >= self.rules.max_num_seqs
+        until = math.inf if full else self.clients.next_arrival()
         if self.changes_users:
             until = min(until, self.clients.next_change())
         if horizon_s < until:
@@ -723,8 +754,7 @@ class _State:
             budget -= chunk
         if not scheduled and not decodes:
             # nothing can run until something arrives
-            heap = self.clients.heap
-            self.t = max(self.t, heap[0][0]) if heap else math.inf
+            self.t = max(self.t, self.clients.next_arrival())
             return
         prefill_tokens = 0
         attention = 0.0

@@ -167,18 +167,23 @@ class PauseClock:
         import numpy as np
 
         self.p = process
-        self.rng = np.random.default_rng([seed, 0x57A11])
+        # the gaps between episodes and the pauses are drawn from streams of their own, a
+        # pause's length and whether its episode goes on together, seen or not: which pauses a
+        # replay meets does not change the ones after them (common random numbers)
+        self.gaps = np.random.default_rng([seed, 0x57A11])
+        self.pauses = np.random.default_rng([seed, 0x57A11, 1])
         self.armed = False  # the next step runs, then a pause of the same episode begins
         self.start = self._after(0.0)
-        self.length = self._length()
+        self._next_pause()
 
     def _after(self, t: float) -> float:
         rate = self.p.rate_per_s
-        return t + float(self.rng.exponential(1.0 / rate)) if rate > 0 else math.inf
+        return t + float(self.gaps.exponential(1.0 / rate)) if rate > 0 else math.inf
 
-    def _length(self) -> float:
-        excess = float(self.rng.exponential(self.p.mean_excess_ms)) if self.p.mean_excess_ms else 0
-        return (self.p.min_ms + excess) * 1e-3
+    def _next_pause(self) -> None:
+        excess = self.pauses.exponential(self.p.mean_excess_ms) if self.p.mean_excess_ms else 0
+        self.length = (self.p.min_ms + float(excess)) * 1e-3
+        self.goes_on = float(self.pauses.random()) < self.p.continue_prob
 
     def step_end(self, start: float, end: float) -> float:
         """The end of a step that began at ``start`` and would end at ``end`` without pauses."""
@@ -189,13 +194,14 @@ class PauseClock:
         while self.start + self.length <= start:
             # it came and went while the engine was idle (its episode with it)
             self.start = self._after(self.start + self.length)
-            self.length = self._length()
+            self._next_pause()
         if self.start >= end:
             return end
         shift = self.start + self.length - start if self.start < start else self.length
         end += shift
-        self.length = self._length()
-        if self.rng.random() < self.p.continue_prob:
+        goes_on = self.goes_on
+        self._next_pause()
+        if goes_on:
             self.armed = True
             self.start = math.inf
         else:

@@ -17,9 +17,10 @@ in by ``arrival_ms`` + ``arrival_ms_per_1k_prompt`` per 1,000 prompt tokens (tak
 the server's HTTP, tokenising and hand-over to the engine — shares the machine with the
 step; fitted on the steps the token times show, so it is what it is on the server's own
 hardware, none where the front end has room of its own). Requests also spend
-``frontend_ms`` (+ per prompt token) between the client's send and the engine (HTTP,
-tokenising, and streaming back), and steps vary by ``jitter`` (their coefficient of
-variation). Nothing here knows CPUs or GPUs: the coefficients
+``frontend_ms`` (+ per prompt token, + ``frontend_ms_per_in_flight`` per request the client
+had out when it sent this one: the API server serves them all) between the client's send and
+the engine (HTTP, tokenising, and streaming back), and steps vary by ``jitter`` (their
+coefficient of variation). Nothing here knows CPUs or GPUs: the coefficients
 are fitted on the server's own runs.
 """
 
@@ -56,6 +57,8 @@ class StepCost:
     # what a request reaching the engine adds to the step it arrives in (fitted, not calibrated)
     arrival_ms: float = 0.0
     arrival_ms_per_1k_prompt: float = 0.0
+    # the front end's delay per request in flight at the send (fitted, not calibrated)
+    frontend_ms_per_in_flight: float = 0.0
 
     def step_ms(
         self,
@@ -80,7 +83,8 @@ class StepCost:
         return (self.arrival_ms + self.arrival_ms_per_1k_prompt * prompt_tokens * 1e-3) * 1e-3
 
     def frontend_s(self, prompt_tokens: Any) -> Any:
-        """Seconds from the client's send to the engine (and the answer back), per request."""
+        """Seconds from the client's send to the engine (and the answer back), per request,
+        with no other request in flight."""
         return (self.frontend_ms + self.frontend_ms_per_1k_prompt * prompt_tokens * 1e-3) * 1e-3
 
     def vector(self) -> list[float]:

@@ -30,7 +30,9 @@ between the end of the step before that one and that step's end (as the client s
 the middle of that range (its median over the requests) places each request's arrival at the
 engine, and the steps a request arrived in, less what the fitted step gives them, say what an
 arrival costs the engine's step (per request and per prompt token, by the same BIC rule; the
-README's forecast section has the measurement). Then the replay itself is fitted: each run
+README's forecast section has the measurement); the same delays, request by request, say
+whether the front end's delay grows with the requests the client had in flight at the send
+and with the prompt (by the same rule). Then the replay itself is fitted: each run
 is replayed with the requests it really sent (their send times, lengths and cached tokens), and
 the front end's delay, the steps' jitter and (without the server's prefill times) the
 coefficients the data can tell apart are moved until the replayed TTFT, TPOT and E2E
@@ -59,6 +61,8 @@ TPOT_QUANTILES = (10, 50, 90)
 E2E_QUANTILES = (50,)
 MATCHED = (("ttft_ms", TTFT_QUANTILES), ("tpot_ms", TPOT_QUANTILES), ("e2e_ms", E2E_QUANTILES))
 MAX_EVALUATIONS = 120  # replays of every run the calibration may spend
+JITTERS = (0.0, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2)  # the jitters the calibration tries
+SOFT = 0.1  # the calibration's residuals count fully up to this, then less (soft L1)
 EVIDENCE = 10.0  # BIC points a context or attention term must win by to join the model
 # Prefill-time intervals are used while the steps hold at most this share of the token budget,
 # so a prompt's chunks are its own tokens over what the decodes leave of the budget
@@ -69,6 +73,8 @@ VARIED = 0.25  # prompts vary enough to show a per-token front-end cost (std / m
 # token belongs to the step that gave that one
 TOKEN_SPREAD_S = 1e-3
 SEED = 0
+REPLAYS = 3  # seeds a calibration's replay of a run pools
+FRONT_END = ("frontend_ms", "frontend_ms_per_1k_prompt")  # solved on each replay
 
 
 @dataclass(frozen=True)
@@ -183,9 +189,16 @@ def linear_estimate(
             )
     # with the prefill measured the step is fixed here; the replay adds the front end
     active = ([COEFFICIENTS[c] for c in columns] if prefill is None else []) + ["frontend_ms"]
-    prompts = np.concatenate([o.requests.prompt_tokens for o in runs]).astype(np.float64)
-    if prompts.size and np.std(prompts) > VARIED * np.mean(prompts):
-        active.append("frontend_ms_per_1k_prompt")  # only varied prompts can show it
+    law = _frontend_law(runs, say) if by_steps else None
+    if law is not None:
+        front, per_1k, per_in_flight = law
+        cost = dataclasses.replace(
+            cost, frontend_ms_per_1k_prompt=per_1k, frontend_ms_per_in_flight=per_in_flight
+        )
+    else:
+        prompts = np.concatenate([o.requests.prompt_tokens for o in runs]).astype(np.float64)
+        if prompts.size and np.std(prompts) > VARIED * np.mean(prompts):
+            active.append("frontend_ms_per_1k_prompt")  # only varied prompts can show it
     return dataclasses.replace(cost, frontend_ms=max(front, 0.0)), tuple(active)
 
 
@@ -549,25 +562,26 @@ def _decode_windows(o: Observed) -> tuple[Any, Any]:
     return rows[good], y[good]
 
 
-def _frontend_bounds(o: Observed) -> Any:
-    """Per request whose token times place it: the middle of the range its front end's delay
-    lies in (ms; see the module's text). The steps are read off the requests decoding at its
-    first token: each gap between two of a decoding request's tokens is one step, so the one
-    that got a token with it (within a step's spread) had its tokens of the steps before at
-    its own earlier tokens; the middle is the median over those requests. A request counts
-    only where such a request's gaps back to the step before its prompt's first chunk are
-    ordinary steps (each longer than the spread and no longer than the run's
-    99th-percentile inter-token gap, no stall), so an idle engine or a pause does not pass
-    for the front end. Empty without token times."""
+def _frontend_bounds(o: Observed) -> tuple[Any, Any]:
+    """The requests whose token times place them, and for each the middle of the range its
+    front end's delay lies in (ms; see the module's text). The steps are read off the
+    requests decoding at its first token: each gap between two of a decoding request's
+    tokens is one step, so the one that got a token with it (within a step's spread) had its
+    tokens of the steps before at its own earlier tokens; the middle is the median over
+    those requests. A request counts only where such a request's gaps back to the step
+    before its prompt's first chunk are ordinary steps (each longer than the spread and no
+    longer than the run's 99th-percentile inter-token gap, no stall), so an idle engine or a
+    pause does not pass for the front end. Empty without token times."""
     import numpy as np
 
     times = o.token_s
+    none = (np.empty(0, dtype=np.int64), np.empty(0))
     if times is None:
-        return np.empty(0)
+        return none
     sizes = np.array([t.size for t in times])
     decoding = np.flatnonzero(sizes >= 2)
     if not decoding.size:
-        return np.empty(0)
+        return none
     gaps = np.concatenate([np.diff(times[i]) for i in decoding])
     spread = min(TOKEN_SPREAD_S, 0.25 * float(np.median(gaps)))
     ordinary = float(np.percentile(gaps, 99))
@@ -594,7 +608,7 @@ def _frontend_bounds(o: Observed) -> Any:
     budget = float(rules.max_num_batched_tokens)
     threshold = float(rules.long_prefill_token_threshold)
     warm = o.measured["after_warmup"]
-    mids = []
+    placed, mids = [], []
     for i in answered[warm[answered]]:
         f = times[i][0]
         lo = int(np.searchsorted(by_time, f - spread, side="left"))
@@ -613,8 +627,68 @@ def _frontend_bounds(o: Observed) -> Any:
         if not back.size:
             continue
         end_j, end_before = flat[back - count], flat[back - count - 1]
+        placed.append(int(i))
         mids.append(float(np.median((end_j + end_before) / 2 - sent[i])) * 1000.0)
-    return np.asarray(mids)
+    return np.asarray(placed, dtype=np.int64), np.asarray(mids)
+
+
+def _frontend_law(
+    runs: Sequence[Observed], say: Callable[[str], None]
+) -> tuple[float, float, float] | None:
+    """How the front end's delay grows: (at no load, ms; per 1,000 of the request's prompt
+    tokens, ms; per request the client had in flight at its send, ms), from the delays
+    :func:`_frontend_bounds` places, or None when it places too few. The API server is one
+    process serving every request out, so its delay may grow with them (and with the prompt
+    it tokenises); each term joins by the BIC rule, non-negative. The highest twentieth of
+    the delays is left out: a stall, or a prompt queued behind another's chunks, puts a few
+    far above the rest."""
+    import numpy as np
+
+    rows, ys = [], []
+    for o in runs:
+        placed, mids = _frontend_bounds(o)
+        if placed.size:
+            prompt = o.requests.prompt_tokens.astype(np.float64)[placed] * 1e-3
+            rows.append(np.column_stack([prompt, _in_flight_at_send(o)[placed]]))
+            ys.append(mids)
+    y = np.concatenate(ys) if ys else np.empty(0)
+    if y.size < 30:
+        return None
+    keep = y <= np.percentile(y, 95)
+    a, y = np.vstack(rows)[keep], y[keep]
+    n = float(y.size)
+    ones = np.ones_like(y)
+
+    def fit(columns: tuple[int, ...]) -> tuple[float, Any]:
+        coef, sse = _nnls(np.column_stack([ones, *[a[:, c] for c in columns]]), y)
+        return n * math.log(max(sse, 1e-12) / n) + (len(columns) + 1) * math.log(n), coef
+
+    plain, coef = fit(())
+    best: tuple[float, tuple[int, ...], Any] = (plain, (), coef)
+    for columns in ((0,), (1,), (0, 1)):
+        bic, coef = fit(columns)
+        names = " and ".join(("per prompt token", "per request in flight")[c] for c in columns)
+        say(f"front end {names} on {n:.0f} requests: BIC {bic - plain:+.1f}")
+        if bic < best[0] - EVIDENCE:
+            best = (bic, columns, coef)
+    _, chosen, coef = best
+    values = dict(zip(chosen, coef[1:].tolist(), strict=True))
+    return float(coef[0]), float(values.get(0, 0.0)), float(values.get(1, 0.0))
+
+
+def _in_flight_at_send(o: Observed) -> Any:
+    """Per request: the requests the client had out when it sent it (sent before it, not yet
+    ended; one that failed without an E2E ended at its send)."""
+    import numpy as np
+
+    sent = np.asarray(o.client.sent_s, dtype=np.float64)
+    e2e = o.measured["e2e_ms"]
+    ended = sent + np.where(np.isfinite(e2e), e2e, 0.0) * 1e-3
+    known = np.isfinite(sent)
+    sends = np.sort(sent[known])
+    ends = np.sort(ended[known])
+    out = np.searchsorted(sends, sent, side="left") - np.searchsorted(ends, sent, side="right")
+    return np.where(known, out, 0).astype(np.float64)
 
 
 def _arrival_cost(
@@ -631,7 +705,7 @@ def _arrival_cost(
     rule."""
     import numpy as np
 
-    mids = np.concatenate([_frontend_bounds(o) for o in runs])
+    mids = np.concatenate([_frontend_bounds(o)[1] for o in runs])
     if mids.size < 30:
         return None
     front = float(np.median(mids))
@@ -757,16 +831,59 @@ def _targets(o: Observed) -> dict[str, Any]:
 def _replayed_metrics(
     o: Observed, cost: StepCost, pick: Any, stalls: StallProcess | None = None
 ) -> dict[str, Any]:
+    """``o`` replayed with ``REPLAYS`` seeds, its requests' metrics pooled (and each one's
+    prompt tokens, which the front end's cost per token reads); ``steps``: their mean."""
     import numpy as np
 
-    rep = simulate(o.requests, o.client, o.rules, cost, seed=SEED, stalls=stalls)
-    ok = (rep.status == OK) & pick
-    sent = rep.sent_s
-    ttft = (rep.first_s - sent) * 1000.0
-    e2e = (rep.last_s - sent) * 1000.0
+    pooled: dict[str, list[Any]] = {"ok": [], "ttft_ms": [], "tpot_ms": [], "e2e_ms": []}
+    steps = 0
     output = o.requests.output_tokens
-    tpot = np.where(output > 1, (e2e - ttft) / np.maximum(output - 1, 1), np.nan)
-    return {"ok": ok, "ttft_ms": ttft, "tpot_ms": tpot, "e2e_ms": e2e, "steps": rep.steps}
+    for seed in range(SEED, SEED + REPLAYS):
+        rep = simulate(o.requests, o.client, o.rules, cost, seed=seed, stalls=stalls)
+        sent = rep.sent_s
+        ttft = (rep.first_s - sent) * 1000.0
+        e2e = (rep.last_s - sent) * 1000.0
+        pooled["ok"].append((rep.status == OK) & pick)
+        pooled["ttft_ms"].append(ttft)
+        pooled["e2e_ms"].append(e2e)
+        pooled["tpot_ms"].append(
+            np.where(output > 1, (e2e - ttft) / np.maximum(output - 1, 1), np.nan)
+        )
+        steps += rep.steps
+    out = {name: np.concatenate(values) for name, values in pooled.items()}
+    prompt = np.tile(o.requests.prompt_tokens.astype(np.float64), REPLAYS)
+    return {**out, "prompt_tokens": prompt, "steps": steps / REPLAYS}
+
+
+def _residuals(
+    runs: Sequence[Observed],
+    targets: Sequence[dict[str, Any]],
+    got: Sequence[dict[str, Any]],
+    front_ms: Any,
+) -> Any:
+    """Log ratios of the replayed quantiles to the measured ones (and of the steps counted),
+    the replays' front end moved by ``front_ms`` (ms, and ms per 1,000 prompt tokens): a
+    request's front end delays its arrival at the engine, so it adds to its TTFT and E2E."""
+    import numpy as np
+
+    out: list[float] = []
+    for o, target, replay in zip(runs, targets, got, strict=True):
+        shift = front_ms[0] + front_ms[1] * replay["prompt_tokens"] * 1e-3
+        for name, qs in MATCHED:
+            want = target[name]
+            if want is None:
+                continue
+            values = replay[name] + (0.0 if name == "tpot_ms" else shift)
+            values = values[replay["ok"]]
+            values = values[np.isfinite(values) & (values > 0)]
+            if values.size < 5:
+                out.extend([3.0] * len(qs))  # it answered (almost) nothing: far off
+                continue
+            out.extend(np.log(np.percentile(values, qs) / want).tolist())
+        steps = o.server.get("steps")
+        if steps:
+            out.append(math.log(max(replay["steps"], 1) / steps))
+    return np.asarray(out)
 
 
 def calibrate(
@@ -780,70 +897,92 @@ def calibrate(
 ) -> Fitted:
     """The second stage: the ``active`` coefficients (and the jitter) fitted so replays match
     the measured quantiles; the others stay at ``start``'s values. The replays pause as
-    ``stalls`` says, so the jitter is only what the stalls leave."""
+    ``stalls`` says, so the jitter is only what the stalls leave.
+
+    The front end only delays a request's arrival at the engine: moving it all by a constant
+    moves the engine's timeline with it, so its terms are not replayed for but solved on each
+    replay (TTFT and E2E shifted). The jitter is tried at each of ``JITTERS`` (the replays'
+    quantiles hardly tell nearby ones apart, and a search over it stopped wherever its start
+    and the draws' chance left it), the other active terms searched at each; each replay
+    pools ``REPLAYS`` seeds, the same for every candidate."""
     import numpy as np
     from scipy.optimize import least_squares
 
     targets = [_targets(o) for o in runs]
-    full = np.array([*start.vector(), max(start.jitter, 0.05)])
+    full = np.array(start.vector())
     scale = _scales(runs, start)
-    moving = [i for i, name in enumerate(COEFFICIENTS) if name in active] + [len(COEFFICIENTS)]
+    front = [COEFFICIENTS.index(name) for name in FRONT_END]
+    moving = [i for i, name in enumerate(COEFFICIENTS) if name in active and name not in FRONT_END]
     z0 = full[moving] / scale[moving]
     lower = np.zeros_like(z0)
     if 0 in moving:
         lower[moving.index(0)] = 1e-4 / scale[0]  # a step always takes some time
-    upper = np.full_like(z0, np.inf)
-    upper[-1] = 1.0 / scale[-1]  # jitter: a coefficient of variation
-    z0 = np.clip(z0, lower, np.where(np.isinf(upper), np.maximum(z0, lower) + 1, upper))
+    z0 = np.maximum(z0, lower)
+    f0 = full[front]
+    solving = [j for j, name in enumerate(FRONT_END) if name in active]
+    f_scale = scale[front][solving]
     calls = 0
 
-    def cost_of(z: Any) -> StepCost:
+    def cost_of(z: Any, front_ms: Any, jitter: float) -> StepCost:
         x = full.copy()
         x[moving] = z * scale[moving]
+        x[front] = front_ms
         return StepCost.from_vector(
-            x[:-1],
-            jitter=float(x[-1]),
+            x,
+            jitter=jitter,
             decode_exponent=start.decode_exponent,
             arrival_ms=start.arrival_ms,
             arrival_ms_per_1k_prompt=start.arrival_ms_per_1k_prompt,
+            frontend_ms_per_in_flight=start.frontend_ms_per_in_flight,
         )
 
-    def residuals(z: Any) -> Any:
+    def solve(z: Any, jitter: float) -> tuple[Any, Any]:
+        """The residuals of candidate ``z`` at ``jitter``, and the front end they ask for."""
         nonlocal calls
         calls += 1
-        cost = cost_of(z)
-        out: list[float] = []
-        for o, target in zip(runs, targets, strict=True):
-            got = _replayed_metrics(o, cost, target["pick"], stalls)
-            for name, qs in MATCHED:
-                want = target[name]
-                if want is None:
-                    continue
-                values = got[name][got["ok"]]
-                values = values[np.isfinite(values) & (values > 0)]
-                if values.size < 5:
-                    out.extend([3.0] * len(qs))  # it answered (almost) nothing: far off
-                    continue
-                out.extend(np.log(np.percentile(values, qs) / want).tolist())
-            steps = o.server.get("steps")
-            if steps:
-                out.append(math.log(max(got["steps"], 1) / steps))
-        return np.asarray(out)
+        got = [
+            _replayed_metrics(o, cost_of(z, f0, jitter), t["pick"], stalls)
+            for o, t in zip(runs, targets, strict=True)
+        ]
+        if not solving:
+            return _residuals(runs, targets, got, np.zeros(len(FRONT_END))), f0
 
-    result = least_squares(
-        residuals,
-        z0,
-        bounds=(lower, upper),
-        loss="soft_l1",
-        f_scale=0.1,
-        diff_step=0.05,
-        max_nfev=max_evaluations,
-        xtol=1e-3,
-        ftol=1e-4,
-    )
-    cost = cost_of(result.x)
-    say(f"calibrated in {calls} replays of {len(runs)} runs (cost {result.cost:.4f})")
-    return Fitted(cost, start, tuple(active), calls, float(result.cost))
+        def moved(u: Any) -> Any:
+            shift = np.zeros(len(FRONT_END))
+            shift[solving] = u * f_scale - f0[solving]
+            return shift
+
+        inner = least_squares(
+            lambda u: _residuals(runs, targets, got, moved(u)),
+            f0[solving] / f_scale,
+            bounds=(0.0, np.inf),
+            loss="soft_l1",
+            f_scale=SOFT,
+        )
+        return inner.fun, f0 + moved(inner.x)
+
+    best: tuple[float, StepCost] | None = None
+    for jitter in JITTERS:
+        z = z0
+        if moving:
+            z = least_squares(
+                lambda z, jitter=jitter: solve(z, jitter)[0],
+                z0,
+                bounds=(lower, np.inf),
+                loss="soft_l1",
+                f_scale=SOFT,
+                diff_step=0.05,
+                max_nfev=max(max_evaluations // len(JITTERS), 2),
+                xtol=1e-3,
+                ftol=1e-4,
+            ).x
+        fun, front_ms = solve(z, jitter)
+        value = float(np.sum(SOFT**2 * (np.sqrt(1.0 + (fun / SOFT) ** 2) - 1.0)))
+        if best is None or value < best[0]:
+            best = (value, cost_of(z, front_ms, jitter))
+    assert best is not None
+    say(f"calibrated in {calls} replays of {len(runs)} runs (cost {best[0]:.4f})")
+    return Fitted(best[1], start, tuple(active), calls, best[0])
 
 
 def _scales(runs: Sequence[Observed], start: StepCost) -> Any:
@@ -876,4 +1015,4 @@ def _scales(runs: Sequence[Observed], start: StepCost) -> Any:
     }
     values = start.vector()
     out = [max(abs(v), 0.1 * typical[name]) for name, v in zip(COEFFICIENTS, values, strict=True)]
-    return np.array([*out, 0.1])
+    return np.array(out)

@@ -130,6 +130,18 @@ def test_open_loop_arrivals_wait_for_a_free_user_when_every_one_is_busy():
     assert (sent[:4] == 0).all() and (sent[4:] > 0).all()
 
 
+def test_a_request_sent_while_others_are_out_reaches_the_engine_later_by_each():
+    loaded = dataclasses.replace(FLAT, frontend_ms_per_in_flight=3.0)
+    # four sent together, each with none out; one more sent while they all decode
+    out = once([100] * 5, [400] * 5, [0.0, 0.0, 0.0, 0.0, 0.05], rules(), loaded)
+    plain = once([100] * 5, [400] * 5, [0.0, 0.0, 0.0, 0.0, 0.05], rules())
+    ttft = (out.first_s - out.sent_s) * 1000
+    late = ttft - (plain.first_s - plain.sent_s) * 1000
+    assert late[:4] == pytest.approx([0.0] * 4, abs=1e-9)
+    # four out: 12 ms later at the engine, and it waits there for the step then running
+    assert 4 * 3.0 <= late[4] < 4 * 3.0 + 2 * (2.0 + 5 * 0.5)
+
+
 def test_jitter_varies_steps_around_their_mean():
     jittery = dataclasses.replace(FLAT, jitter=0.2)
     out = once([100], [400], [0.0], rules(), jittery)
@@ -269,6 +281,42 @@ def test_the_steps_in_the_token_times_recover_what_an_arrival_costs_the_engine(t
     assert any("per arrival on" in line for line in said)
 
 
+def test_the_token_times_recover_a_front_end_that_grows_with_the_requests_in_flight(tmp_path):
+    cost, fitted, active, said = _fit_synthetic_chat(
+        tmp_path, frontend_ms=4.0, frontend_ms_per_in_flight=0.5
+    )
+    assert fitted.frontend_ms_per_in_flight == pytest.approx(0.5, rel=0.25)
+    assert fitted.frontend_ms == pytest.approx(4.0, rel=0.25)
+    assert fitted.frontend_ms_per_1k_prompt == 0.0
+    assert active == ("frontend_ms",)  # the slopes are fitted here, the replay moves the rest
+    assert any("per request in flight on" in line for line in said)
+
+
+def test_a_front_end_that_does_not_grow_is_given_no_growth(cpu_runs):
+    from vprof.forecast.observed import load_observed
+    from vprof.forecast.stepfit import linear_estimate
+    from vprof.records import expand_runs
+
+    fitted, _ = linear_estimate([load_observed(p) for p in expand_runs([cpu_runs / "fit"])])
+    assert fitted.frontend_ms_per_in_flight == 0.0
+
+
+def test_the_calibration_recovers_the_front_end_whatever_its_start(cpu_runs):
+    from vprof.forecast.observed import load_observed
+    from vprof.forecast.stepfit import calibrate, linear_estimate
+    from vprof.records import expand_runs
+
+    runs = [load_observed(p) for p in expand_runs([cpu_runs / "fit"])]
+    start, active = linear_estimate(runs)
+    fits = [
+        calibrate(runs, dataclasses.replace(start, frontend_ms=front, jitter=jitter), active)
+        for front, jitter in ((start.frontend_ms, 0.0), (start.frontend_ms + 1.5, 0.13))
+    ]
+    a, b = (dataclasses.asdict(f.cost) for f in fits)
+    assert a == pytest.approx(b, rel=1e-6)  # the same jitter, and the front end solved alike
+    assert fits[0].cost.frontend_ms == pytest.approx(cpu_truth().cost.frontend_ms, abs=0.5)
+
+
 def test_a_server_whose_arrivals_cost_nothing_is_given_no_arrival_cost(cpu_runs):
     from vprof.forecast.observed import load_observed
     from vprof.forecast.stepfit import linear_estimate
@@ -377,7 +425,7 @@ def test_a_model_file_reads_back_as_it_was_written(model_file):
     ("edit", "key", "words"),
     [
         (lambda d: d.update(kind="something-else"), "kind", "not a vprof forecast model"),
-        (lambda d: d.update(version=99), "version", "this vprof reads versions 1 and 2"),
+        (lambda d: d.update(version=99), "version", "this vprof reads versions 1, 2 and 3"),
         (lambda d: d["configs"][0]["step_cost"].update(base_ms=-1), "step_cost.base_ms", "range"),
         (lambda d: d["configs"][0]["rules"].update(block_size="16"), "rules.block_size", "number"),
         (lambda d: d["configs"][0].pop("rules"), "configs[0].rules", "missing"),
@@ -419,7 +467,7 @@ def test_an_arrival_cost_is_kept_in_the_model_file_and_version_1_files_read_as_n
     costly = dataclasses.replace(truth.cost, arrival_ms=3.5, arrival_ms_per_1k_prompt=2.0)
     write_model(ForecastModel((dataclasses.replace(truth, cost=costly).config,)), path)
     data = json.loads(path.read_text())
-    assert data["version"] == 2
+    assert data["version"] == 3
     assert read_model(path).configs[0].cost == costly
     for key in ("arrival_ms", "arrival_ms_per_1k_prompt"):
         del data["configs"][0]["step_cost"][key]
@@ -427,6 +475,19 @@ def test_an_arrival_cost_is_kept_in_the_model_file_and_version_1_files_read_as_n
     path.write_text(json.dumps(data))
     cost = read_model(path).configs[0].cost
     assert cost.arrival_ms == 0.0 and cost.arrival_ms_per_1k_prompt == 0.0
+
+
+def test_a_front_end_that_grows_with_load_is_kept_and_version_2_files_read_as_none(tmp_path):
+    path = tmp_path / "model.json"
+    truth = cpu_truth()
+    loaded = dataclasses.replace(truth.cost, frontend_ms_per_in_flight=0.4)
+    write_model(ForecastModel((dataclasses.replace(truth, cost=loaded).config,)), path)
+    data = json.loads(path.read_text())
+    assert read_model(path).configs[0].cost == loaded
+    del data["configs"][0]["step_cost"]["frontend_ms_per_in_flight"]
+    data["version"] = 2  # what this vprof wrote before it fitted the term
+    path.write_text(json.dumps(data))
+    assert read_model(path).configs[0].cost.frontend_ms_per_in_flight == 0.0
 
 
 def test_a_model_file_that_is_not_json_is_refused_with_its_line(model_file):
