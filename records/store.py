@@ -206,6 +206,7 @@ def read_records_file(path: Path) -> RecordsFile:
     check_schema(reader.schema, where)
     batches: list[Any] = []
     ends = [source.tell()]
+    released = ends[0]  # the pages before this offset were handed back
     malformed = ""
     while True:
         try:
@@ -223,7 +224,9 @@ def read_records_file(path: Path) -> RecordsFile:
             break
         batches.append(batch)
         ends.append(source.tell())
-        release_buffer(mapped.slice(ends[-2], ends[-1] - ends[-2]))  # read: hand its pages back
+        if ends[-1] - released >= _RELEASE_BYTES:  # read: hand their pages back
+            release_buffer(mapped.slice(released, ends[-1] - released))
+            released = ends[-1]
     if malformed and not batches:
         raise RunError(
             f"not vprof's records: {malformed}",
@@ -256,6 +259,11 @@ def read_records_file(path: Path) -> RecordsFile:
     if malformed:
         return RecordsFile(table, len(batches), size - end, damage=malformed)
     return RecordsFile(table, len(batches), torn)
+
+
+# Checked batches are handed back to the OS this many bytes at a time, not one by one (a
+# million records are a thousand batches: a call each added a third to the checks' time).
+_RELEASE_BYTES = 8 << 20
 
 
 def _beside(check: Any, *args: Any) -> Any:
