@@ -182,8 +182,8 @@ class BlockQuantiles:
             self.fallback = True
             return
         self.counts[: found.size] += found
-        if self._guessed:
-            self._parts.append(x[self._wanted[keys]])
+        if self._guessed:  # take and compress: a third faster than indexing by arrays
+            self._parts.append(x.compress(self._wanted.take(keys)))
 
     def guess(self, sample, qs) -> None:
         """Before any ``add``: pick buckets from a sample so ``add`` keeps candidates at once.
@@ -240,7 +240,7 @@ class BlockQuantiles:
         if self.fallback:
             self._parts.append(np.array(x, copy=True))
             return
-        self._parts.append(x[self._wanted[self._key(x)]])
+        self._parts.append(x.compress(self._wanted.take(self._key(x))))
 
     def _key(self, x):
         np = self._np
@@ -265,7 +265,9 @@ class BlockQuantiles:
         # of those buckets below b, then its place in b; one partition finds them all.
         holding = np.zeros(self.counts.size, dtype=bool)
         holding[list(self._cum_before)] = True
-        kept = np.concatenate([part[holding[self._key(part)]] for part in self._parts])
+        kept = np.concatenate(
+            [part.compress(holding.take(self._key(part))) for part in self._parts]
+        )
         below = np.cumsum(np.where(holding, self.counts, 0)) - self.counts * holding
         at = {r: int(below[b]) + r - self._cum_before[b] for r, b in self._bucket_of.items()}
         found = _at_places(kept, sorted(self._cum_before), sorted(set(at.values())), self.SHIFT)
@@ -326,7 +328,7 @@ def _at_places(kept: Any, buckets: Sequence[int], places: Sequence[int], shift: 
     holds = np.searchsorted(ends, wanted_places, side="right")  # the finer bucket of each
     wanted = np.zeros(counts.size, dtype=bool)
     wanted[holds] = True
-    few = kept[wanted[keys]]
+    few = kept.compress(wanted.take(keys))
     before = np.cumsum(np.where(wanted, counts, 0)) - counts * wanted
     index = before[holds] + wanted_places - (ends[holds] - counts[holds])
     few.partition(index)
