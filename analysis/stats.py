@@ -208,8 +208,8 @@ class BlockQuantiles:
         # ±0.5 percentage points around each percentile: a sample of ~10⁵ values puts the
         # true rank inside with overwhelming probability (all found in one partition).
         edges = [(max(float(q) - 0.5, 0.0), min(float(q) + 0.5, 100.0)) for q in qs]
-        found = np.percentile(sample, [e for pair in edges for e in pair]).reshape(-1, 2)
-        for lo, hi in found:
+        ordered = np.sort(sample)  # as in describe: the same values as np.percentile's
+        for lo, hi in ([_linear(ordered.size, q, ordered.__getitem__) for q in e] for e in edges):
             k_lo, k_hi = (int(np.float64(v).view(np.int64) >> self.SHIFT) for v in (lo, hi))
             wanted[k_lo : k_hi + 1] = True
         self._wanted = wanted
