@@ -671,17 +671,18 @@ def _gap_groups(
 
     A block of whole requests is yielded as it is (a view of the records file), a larger one
     in pieces, smaller ones gathered into a reused buffer: each yielded array is valid until
-    the next step. A block's pages of the records file are released once it has been used.
+    the next step. The pages of the records file are released once their blocks have been used.
     """
     import numpy as np
 
-    from vprof.records.store import release
+    from vprof.records.store import RELEASE_BYTES, release
 
     first = cols.floats["first_token_at"]
     lo, hi = part if part is not None else (0, len(cols.itl_blocks))
     buffer = np.empty(0)
     pos, row = 0, sum(lengths.size for _, lengths in cols.itl_blocks[:lo])
     pending: list[tuple[Any, Any]] = []  # (lengths, first) of what the buffer holds
+    held = last = None  # the first and last blocks used whose pages are not handed back yet
 
     def flush() -> Any:
         out = (
@@ -729,7 +730,13 @@ def _gap_groups(
             buffer[pos : pos + gaps.size] = gaps
             pos += gaps.size
             pending.append((lengths, ft))
-        release(values)
+        if values.size:  # used: its pages are handed back, a few MB at a time
+            held, last = (values if held is None else held), values
+            if last.ctypes.data + last.nbytes - held.ctypes.data >= RELEASE_BYTES:
+                release(held, through=last)
+                held = None
+    if held is not None:
+        release(held, through=last)
     if pending:
         yield flush()
 
