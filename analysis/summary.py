@@ -516,9 +516,9 @@ def _itl(
     One streaming pass over the gap blocks (two when the sample's guess of where the
     percentiles lie missed; see :class:`BlockQuantiles`) in steps of about a cache's worth;
     no copy of all the gaps is ever made, and the pages of the records file each step has
-    read are handed back as it goes. A large pass starts at once in two threads (its halves
-    of the blocks) while the caller goes on; the returned function waits for it and returns
-    the planned quantile state and the bins from ``t0``.
+    read are handed back as it goes. A large pass starts at once in a helper thread, piece by
+    piece, while the caller goes on; the returned function takes the pieces left itself, waits
+    for the helper's last, and returns the planned quantile state and the bins from ``t0``.
     """
     import numpy as np
 
@@ -564,51 +564,61 @@ def _itl(
         release_file_of(cols.itl_blocks[0][0])
         return quantiles, bins
 
-    parts = _parts(cols)
-    if len(parts) == 1:
-        return lambda: finish([one_part(parts[0])])
-    # numpy lets go of the GIL in its loops: the pieces of the halves run on two cores beside
-    # the caller, each thread taking the next piece when done with one, so both end together
-    # however the caller's work shares the cores between them
+    if not _threaded(cols):
+        return lambda: finish([one_part((0, len(cols.itl_blocks)))])
+    # numpy lets go of the GIL in its loops: a helper thread takes one piece after another
+    # beside the caller, and the caller takes the pieces left once its own work is done, so
+    # two threads share two cores and end together (a helper per core beside the caller would
+    # be three threads on two cores, each slowed by the others while the caller works)
     from concurrent.futures import ThreadPoolExecutor
 
-    pool = ThreadPoolExecutor(len(parts), thread_name_prefix="vprof-gaps")
-    running = [pool.submit(one_part, piece) for piece in _pieces(cols, parts)]
-    pool.shutdown(wait=False)  # its threads end once their part is done
+    pieces = iter(_pieces(cols))
+    taking = threading.Lock()
+
+    def take_pieces() -> None:
+        while True:
+            with taking:
+                piece = next(pieces, None)
+            if piece is None:
+                return
+            one_part(piece)
+
+    pool = ThreadPoolExecutor(1, thread_name_prefix="vprof-gaps")
+    helper = pool.submit(take_pieces)
+    pool.shutdown(wait=False)  # its thread ends once the pieces are all taken
 
     def done() -> tuple[BlockQuantiles, Any]:
-        for future in running:
-            future.result()
+        take_pieces()
+        helper.result()
         return finish(states)
 
     return done
 
 
-# Above this many gaps their pass is split in two halves of the blocks, one per thread when
-# the process may use two CPUs. Counts add up exactly; the sums behind the mean and std are
-# added in another order (float rounding).
+# Above this many gaps, with two CPUs to run on, a helper thread shares their pass with the
+# caller. Counts add up exactly; the sums behind the mean and std are added in another order
+# (float rounding).
 _THREADED_GAPS = 8_000_000
 
 
-def _parts(cols: Columns) -> list[tuple[int, int]]:
-    """Ranges of gap blocks to pass over at once: all of them, or two halves."""
-    n = len(cols.itl_blocks)
-    cpus = usable_cpus()
-    if cpus < 2 or n < 2 or sum(v.size for v, _ in cols.itl_blocks) < _THREADED_GAPS:
-        return [(0, n)]
-    return [(0, n // 2), (n // 2, n)]
+def _threaded(cols: Columns) -> bool:
+    """Whether a helper thread shares the pass over the gaps (see ``_THREADED_GAPS``)."""
+    return (
+        usable_cpus() >= 2
+        and len(cols.itl_blocks) >= 2
+        and sum(v.size for v, _ in cols.itl_blocks) >= _THREADED_GAPS
+    )
 
 
-def _pieces(cols: Columns, parts: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    """The ``parts`` cut into ranges of blocks of about ``_PIECE_GAPS`` gaps each."""
-    pieces = []
-    for lo, hi in parts:
-        start, size = lo, 0
-        for b in range(lo, hi):
-            size += cols.itl_blocks[b][0].size
-            if size >= _PIECE_GAPS or b == hi - 1:
-                pieces.append((start, b + 1))
-                start, size = b + 1, 0
+def _pieces(cols: Columns) -> list[tuple[int, int]]:
+    """The gap blocks cut into ranges of about ``_PIECE_GAPS`` gaps each."""
+    pieces: list[tuple[int, int]] = []
+    start, size, last = 0, 0, len(cols.itl_blocks) - 1
+    for b, (values, _) in enumerate(cols.itl_blocks):
+        size += values.size
+        if size >= _PIECE_GAPS or b == last:
+            pieces.append((start, b + 1))
+            start, size = b + 1, 0
     return pieces
 
 
@@ -661,17 +671,18 @@ def _gap_groups(
 
     A block of whole requests is yielded as it is (a view of the records file), a larger one
     in pieces, smaller ones gathered into a reused buffer: each yielded array is valid until
-    the next step. A block's pages of the records file are released once it has been used.
+    the next step. The pages of the records file are released once their blocks have been used.
     """
     import numpy as np
 
-    from vprof.records.store import release
+    from vprof.records.store import RELEASE_BYTES, release
 
     first = cols.floats["first_token_at"]
     lo, hi = part if part is not None else (0, len(cols.itl_blocks))
     buffer = np.empty(0)
     pos, row = 0, sum(lengths.size for _, lengths in cols.itl_blocks[:lo])
     pending: list[tuple[Any, Any]] = []  # (lengths, first) of what the buffer holds
+    held = last = None  # the first and last blocks used whose pages are not handed back yet
 
     def flush() -> Any:
         out = (
@@ -719,7 +730,13 @@ def _gap_groups(
             buffer[pos : pos + gaps.size] = gaps
             pos += gaps.size
             pending.append((lengths, ft))
-        release(values)
+        if values.size:  # used: its pages are handed back, a few MB at a time
+            held, last = (values if held is None else held), values
+            if last.ctypes.data + last.nbytes - held.ctypes.data >= RELEASE_BYTES:
+                release(held, through=last)
+                held = None
+    if held is not None:
+        release(held, through=last)
     if pending:
         yield flush()
 

@@ -448,6 +448,21 @@ def append_jsonl(path: Path, rows: Iterable[Mapping[str, Any]]) -> None:
             out.write(lines)
 
 
+_DECODER = json.JSONDecoder()
+
+
+def _json_line(line: str) -> Any:
+    """``json.loads(line)``, without its per-call work for a line that is one JSON value and
+    nothing else (samples run to thousands of lines: that work was a third of their reading)."""
+    try:
+        value, end = _DECODER.raw_decode(line)
+    except json.JSONDecodeError:
+        return json.loads(line)  # leading whitespace, or json.loads's own error
+    if end < len(line) and line[end:].strip(" \t\n\r"):
+        return json.loads(line)  # raises "Extra data", as it does
+    return value
+
+
 def read_jsonl(
     path: Path, *, fields: Mapping[str, Check] | None = None
 ) -> tuple[dict[str, Any], ...]:
@@ -468,7 +483,7 @@ def read_jsonl(
         if not line.strip():
             continue
         try:
-            row = json.loads(line)
+            row = _json_line(line)
         except json.JSONDecodeError:
             if number == len(lines):  # the last line, with no newline after it: torn
                 continue

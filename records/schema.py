@@ -339,13 +339,14 @@ def check_gaps(table: Any, path: str) -> None:
     import numpy as np
 
     from vprof.records import arrays
-    from vprof.records.store import release
+    from vprof.records.store import RELEASE_BYTES, release
 
     # A gap is a non-negative, finite float: read as unsigned integers, those are exactly the
     # bit patterns up to the limit's (a sign bit, NaN or inf reads as larger): one pass, the
     # exact test only when it fails (-0.0 passes it).
     limit = np.float64(MAX_DURATION_MS).view(np.uint64)
     row = 0
+    held = last = None  # the first and last gaps checked whose pages are not handed back yet
     for chunk in table.column("itl_ms").chunks:
         gaps, lengths = arrays.list_block(chunk)
         if gaps.size and not (
@@ -357,5 +358,13 @@ def check_gaps(table: Any, path: str) -> None:
             mask = np.zeros(table.num_rows, dtype=bool)
             mask[row + rows[int(np.argmax(bad))]] = True
             _refuse(table, path, "itl_ms", mask, f"a gap of {float(gaps[bad][0]):g} ms")
-        release(gaps)
         row += len(chunk)
+        if not gaps.size:
+            continue
+        # handed back a few MB at a time: a call per batch cost a tenth of the check
+        held, last = (gaps if held is None else held), gaps
+        if last.ctypes.data + last.nbytes - held.ctypes.data >= RELEASE_BYTES:
+            release(held, through=last)
+            held = None
+    if held is not None:
+        release(held, through=last)

@@ -10,7 +10,6 @@ import math
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -171,6 +170,8 @@ def _reading_order(summaries: Sequence[dict[str, Any]]) -> list[int]:
 
 
 def _version() -> str | None:
+    from importlib import metadata  # 20 ms of imports (email, zipfile): not at start-up
+
     try:
         return metadata.version("vprof")
     except metadata.PackageNotFoundError:

@@ -149,38 +149,42 @@ def timelines(run: Run, summary: dict[str, Any], cols: dict[str, Any]) -> dict[s
 
 
 def _server(run: Run, t0: float) -> dict[str, Any]:
+    import numpy as np
+
     samples = deployment_samples(
         [s for s in run.metrics if _finite(s.get("t")) and isinstance(s.get("values"), dict)]
     )
     if not samples:
         return {"empty": "no /metrics samples (metrics.jsonl is missing or empty)"}
-    t = [float(s["t"]) - t0 for s in samples]
+    t = np.array([float(s["t"]) for s in samples]) - t0
+    values = [s["values"] for s in samples]
     out: dict[str, Any] = {"samples": len(samples)}
     for key, name, scale in (
         ("running", RUNNING, 1.0),
         ("waiting", WAITING, 1.0),
         ("kv_cache_percent", KV_USAGE, 100.0),  # vLLM reports a fraction, 1 = full
     ):
-        points = [
-            (ti, float(s["values"][name]) * scale)
-            for ti, s in zip(t, samples, strict=True)
-            if _finite(s["values"].get(name))
-        ]
-        if points:
-            out[key] = dict(zip(("t_s", "y"), envelope(*zip(*points, strict=True)), strict=True))
-    rates = []
-    for (ta, a), (tb, b) in zip(
-        zip(t, samples, strict=True), zip(t[1:], samples[1:], strict=True), strict=False
-    ):
-        ca, cb = a["values"].get(GENERATION_TOKENS), b["values"].get(GENERATION_TOKENS)
-        if _finite(ca) and _finite(cb) and tb > ta:
-            # a restarted server resets its counters: a negative step is not a rate
-            rates.append((tb, max(float(cb) - float(ca), 0.0) / (tb - ta)))
-    if rates:
+        y = _series(values, name)
+        if np.isfinite(y).any():  # the points without a value are left out by envelope
+            out[key] = dict(zip(("t_s", "y"), envelope(t, y * scale), strict=True))
+    counter = _series(values, GENERATION_TOKENS)
+    step, grown = np.diff(t), np.diff(counter)
+    rated = np.isfinite(counter[1:]) & np.isfinite(counter[:-1]) & (step > 0)
+    if rated.any():
+        # a restarted server resets its counters: a negative step is not a rate
+        rates = np.where(grown < 0, 0.0, grown)[rated] / step[rated]
         out["generation_tokens_per_s"] = dict(
-            zip(("t_s", "y"), envelope(*zip(*rates, strict=True)), strict=True)
+            zip(("t_s", "y"), envelope(t[1:][rated], rates), strict=True)
         )
     return out
+
+
+def _series(values: list[dict[str, Any]], name: str) -> Any:
+    """Each sample's ``name`` as a float, NaN where it has none (or not a finite number)."""
+    import numpy as np
+
+    column = [sample.get(name, math.nan) for sample in values]
+    return np.array([float(v) if _finite(v) else math.nan for v in column])
 
 
 def _loadgen(run: Run, t0: float) -> dict[str, Any]:
