@@ -22,8 +22,8 @@ from vprof.workloads.tracestats import implied_cached_tokens, prefix_sharing
 pytestmark = pytest.mark.e2e
 
 MASTER_PORT = 18171  # inside this suite's port range (18100-18199)
-TIME_SCALE = 2.0  # the sample's first 50 s in 25 s: ~6 req/s, bursts of ~15, on two cores
-WINDOW_S = 50.0
+TIME_SCALE = 2.0  # the sample's first 36 s in 18 s: ~5 req/s, bursts of ~15, on two cores
+WINDOW_S = 36.0  # 92 requests (50 s held 148 and took 7 s more of the quiet part)
 
 
 def test_the_sample_trace_replays_at_its_own_times_lengths_and_prefixes(vllm_server, tmp_path):
@@ -38,7 +38,7 @@ def test_the_sample_trace_replays_at_its_own_times_lengths_and_prefixes(vllm_ser
     )
     trace = load_trace(load_workload_file(workload_path).trace)
     offsets = arrival_offsets(get_shape(shape_path), 0)
-    assert offsets == trace.offsets_s() and len(offsets) >= 140
+    assert offsets == trace.offsets_s() and len(offsets) >= 90
     offsets = np.asarray(offsets)
 
     keys = ("vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total")
