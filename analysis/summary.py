@@ -675,14 +675,14 @@ def _gap_groups(
     """
     import numpy as np
 
-    from vprof.records.store import RELEASE_BYTES, release
+    from vprof.records.store import Releaser
 
     first = cols.floats["first_token_at"]
     lo, hi = part if part is not None else (0, len(cols.itl_blocks))
     buffer = np.empty(0)
     pos, row = 0, sum(lengths.size for _, lengths in cols.itl_blocks[:lo])
     pending: list[tuple[Any, Any]] = []  # (lengths, first) of what the buffer holds
-    held = last = None  # the first and last blocks used whose pages are not handed back yet
+    pages = Releaser()  # the blocks used, their pages handed back a few MB at a time
 
     def flush() -> Any:
         out = (
@@ -730,13 +730,8 @@ def _gap_groups(
             buffer[pos : pos + gaps.size] = gaps
             pos += gaps.size
             pending.append((lengths, ft))
-        if values.size:  # used: its pages are handed back, a few MB at a time
-            held, last = (values if held is None else held), values
-            if last.ctypes.data + last.nbytes - held.ctypes.data >= RELEASE_BYTES:
-                release(held, through=last)
-                held = None
-    if held is not None:
-        release(held, through=last)
+        pages.add(values)  # used
+    pages.close()
     if pending:
         yield flush()
 

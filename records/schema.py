@@ -339,14 +339,14 @@ def check_gaps(table: Any, path: str) -> None:
     import numpy as np
 
     from vprof.records import arrays
-    from vprof.records.store import RELEASE_BYTES, release
+    from vprof.records.store import Releaser
 
     # A gap is a non-negative, finite float: read as unsigned integers, those are exactly the
     # bit patterns up to the limit's (a sign bit, NaN or inf reads as larger): one pass, the
     # exact test only when it fails (-0.0 passes it).
     limit = np.float64(MAX_DURATION_MS).view(np.uint64)
     row = 0
-    held = last = None  # the first and last gaps checked whose pages are not handed back yet
+    pages = Releaser()  # the gaps checked, their pages handed back a few MB at a time
     for chunk in table.column("itl_ms").chunks:
         gaps, lengths = arrays.list_block(chunk)
         if gaps.size and not (
@@ -359,12 +359,5 @@ def check_gaps(table: Any, path: str) -> None:
             mask[row + rows[int(np.argmax(bad))]] = True
             _refuse(table, path, "itl_ms", mask, f"a gap of {float(gaps[bad][0]):g} ms")
         row += len(chunk)
-        if not gaps.size:
-            continue
-        # handed back a few MB at a time: a call per batch cost a tenth of the check
-        held, last = (gaps if held is None else held), gaps
-        if last.ctypes.data + last.nbytes - held.ctypes.data >= RELEASE_BYTES:
-            release(held, through=last)
-            held = None
-    if held is not None:
-        release(held, through=last)
+        pages.add(gaps)  # a call per batch cost a tenth of the check
+    pages.close()

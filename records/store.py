@@ -388,6 +388,29 @@ def release(values: Any, through: Any = None) -> None:
                 return
 
 
+class Releaser:
+    """Hands back the pages of consecutive views into one records file a few MB at a time
+    (:data:`RELEASE_BYTES`): a call per small block costs more than the work it follows.
+    ``add`` each view once it is used; ``close`` hands back what is left."""
+
+    def __init__(self) -> None:
+        self.held: Any = None  # the first and last views added whose pages are still held
+        self.last: Any = None
+
+    def add(self, values: Any) -> None:
+        if not values.size:
+            return
+        held = self.held = values if self.held is None else self.held
+        self.last = values
+        if values.ctypes.data + values.nbytes - held.ctypes.data >= RELEASE_BYTES:
+            self.close()
+
+    def close(self) -> None:
+        if self.held is not None:
+            release(self.held, through=self.last)
+        self.held = self.last = None
+
+
 def release_buffer(buffer: Any) -> None:
     """:func:`release` every page of an Arrow buffer (a whole mapped file, a column's values)."""
     import numpy as np
