@@ -42,6 +42,7 @@ from vprof.analysis.run import Run, damage, display_names, load_run, summarize_l
 from vprof.analysis.summary import BACKED_OFF, HELD_BACK
 from vprof.common.errors import RunError
 from vprof.common.suggest import suggestion
+from vprof.records.hardware import hardware_summary
 
 # What compare judges by default: what every slice of an alternating run measures too.
 DEFAULT_METRICS = SLICE_METRICS
@@ -869,6 +870,17 @@ def _notes(groups: Sequence[Group]) -> list[str]:
     if len(traffics) > 1:
         notes.append(f"the runs used different traffic shapes ({', '.join(sorted(traffics))})")
     notes += host_notes(groups)
+    machines = {
+        hardware_summary(run.meta["hardware"])[0]
+        for g in groups
+        for run in g.runs
+        if isinstance(run.meta.get("hardware"), Mapping)
+    }
+    if len(machines) > 1:
+        notes.append(
+            f"the runs record different hardware ({'; '.join(sorted(machines))}): their "
+            "differences mix the hardware with the profile"
+        )
     if any(len(g.runs) < 2 for g in groups):
         notes.append(
             "one run on a side: intervals cover request noise only and nothing is called "

@@ -12,11 +12,11 @@ config), else from the profile's engine arguments, else vLLM's own default for t
 
 from __future__ import annotations
 
-import hashlib
-import json
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
+
+from vprof.records.hardware import hardware_summary
 
 CHUNKED = "enable-chunked-prefill"
 BATCHED = "max-num-batched-tokens"
@@ -217,26 +217,6 @@ class ConfigKey:
 
     def to_json(self) -> dict[str, str]:
         return asdict(self)
-
-
-def hardware_summary(hardware: Mapping[str, Any]) -> tuple[str, str]:
-    """(a description, a stable id) of a run's hardware: the machine, its CPUs and memory,
-    and its GPUs. Python and kernel versions are left out (they do not set the speed)."""
-    gpus = [str(g) for g in hardware.get("gpus") or []]
-    basis = {
-        "machine": hardware.get("machine"),
-        "processor": hardware.get("processor"),
-        "cpu_count": hardware.get("cpu_count"),
-        "memory_gib": round(float(hardware.get("memory_gib") or 0)),
-        "gpus": gpus,
-    }
-    digest = hashlib.sha256(json.dumps(basis, sort_keys=True).encode()).hexdigest()[:12]
-    if gpus:
-        names = sorted(set(gpus))
-        shown = ", ".join(f"{gpus.count(n)}× {n}" for n in names)
-    else:
-        shown = f"{hardware.get('machine') or '?'}, {hardware.get('cpu_count') or '?'} CPUs, no GPU"
-    return shown, digest
 
 
 def config_key(meta: Mapping[str, Any]) -> ConfigKey:

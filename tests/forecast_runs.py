@@ -11,9 +11,10 @@ from typing import Any
 
 from vprof.forecast.model import ConfigModel
 from vprof.forecast.predict import predict, write_prediction
-from vprof.forecast.rules import ConfigKey, SchedulerRules, hardware_summary
+from vprof.forecast.rules import ConfigKey, SchedulerRules
 from vprof.forecast.scenario import Scenario
 from vprof.forecast.stepcost import StepCost
+from vprof.records.hardware import hardware_summary
 from vprof.records.rundir import RunDir, read_json, write_json_atomic
 from vprof.traffic import TrafficShape
 from vprof.workloads import get_workload

@@ -138,6 +138,21 @@ def test_compare_notes_different_workloads(tmp_path):
     assert any("different workloads" in note for note in frame.attrs["notes"])
 
 
+def test_compare_notes_runs_from_different_hardware(tmp_path):
+    a = write_run(tmp_path / "a", synth_records(50, seed=3))
+    b = write_run(tmp_path / "b", synth_records(50, seed=4))
+    host = {"machine": "x86_64", "cpu_count": 2, "memory_gib": 23.5, "gpus": []}
+    for run, cpu, features in ((a, "Intel Xeon", ["avx2", "avx512f"]), (b, "AMD EPYC", ["avx2"])):
+        meta = json.loads((run / "run.json").read_text())
+        hardware = {**host, "cpu_model": cpu, "cpu_features": features}
+        (run / "run.json").write_text(json.dumps({**meta, "hardware": hardware}))
+    frame = compare([a, b], metrics=["p95_ttft_ms"], n_boot=50)
+    (note,) = [n for n in frame.attrs["notes"] if "different hardware" in n]
+    assert "AMD EPYC, avx2, 2 CPUs" in note and "Intel Xeon, avx512f, 2 CPUs" in note
+    same = compare([a, a], metrics=["p95_ttft_ms"], n_boot=50)
+    assert not any("different hardware" in n for n in same.attrs["notes"])
+
+
 def test_compare_the_same_run_twice_is_zero_difference(tmp_path):
     a = write_run(tmp_path / "a", synth_records(200, seed=3))
     frame = compare([a, a], metrics=["p95_itl_ms"], n_boot=200)

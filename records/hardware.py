@@ -1,0 +1,44 @@
+"""The hardware a run folder records (``run.json``'s ``hardware``, written by
+``vprof.runs.environment.hardware``): how it reads, and when two records are the same hardware."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from typing import Any
+
+# The widest vector unit a CPU names, as a hardware description shows it.
+_CPU_TIERS = ("amx_bf16", "avx512_bf16", "avx512f", "avx2", "sve2", "sve", "asimd")
+
+
+def hardware_summary(hardware: Mapping[str, Any]) -> tuple[str, str]:
+    """(a description, a stable id) of a run's hardware as ``hardware()`` recorded it: the
+    machine, its CPU (model and kernel-deciding features, where recorded), CPUs and memory,
+    and its GPUs. Python and kernel versions are left out (they do not set the speed); a
+    record from before the CPU was recorded keeps its old id."""
+    gpus = [str(g) for g in hardware.get("gpus") or []]
+    basis: dict[str, Any] = {
+        "machine": hardware.get("machine"),
+        "processor": hardware.get("processor"),
+        "cpu_count": hardware.get("cpu_count"),
+        "memory_gib": round(float(hardware.get("memory_gib") or 0)),
+        "gpus": gpus,
+    }
+    for key in ("cpu_model", "cpu_features"):
+        if key in hardware:
+            basis[key] = hardware[key]
+    digest = hashlib.sha256(json.dumps(basis, sort_keys=True).encode()).hexdigest()[:12]
+    if gpus:
+        names = sorted(set(gpus))
+        return ", ".join(f"{gpus.count(n)}× {n}" for n in names), digest
+    features = set(hardware.get("cpu_features") or ())
+    cpu = ", ".join(
+        str(part)
+        for part in (
+            hardware.get("cpu_model") or hardware.get("machine") or "?",
+            next((f for f in _CPU_TIERS if f in features), None),
+        )
+        if part
+    )
+    return f"{cpu}, {hardware.get('cpu_count') or '?'} CPUs, no GPU", digest
