@@ -243,6 +243,7 @@ def _compare(
         "baseline_id": ids[group[0]],
         "n_boot": frame.attrs.get("n_boot", opts.n_boot),
         "seed": opts.seed,
+        "notes": list(frame.attrs.get("notes", [])),
         "rows": rows,
     }
 

@@ -14,7 +14,7 @@ from click.testing import CliRunner
 from test_analysis_data import synth_records, write_run
 from test_report_data import write_bench, write_level, write_sweep
 
-from vprof.analysis import load_run, summarize_run, timeline, write_summary
+from vprof.analysis import compare, load_run, summarize_run, timeline, write_summary
 from vprof.analysis.run import json_safe
 from vprof.cli.main import cli
 from vprof.common.errors import ReportError, RunError
@@ -104,6 +104,10 @@ def test_comparisons_equal_vprof_compare_output(bench, report):
                 for row in cmp["rows"]]  # fmt: skip
         assert rows == expected
         assert all(r["run_id"] == cmp["run_ids"][1] for r in cmp["rows"])
+        # and what compare says a reader must know (one run a side, the family's adjustment)
+        assert cmp["notes"] == compare(paths, n_boot=200).attrs["notes"] and cmp["notes"]
+    page = html_lib.unescape(report.read_text(encoding="utf-8"))
+    assert all(note in page for cmp in data["comparisons"] for note in cmp["notes"])
 
 
 def test_percentile_marks_are_the_summary_values(report):
