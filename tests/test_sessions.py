@@ -258,7 +258,10 @@ def test_open_loop_conversations_send_later_turns_after_the_answer_plus_think_ti
         assert row.expected_prompt_tokens > before.expected_prompt_tokens + 16
         checked += 1
     assert checked == len(later) > 0
-    assert later.schedule_lag_ms.median() < 20  # free users: sent on time
+    # free users: later turns go out as promptly as the schedule's first turns (a busy machine
+    # delays both alike; a user held back by the cap would lag by whole answers)
+    first = sent[sent.turn == 0]
+    assert later.schedule_lag_ms.median() < first.schedule_lag_ms.median() + 20
     summary = summarize(df)
     assert summary["turns_sent"]["1"] == counts[1] and summary["turns_sent"]["2"] == counts[2]
     turn1 = summary["per_turn"]["1"]
