@@ -737,6 +737,21 @@ def replay_noise(
         f"noise added {_spread_text(added)}; the recorded grid's places 1–12 span "
         f"{ranked[-1]:.2f}–{ranked[0]:.2f} req/s (sd {_relative_sd(ranked):.1%})"
     )
+    twins = _twins(model, rules, cost, data["ladder"], slo)
+    if twins:
+        alike = [
+            statistics.stdev(c) / _mean(c)
+            for c in ([capacities[k] or 0.0 for k in g] for g in twins)
+        ]
+        print(
+            "      candidates the model runs step for step alike (repeats of one setting in all "
+            "but name), as the grid measured them: "
+            + "; ".join(
+                ", ".join(f"{k.split('@')[1]} {capacities[k] or 0.0:.2f}" for k in group)
+                for group in twins
+            )
+            + f" — sd {statistics.median(alike):.1%} of a group's mean (median over groups)"
+        )
     print(
         "  (b) one simulated grid's best three within another's top five: "
         f"{_pairs_text(own)}; with the level noise added {_pairs_text(added)}"
@@ -749,10 +764,12 @@ def replay_noise(
     mean = {k: _mean(g[k] for g in own) for k in rules}
     order = sorted(rules, key=lambda k: -mean[k])
     recorded = {k: capacities[k] or 0.0 for k in rules}
+    error = statistics.median(abs(mean[k] / (recorded[k] or math.inf) - 1) for k in rules)
     print(
         f"  (d) the expected ranking over all {seeds} seeds on the recorded grid: its best three "
         f"at places {', '.join(str(order.index(k) + 1) for k in _top(recorded, 3))} — "
-        f"{_inside(recorded, mean)} of 3 in its top five (top five: "
+        f"{_inside(recorded, mean)} of 3 in its top five; median error against the grid's "
+        f"capacities {error:.1%} (top five: "
         + ", ".join(f"{k.split('@')[1]} {mean[k]:.2f}" for k in order[:5])
         + ")"
     )
@@ -811,6 +828,18 @@ def _simulated_entry(
 
     climb_ladder(entry, ladder, slo, measure)
     return entry
+
+
+def _twins(
+    model: Any, rules: dict[str, Any], cost: Any, ladder: Sequence[float], slo: Any
+) -> list[list[str]]:
+    """Groups of candidates whose simulated ladders are alike, level for level, with the same
+    seed: the scheduler runs them step for step alike."""
+    groups: dict[str, list[str]] = {}
+    for label, r in rules.items():
+        entry = _simulated_entry(model, r, cost, label, ladder, slo, lambda: 1.0)
+        groups.setdefault(json.dumps(entry["levels"], sort_keys=True), []).append(label)
+    return [g for g in groups.values() if len(g) > 1]
 
 
 def _quiet_noise(entry: dict, below_rps: float) -> list[float]:
