@@ -697,10 +697,11 @@ def replay_noise(
     ones); once with the model's own noise, once with the recording's level-to-level noise
     added (each level's steps all slower or faster by one factor, its sd what the recorded
     quiet levels show beyond the model's own). Printed: (a) the spread of one candidate's
-    capacity over seeds beside the grid's, and the quiet levels' noise, simulated against
-    recorded; (b) how often one simulated grid's best three are within another's top five;
-    (c) how often the model's expected ranking (capacities averaged over the other seeds) has
-    a simulated grid's best three in its top five; (d) that ranking on the recorded grid."""
+    capacity over seeds beside the grid's, the quiet levels' noise, simulated against
+    recorded, and the grid's own repeats (:func:`_twins`); (b) how often one simulated grid's
+    best three are within another's top five; (c) how often the model's expected ranking
+    (capacities averaged over the other seeds) has a simulated grid's best three in its top
+    five; (d) that ranking on the recorded grid."""
     space = space_of(data)
     entries = data["candidates"]
     rules = {e["label"]: rules_of(Candidate(_key(space, e["settings"]))) for e in entries}
@@ -739,10 +740,8 @@ def replay_noise(
     )
     twins = _twins(model, rules, cost, data["ladder"], slo)
     if twins:
-        alike = [
-            statistics.stdev(c) / _mean(c)
-            for c in ([capacities[k] or 0.0 for k in g] for g in twins)
-        ]
+        measured = [[capacities[k] or 0.0 for k in group] for group in twins]
+        alike = statistics.median(statistics.stdev(c) / _mean(c) for c in measured)
         print(
             "      candidates the model runs step for step alike (repeats of one setting in all "
             "but name), as the grid measured them: "
@@ -750,7 +749,7 @@ def replay_noise(
                 ", ".join(f"{k.split('@')[1]} {capacities[k] or 0.0:.2f}" for k in group)
                 for group in twins
             )
-            + f" — sd {statistics.median(alike):.1%} of a group's mean (median over groups)"
+            + f" — sd {alike:.1%} of a group's mean (median over groups)"
         )
     print(
         "  (b) one simulated grid's best three within another's top five: "
