@@ -28,9 +28,12 @@ each level's summary only — no per-request records and no server log, so none 
 request) — which is what ``forecast/levelfit.py`` fits on. Printed: the guided pick, the staged
 search at the same budget, and the model's ranking of the whole grid fitted on the start alone,
 on the guided tune's trials and (``--fit-all``) on every candidate, with its median error.
+With ``--noise N``, the ranking target's noise ceiling: the grid simulated N times by the
+model fitted on every candidate (:func:`replay_noise`).
 
     python benchmarks/tune_vs_grid.py                       # replay the recorded grid
     python benchmarks/tune_vs_grid.py --guided --fit-all    # and tune --guided
+    python benchmarks/tune_vs_grid.py --guided --noise 20   # and the ranking's noise ceiling
     flock /tmp/vprof-heavy.lock true; python benchmarks/tune_vs_grid.py --record
 """
 
@@ -43,7 +46,9 @@ import math
 import statistics
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -97,8 +102,7 @@ LATENCY = tuple(
 
 def record(out: Path, runs: Path, level_s: float, warmup_s: float, port: int) -> None:
     """Run the grid for real and write what each level measured. Each candidate climbs the
-    ladder on its own server until it has missed the SLO at two rates in a row (past that, a
-    level only adds queue)."""
+    ladder on its own server (:func:`climb_ladder`)."""
     from vprof.runs.bench import ServerSession
     from vprof.runs.tunerequest import TuneRequest, prepare
     from vprof.runs.tunespace import variant
@@ -141,17 +145,8 @@ def record(out: Path, runs: Path, level_s: float, warmup_s: float, port: int) ->
         with open(LOCK, "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)  # one candidate at a time; others may go between
             began = time.monotonic()
-            misses = 0
             with ServerSession(profile, prepared.spec, lambda line: None) as session:
-                for rate in LADDER:
-                    level = _level(session, prepared, entry, rate)
-                    if level is None:
-                        break
-                    entry["levels"].append(level)
-                    met = _met(entry, level["summary"], rate, slo)
-                    misses = 0 if met else misses + 1
-                    if misses == 2:
-                        break
+                climb_ladder(entry, LADDER, slo, partial(_level, session, prepared, entry))
             entry["wall_s"] = time.monotonic() - began
         entries.append(entry)
         print(
@@ -160,6 +155,23 @@ def record(out: Path, runs: Path, level_s: float, warmup_s: float, port: int) ->
         )
         _write(out, prepared, entries, level_s, warmup_s)
     print(f"wrote {out}")
+
+
+def climb_ladder(
+    entry: dict, ladder: Sequence[float], slo: Any, measure: Callable[[float], dict | None]
+) -> None:
+    """Climb ``ladder`` with ``measure(rate)`` (a level, or None: stop), adding each level to
+    ``entry``, until the SLO is missed at two rates in a row (past that, a level only adds
+    queue)."""
+    misses = 0
+    for rate in ladder:
+        level = measure(rate)
+        if level is None:
+            return
+        entry["levels"].append(level)
+        misses = 0 if _met(entry, level["summary"], rate, slo) else misses + 1
+        if misses == 2:
+            return
 
 
 def _level(session: Any, prepared: Any, entry: dict, rate: float) -> dict | None:
@@ -182,7 +194,7 @@ def _level(session: Any, prepared: Any, entry: dict, rate: float) -> dict | None
         healthy = (meta.get("server") or {}).get("healthy_after_s")
         if healthy is not None:
             entry["healthy_after_s"] = healthy
-        kept = {k: summary.get(k) for k in (*KEPT, *LATENCY) if k in summary}
+        kept = _kept(summary)
         wall = status.get("finished_at", 0) - status.get("started_at", 0)
         if not kept.get(K.CLIENT_LIMITED):
             break
@@ -193,6 +205,11 @@ def _level(session: Any, prepared: Any, entry: dict, rate: float) -> dict | None
         "attempts": attempt,
         "summary": kept,
     }
+
+
+def _kept(summary: dict) -> dict:
+    """What the recording keeps of a level's summary."""
+    return {k: summary.get(k) for k in (*KEPT, *LATENCY) if k in summary}
 
 
 def _recorded(out: Path, level_s: float, warmup_s: float) -> list[dict]:
@@ -387,7 +404,9 @@ def space_of(data: dict) -> Space:
     return Space(dims, data["space"]["fixed"], data["space"]["longest_request"])
 
 
-def replay(data: dict, *, repeat: int, every_start: bool, guided: bool, fit_all: bool) -> None:
+def replay(
+    data: dict, *, repeat: int, every_start: bool, guided: bool, fit_all: bool, noise: int
+) -> None:
     from vprof.registry import Profile
 
     slo = parse_slo(data["slo"])
@@ -502,7 +521,9 @@ def replay(data: dict, *, repeat: int, every_start: bool, guided: bool, fit_all:
                 f"(a third: {grid_servers / 3:.1f})"
             )
     if guided:
-        replay_guided(data, slo, space, valid, capacities, run_from, repeat, fit_all, every_start)
+        replay_guided(
+            data, slo, space, valid, capacities, run_from, repeat, fit_all, every_start, noise
+        )
 
 
 # A guided tune's whole budget in servers: a quarter of the grid's (the target the README's
@@ -520,10 +541,12 @@ def replay_guided(
     repeat: int,
     fit_all: bool,
     every_start: bool,
+    noise: int,
 ) -> None:
     """``tune --guided`` on the recording: the model refitted on what each trial measured
-    chooses the next candidate; and the model's predicted ranking of the whole grid, fitted
-    on the start alone, on the guided tune's trials, and (``--fit-all``) on every candidate."""
+    chooses the next candidate; the model's predicted ranking of the whole grid, fitted on the
+    start alone, on the guided tune's trials, and (``--fit-all``) on every candidate; and
+    (``noise`` seeds) the ranking target's noise ceiling (:func:`replay_noise`)."""
     from vprof.runs.tuneguide import ModelGuide
 
     model, rules_of = level_model(data, slo)
@@ -583,7 +606,7 @@ def replay_guided(
     grid_top = sorted(capacities, key=lambda k: -(capacities[k] or 0.0))[:3]
     measured = [t for t in one["trials"] if t.number is not None and t.measurements]
     fits = [("the start alone", measured[:1]), ("the guided tune's trials", measured)]
-    if fit_all:
+    if fit_all or noise:
         fits.append(
             (
                 "every candidate",
@@ -592,7 +615,8 @@ def replay_guided(
         )
     for what, trials in fits:
         began = time.perf_counter()
-        ranking = predicted_ranking(model, rules_of, trials, valid, start_rps=best_rate)
+        guide = ModelGuide(model, rules_of, start_rps=best_rate)
+        ranking = predicted_ranking(guide, trials, valid)
         labels = [c.label("pinned") for c, _ in ranking]
         top5 = labels[:5]
         inside = sum(label in top5 for label in grid_top)
@@ -608,13 +632,13 @@ def replay_guided(
             + ", ".join(f"{c.label('pinned').split('@')[1]} {r or 0:.2f}" for c, r in ranking[:5])
             + ")"
         )
+    if noise:  # the last fit is the one on every candidate
+        replay_noise(data, slo, model, rules_of, guide.cost, capacities, noise)
 
 
 def level_model(data: dict, slo: Any) -> tuple[Any, Any]:
     """The level model of the recorded workload and levels, and each candidate's scheduler
     rules (the recording has no server log: its KV cache is taken as holding every request)."""
-    from dataclasses import replace
-
     from vprof.forecast.levelfit import AMPLE_KV_TOKENS, LevelModel
     from vprof.forecast.rules import rules_from_run
     from vprof.forecast.scenario import Scenario
@@ -645,14 +669,234 @@ def level_model(data: dict, slo: Any) -> tuple[Any, Any]:
 
 
 def predicted_ranking(
-    model: Any, rules_of: Any, trials: list, candidates: list[Candidate], start_rps: float
+    guide: Any, trials: list, candidates: list[Candidate]
 ) -> list[tuple[Candidate, float | None]]:
-    """Every candidate with its predicted capacity, by a model fitted on ``trials``."""
-    from vprof.runs.tuneguide import ModelGuide
-
-    guide = ModelGuide(model, rules_of, start_rps=start_rps)
+    """Every candidate with its predicted capacity, by ``guide`` fitted on ``trials``."""
     predicted = guide.predict(trials, candidates)
     return sorted(predicted.items(), key=lambda kv: -(kv[1] or 0.0))
+
+
+# The levels whose median TTFT shows a server's level-to-level noise: those offered at most this
+# share of the candidate's capacity (no queue forms under evenly spaced arrivals).
+QUIET_SHARE = 0.75
+
+
+def replay_noise(
+    data: dict,
+    slo: Any,
+    model: Any,
+    rules_of: Any,
+    cost: Any,
+    capacities: dict[str, float | None],
+    seeds: int,
+) -> None:
+    """The ranking target's noise ceiling: the recorded grid simulated with ``seeds`` seeds
+    (each fixes the lengths, the arrivals and the step-time draws), every candidate climbing
+    the recorded ladder with the recording's stop rule, its capacity the plan's over what the
+    recording keeps of the simulated levels (as :func:`grid_capacity` reads the recorded
+    ones); once with the model's own noise, once with the recording's level-to-level noise
+    added (each level's steps all slower or faster by one factor, its sd what the recorded
+    quiet levels show beyond the model's own). Printed: (a) the spread of one candidate's
+    capacity over seeds beside the grid's, the quiet levels' noise, simulated against
+    recorded, and the grid's own repeats (:func:`_twins`); (b) how often one simulated grid's
+    best three are within another's top five; (c) how often the model's expected ranking
+    (capacities averaged over the other seeds) has a simulated grid's best three in its top
+    five; (d) that ranking on the recorded grid."""
+    space = space_of(data)
+    entries = data["candidates"]
+    rules = {e["label"]: rules_of(Candidate(_key(space, e["settings"]))) for e in entries}
+    quiet_below = {e["label"]: QUIET_SHARE * (capacities[e["label"]] or 0.0) for e in entries}
+    real = statistics.median(x for e in entries for x in _quiet_noise(e, quiet_below[e["label"]]))
+    began = time.perf_counter()
+    simulate = partial(_simulated_grids, data, slo, model, rules, cost, quiet_below, seeds)
+    own, own_noise = simulate(0.0)
+    level_sd = math.sqrt(max(real**2 - own_noise**2, 0.0))
+    added, added_noise = simulate(level_sd)
+    print(
+        f"  the noise ceiling: the model fitted on every candidate, the recorded ladder "
+        f"simulated with seeds 0–{seeds - 1} ({seeds} grids, twice: "
+        f"{time.perf_counter() - began:.0f} s)"
+    )
+    if own_noise < real:
+        smaller = f"{real / own_noise:.0f}× smaller" if own_noise else "it has none"
+        verdict = (
+            f"the model's noise is smaller than the real one ({smaller}): its ceilings are "
+            "upper bounds"
+        )
+    else:
+        verdict = "the model's noise is not smaller than the real one"
+    print(
+        f"      the quiet levels' median TTFT (offered at most {QUIET_SHARE:.0%} of the "
+        f"capacity), one candidate's from level to level: sd {real:.1%} of their mean "
+        f"recorded, {own_noise:.1%} simulated (medians over candidates); {verdict}. Added: "
+        f"each level's steps slower or faster by a factor with sd {level_sd:.1%} (simulated "
+        f"quiet levels then {added_noise:.1%})"
+    )
+    ranked = sorted((c or 0.0 for c in capacities.values()), reverse=True)[:12]
+    print(
+        f"  (a) one candidate's capacity over the seeds: {_spread_text(own)}; with the level "
+        f"noise added {_spread_text(added)}; the recorded grid's places 1–12 span "
+        f"{ranked[-1]:.2f}–{ranked[0]:.2f} req/s (sd {_relative_sd(ranked):.1%})"
+    )
+    twins = _twins(model, rules, cost, data["ladder"], slo)
+    if twins:
+        measured = [[capacities[k] or 0.0 for k in group] for group in twins]
+        alike = statistics.median(statistics.stdev(c) / _mean(c) for c in measured)
+        print(
+            "      candidates the model runs step for step alike (repeats of one setting in all "
+            "but name), as the grid measured them: "
+            + "; ".join(
+                ", ".join(f"{k.split('@')[1]} {capacities[k] or 0.0:.2f}" for k in group)
+                for group in twins
+            )
+            + f" — sd {alike:.1%} of a group's mean (median over groups)"
+        )
+    print(
+        "  (b) one simulated grid's best three within another's top five: "
+        f"{_pairs_text(own)}; with the level noise added {_pairs_text(added)}"
+    )
+    print(
+        "  (c) the model's expected ranking (capacities averaged over the other seeds) with a "
+        f"simulated grid's best three in its top five: {_expected_text(own)}; with the level "
+        f"noise added {_expected_text(added)}"
+    )
+    mean = {k: _mean(g[k] for g in own) for k in rules}
+    order = sorted(rules, key=lambda k: -mean[k])
+    recorded = {k: capacities[k] or 0.0 for k in rules}
+    error = statistics.median(abs(mean[k] / (recorded[k] or math.inf) - 1) for k in rules)
+    print(
+        f"  (d) the expected ranking over all {seeds} seeds on the recorded grid: its best three "
+        f"at places {', '.join(str(order.index(k) + 1) for k in _top(recorded, 3))} — "
+        f"{_inside(recorded, mean)} of 3 in its top five; median error against the grid's "
+        f"capacities {error:.1%} (top five: "
+        + ", ".join(f"{k.split('@')[1]} {mean[k]:.2f}" for k in order[:5])
+        + ")"
+    )
+
+
+def _simulated_grids(
+    data: dict,
+    slo: Any,
+    model: Any,
+    rules: dict[str, Any],
+    cost: Any,
+    quiet_below: dict[str, float],
+    seeds: int,
+    level_sd: float,
+) -> tuple[list[dict[str, float]], float]:
+    """Each seed's simulated grid (every candidate's capacity), each level's steps slower or
+    faster by a factor with sd ``level_sd``; and the quiet levels' noise in them (the median
+    over candidates and seeds, as :func:`_quiet_noise`)."""
+    import numpy as np
+
+    from vprof.forecast.levelfit import LevelModel
+
+    sigma = math.sqrt(math.log1p(level_sd**2))
+    grids, noise = [], []
+    for seed in range(seeds):
+        seeded = LevelModel(replace(model.scenario, seed=seed), slo)
+        speed = partial(np.random.default_rng(seed).lognormal, -(sigma**2) / 2, sigma)
+        grid = {}
+        for label, r in rules.items():
+            entry = _simulated_entry(seeded, r, cost, label, data["ladder"], slo, speed)
+            grid[label] = grid_capacity(entry, slo) or 0.0
+            noise.extend(_quiet_noise(entry, quiet_below[label]))
+        grids.append(grid)
+    return grids, statistics.median(noise)
+
+
+def _simulated_entry(
+    model: Any,
+    rules: Any,
+    cost: Any,
+    label: str,
+    ladder: Sequence[float],
+    slo: Any,
+    speed: Callable[[], float],
+) -> dict:
+    """A candidate's ladder as the recording would hold it, the levels predicted (each with its
+    steps ``speed()`` times as long)."""
+    from vprof.forecast.stepcost import COEFFICIENTS
+
+    entry: dict[str, Any] = {"label": label, "levels": []}
+
+    def measure(rate: float) -> dict:
+        factor = speed()
+        slower = replace(cost, **{k: getattr(cost, k) * factor for k in COEFFICIENTS})
+        return {"rate_rps": rate, "summary": _kept(model.level(rules, slower, rate))}
+
+    climb_ladder(entry, ladder, slo, measure)
+    return entry
+
+
+def _twins(
+    model: Any, rules: dict[str, Any], cost: Any, ladder: Sequence[float], slo: Any
+) -> list[list[str]]:
+    """Groups of candidates whose simulated ladders are alike, level for level, with the same
+    seed: the scheduler runs them step for step alike."""
+    groups: dict[str, list[str]] = {}
+    for label, r in rules.items():
+        entry = _simulated_entry(model, r, cost, label, ladder, slo, lambda: 1.0)
+        groups.setdefault(json.dumps(entry["levels"], sort_keys=True), []).append(label)
+    return [g for g in groups.values() if len(g) > 1]
+
+
+def _quiet_noise(entry: dict, below_rps: float) -> list[float]:
+    """The sd of a candidate's quiet levels' median TTFT, as a share of their mean (none with
+    fewer than two): the server's level-to-level noise, queueing aside."""
+    ttft = [
+        lv["summary"][K.MEDIAN_TTFT_MS]
+        for lv in entry["levels"]
+        if lv["rate_rps"] <= below_rps and lv["summary"].get(K.MEDIAN_TTFT_MS)
+    ]
+    return [statistics.stdev(ttft) / _mean(ttft)] if len(ttft) >= 2 else []
+
+
+def _spread_text(grids: list[dict[str, float]]) -> str:
+    spread = {k: _relative_sd([g[k] for g in grids]) for k in grids[0]}
+    widest = max(spread, key=lambda k: spread[k])
+    low, high = min(g[widest] for g in grids), max(g[widest] for g in grids)
+    return (
+        f"sd {statistics.median(spread.values()):.1%} of its mean at the median, "
+        f"{spread[widest]:.1%} at the widest ({widest.split('@')[1]}: {low:.2f}–{high:.2f} req/s)"
+    )
+
+
+def _pairs_text(grids: list[dict[str, float]]) -> str:
+    inside = [_inside(a, b) for a in grids for b in grids if a is not b]
+    return f"all three in {_share(inside)} of {len(inside)} pairs ({_mean(inside):.1f} of 3)"
+
+
+def _expected_text(grids: list[dict[str, float]]) -> str:
+    inside = [
+        _inside(grid, {k: _mean(g[k] for g in grids if g is not grid) for k in grid})
+        for grid in grids
+    ]
+    return f"all three in {_share(inside)} of {len(inside)} grids ({_mean(inside):.1f} of 3)"
+
+
+def _top(capacity: dict[str, float], n: int) -> list[str]:
+    return sorted(capacity, key=lambda k: -capacity[k])[:n]
+
+
+def _inside(grid: dict[str, float], ranking: dict[str, float]) -> int:
+    """How many of ``grid``'s best three are in ``ranking``'s top five."""
+    top5 = _top(ranking, 5)
+    return sum(k in top5 for k in _top(grid, 3))
+
+
+def _mean(values: Any) -> float:
+    return statistics.fmean(values)
+
+
+def _relative_sd(values: list[float]) -> float:
+    """The sd of ``values`` as a share of their mean (0 when the mean is)."""
+    mean = _mean(values)
+    return statistics.pstdev(values) / mean if mean else 0.0
+
+
+def _share(inside: list[int]) -> str:
+    return f"{sum(k == 3 for k in inside) / len(inside):.0%}"
 
 
 def _trial_of(entry: dict, space: Space, slo: Any, data: dict) -> Any:
@@ -710,11 +954,23 @@ def main() -> None:
         help="with --guided: also rank the grid by a model fitted on every candidate (slow)",
     )
     parser.add_argument(
+        "--noise",
+        type=int,
+        default=0,
+        metavar="SEEDS",
+        help="with --guided: simulate the recorded grid with this many seeds, the model fitted "
+        "on every candidate (the ranking target's noise ceiling)",
+    )
+    parser.add_argument(
         "--every-start",
         action="store_true",
         help="also replay tune from every candidate as its start",
     )
     args = parser.parse_args()
+    if args.noise < 0 or args.noise == 1:
+        parser.error("--noise takes two seeds or more (0: none)")
+    if args.noise and not args.guided:
+        parser.error("--noise goes with --guided")
     if args.record:
         record(args.data, args.runs, args.level_s, args.warmup_s, args.port)
     data = json.loads(args.data.read_text())
@@ -724,6 +980,7 @@ def main() -> None:
         every_start=args.every_start,
         guided=args.guided,
         fit_all=args.fit_all,
+        noise=args.noise,
     )
 
 

@@ -67,6 +67,9 @@ class LevelModel:
             raise ValueError("a level model needs an open-loop traffic shape")  # a caller's bug
         self.scenario = scenario
         self.slo = slo
+        # one seed fixes a level: the lengths and arrivals the scenario plans from it, and the
+        # replay's step-time draws
+        self.seed = SEED if scenario.seed is None else scenario.seed
         self.chat_template_tokens = chat_template_tokens
         self._streams: dict[float, Stream] = {}
 
@@ -86,12 +89,12 @@ class LevelModel:
     # ------------------------------------------------------------------ one level
 
     def level(self, rules: SchedulerRules, cost: StepCost, rate_rps: float) -> dict[str, Any]:
-        """A predicted level's summary: what a plan reads (the offered and served rate, and
-        the latency percentiles the SLO and the fit name)."""
+        """A predicted level's summary: what a plan reads (the offered and served rate, the
+        throughput as a bench reads it, and the latency percentiles the SLO and the fit name)."""
         import numpy as np
 
         stream = self.stream(rate_rps)
-        replayed = simulate(stream.requests, stream.client, rules, cost, seed=SEED)
+        replayed = simulate(stream.requests, stream.client, rules, cost, seed=self.seed)
         scheduled = np.asarray(stream.scheduled_s, dtype=np.float64)
         window = scheduled >= stream.warmup_s
         ok = window & (replayed.status == OK)
@@ -105,12 +108,17 @@ class LevelModel:
             "tpot": ((last - first) * 1000.0 / np.maximum(output - 1, 1))[output > 1],
         }
         answered = float(ok.sum()) / max(int(window.sum()), 1)
+        # vllm bench serve's throughput: the answers over the time from the first send to the
+        # last answer (below the served rate by the last answers' latency over the level)
+        ended = replayed.last_s[window & np.isfinite(replayed.last_s)]
+        sent = replayed.sent_s[window & np.isfinite(replayed.sent_s)]
+        span = float(ended.max() - sent.min()) if ended.size and sent.size else 0.0
         summary: dict[str, Any] = {
             K.OPEN_LOOP: True,
             K.OFFERED_LOAD: rate_rps,
             K.OFFERED_LOAD_UNIT: "req/s",
             K.STATE: "completed",
-            K.REQUEST_THROUGHPUT: rate_rps * answered,
+            K.REQUEST_THROUGHPUT: float(ok.sum()) / span if span > 0 else 0.0,
             K.SERVED_RATE: rate_rps * answered,
             K.NUM_PREEMPTIONS: replayed.preemptions,
         }

@@ -183,6 +183,34 @@ def test_a_cost_fitted_on_one_settings_levels_predicts_another_settings_capacity
         assert got[b] == pytest.approx(want[b], rel=0.15), (b, got, want)
 
 
+def test_a_level_model_replays_with_its_scenarios_seed(level_model):
+    """The scenario's seed also draws the steps' jitter: the same seed gives the same level,
+    another seed another one."""
+    from vprof.forecast.levelfit import LevelModel
+    from vprof.forecast.stepcost import StepCost
+
+    cost = StepCost(base_ms=6.0, prefill_token_ms=0.04, decode_seq_ms=0.5, jitter=0.3)
+    again = LevelModel(level_model.scenario, level_model.slo)
+    other = LevelModel(replace(level_model.scenario, seed=1), level_model.slo)
+    key = "p95_ttft_from_schedule_ms"
+    levels = [m.level(rules(256), cost, 14.0)[key] for m in (level_model, again, other)]
+    assert levels[0] == levels[1] != levels[2]
+
+
+def test_a_predicted_level_reads_its_throughput_as_a_bench_does(level_model):
+    """Past capacity every request is still answered (the served rate is the offered one),
+    but vllm bench serve's throughput divides the answers by the time to the last of them: it
+    reads what the server got through, as a measured level's does."""
+    from vprof.analysis.keys import SummaryKey as K
+    from vprof.forecast.stepcost import StepCost
+
+    cost = StepCost(base_ms=6.0, prefill_token_ms=0.04, decode_seq_ms=0.5)  # ~22 prompts/s
+    quiet, past = (level_model.level(rules(2048), cost, rate) for rate in (4.0, 44.0))
+    assert quiet[K.REQUEST_THROUGHPUT] == pytest.approx(4.0, rel=0.1)
+    assert past[K.SERVED_RATE] == pytest.approx(44.0)
+    assert past[K.REQUEST_THROUGHPUT] < 0.7 * past[K.SERVED_RATE]
+
+
 def test_a_near_tie_goes_to_the_candidate_farthest_from_what_was_measured():
     from vprof.runs.tuneguide import _next
 
