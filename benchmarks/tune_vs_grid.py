@@ -56,6 +56,7 @@ from vprof.analysis.keys import SummaryKey as K
 from vprof.analysis.keys import stat_key
 from vprof.analysis.plan import plan
 from vprof.analysis.slo import parse_slo
+from vprof.records.hardware import hardware_summary
 from vprof.runs.tunecheck import MAX_CONTENDERS
 from vprof.runs.tuneevidence import Measurement, Objective, Verdict
 from vprof.runs.tuner import tune_on
@@ -213,8 +214,12 @@ def _kept(summary: dict) -> dict:
 
 
 def _recorded(out: Path, level_s: float, warmup_s: float) -> list[dict]:
-    """The candidates an earlier recording of the same grid finished (a recording of another
-    grid, or with other level times, is not mixed in: it starts over)."""
+    """The candidates an earlier recording of the same grid on this hardware finished. A
+    recording of another grid, with other level times or from other hardware (whose speed is
+    another: an AVX-512 host prefilled these prompts ~3× faster than an AVX2-only one) is
+    neither mixed in nor overwritten."""
+    from vprof.runs.environment import hardware
+
     try:
         data = json.loads(out.read_text())
     except (OSError, ValueError):
@@ -224,8 +229,12 @@ def _recorded(out: Path, level_s: float, warmup_s: float) -> list[dict]:
         data.get("level_s"),
         data.get("warmup_s"),
     ) != (level_s, warmup_s):
-        print(f"{out} records another grid or other level times: recording it afresh")
-        return []
+        raise SystemExit(f"{out} records another grid or other level times: give --data a new file")
+    (theirs, their_id), (ours, our_id) = map(hardware_summary, (data["hardware"], hardware()))
+    if their_id != our_id:
+        raise SystemExit(
+            f"{out} was recorded on {theirs}, this host is {ours}: give --data a new file"
+        )
     return list(data.get("candidates", []))
 
 
@@ -437,7 +446,8 @@ def replay(
     grid_servers = len(entries)
     grid_wall = sum(e["wall_s"] for e in entries)
     print(
-        f"recorded {data['recorded_at']} on vLLM {data['vllm']}: {grid_servers} candidates "
+        f"recorded {data['recorded_at']} on vLLM {data['vllm']}, "
+        f"{hardware_summary(data['hardware'])[0]}: {grid_servers} candidates "
         f"(the validator's refusals left out) × {len(data['ladder'])} levels, SLO {data['slo']}"
     )
     print(
