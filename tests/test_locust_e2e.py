@@ -48,43 +48,6 @@ def workload_file(tmp_path: Path, name: str, body: str) -> Path:
     return path
 
 
-def test_shared_prefix_run_records_every_request_and_lowers_ttft(vllm_server, tmp_path: Path):
-    # 1024 of ~1100 prompt tokens shared: the prefix cache should serve most of each prompt.
-    shared = workload_file(tmp_path, "shared", "prefix: {groups: 1, length_tokens: 1024, "
-                           "popularity: uniform, share: 1.0}\nprompt_tokens: 76\n"
-                           "output_tokens: 8\nfixed_output: true\n")  # fmt: skip
-    plain = workload_file(tmp_path, "plain", "prompt_tokens: 1100\noutput_tokens: 8\n"
-                          "fixed_output: true\n")  # fmt: skip
-    results = {}
-    for name, workload in (("shared", shared), ("plain", plain)):
-        run_dir = tmp_path / f"run-{name}"
-        before = counters(vllm_server)
-        run_locust(vllm_server, run_dir, "--workload", str(workload), "-u", "1", "-t", "12s")
-        server_delta = delta(before, counters(vllm_server))
-        df = read_records(run_dir)
-        results[name] = df
-        # A record for every request the server completed, and nothing failed.
-        assert (df.status == "ok").all(), df[df.status != "ok"][["status", "error"]]
-        assert len(df) == server_delta["vllm:request_success_total"] >= 20
-        # Token counts: ours come from the server's usage, and match the workload and /metrics.
-        assert (df.prompt_tokens == df.expected_prompt_tokens).all()
-        assert (df.completion_tokens == 8).all()
-        assert df.prompt_tokens.sum() == server_delta["vllm:prompt_tokens_total"]
-        assert df.completion_tokens.sum() == server_delta["vllm:generation_tokens_total"]
-        info = json.loads((run_dir / "locust.json").read_text())
-        assert info["records"] == len(df) and info["salt"] and not info["open_loop"]
-        results[name + "_hits"] = server_delta["vllm:prefix_cache_hits_total"]
-    shared_df, plain_df = results["shared"], results["plain"]
-    assert results["shared_hits"] >= 1024 * (len(shared_df) - 1) * 0.9
-    assert (shared_df.prefix_group == 0).all() and (plain_df.prefix_group == -1).all()
-    assert shared_df.cached_tokens.iloc[1:].median() >= 1008  # whole 16-token blocks
-    shared_ttft, plain_ttft = shared_df.ttft_ms.median(), plain_df.ttft_ms.median()
-    print(f"\nTTFT p50 shared prefix {shared_ttft:.1f} ms ({len(shared_df)} requests) vs "
-          f"no prefix {plain_ttft:.1f} ms ({len(plain_df)} requests); prefix cache hits "
-          f"{results['shared_hits']:.0f} tokens")  # fmt: skip
-    assert shared_ttft < plain_ttft
-
-
 def test_open_loop_schedule_is_shared_by_two_processes_and_met(vllm_server, tmp_path: Path):
     rate_rps, total_s = 8.0, 8.0
     traffic = tmp_path / "ol.yaml"
