@@ -359,6 +359,35 @@ class Bench:
     stderr: str
 
 
+# the SLO a report of the load sweep below is read against
+LOAD_SWEEP_SLO = "ttft_p95=800ms"
+
+
+@pytest.fixture(scope="session")
+def load_sweep(vllm_server: VllmServer, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """`vprof sweep load` of the shared server: two open-loop rates, short. Made by the quiet
+    worker before it waits (test_bench_url_e2e's check of it times nothing), read again in the
+    quiet part by test_report_real_e2e's report."""
+    import subprocess
+
+    root = tmp_path_factory.mktemp("sweep")
+    shape = root / "poisson.yaml"
+    shape.write_text(
+        "kind: open-loop\nrate_rps: 2\nwarmup_s: 1\nduration_s: 5\nmax_in_flight: 16\n"
+    )
+    out = root / "sweep"
+    # fmt: off
+    proc = subprocess.run(
+        [sys.executable, "-m", "vprof.cli.main", "sweep", "load", "tiny", "--url", vllm_server.url,
+         "--traffic", str(shape), "--workload", "tiny-smoke", "--levels", "2,4",
+         "--slo", LOAD_SWEEP_SLO, "--rps", "20", "--out", str(out)],
+        capture_output=True, text=True, timeout=900,
+    )
+    # fmt: on
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return out
+
+
 @pytest.fixture(scope="session")
 def ab_bench(tmp_path_factory: pytest.TempPathFactory) -> Bench:
     """`vprof bench prefix-cached no-prefix-cache --alternate` on the CPU build: a real

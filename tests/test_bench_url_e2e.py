@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -31,3 +32,15 @@ def test_bench_measures_a_server_it_did_not_launch_with_two_locust_processes(tmp
     assert records.worker.nunique() == 2  # both Locust workers' records reached the master
     assert records.request_id.is_unique
     assert "my-deployment" in proc.stdout
+
+
+def test_a_load_sweep_of_a_server_it_did_not_launch_writes_its_ladder_and_report(load_sweep):
+    manifest = json.loads((load_sweep / "sweep.json").read_text())
+    assert manifest["kind"] == "load" and manifest["profile"] == "tiny"
+    rows = manifest["rows"]
+    assert len(rows) == 2 and all(row["state"] == "completed" for row in rows), rows
+    for row in rows:  # each row names its run folder, whose summary is the row's
+        summary = json.loads((load_sweep / Path(row["run"]).name / "summary.json").read_text())
+        assert summary["completed"] > 0 and summary["open_loop"]
+        assert summary["offered_load"] in (2, 4)
+    assert (load_sweep / "report.html").is_file()

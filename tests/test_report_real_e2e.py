@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import LOAD_SWEEP_SLO as SLO
 from test_report import embedded
 from test_report_browser import _capture, _poll, _requests, _shots, chromium  # noqa: F401
 
@@ -20,27 +21,6 @@ from vprof.report import write_report
 from vprof.report.html import SECTIONS
 
 pytestmark = [pytest.mark.e2e, pytest.mark.browser]
-SLO = "ttft_p95=800ms"
-
-
-@pytest.fixture(scope="module")
-def load_sweep(vllm_server, tmp_path_factory) -> Path:
-    """`vprof sweep load` of the shared server: two open-loop rates, short."""
-    root = tmp_path_factory.mktemp("sweep")
-    shape = root / "poisson.yaml"
-    shape.write_text(
-        "kind: open-loop\nrate_rps: 2\nwarmup_s: 1\nduration_s: 5\nmax_in_flight: 16\n"
-    )
-    out = root / "sweep"
-    proc = subprocess.run(
-        [sys.executable, "-m", "vprof.cli.main", "sweep", "load", "tiny", "--url", vllm_server.url,
-         "--traffic", str(shape), "--workload", "tiny-smoke", "--levels", "2,4", "--slo", SLO,
-         "--rps", "20", "--out", str(out)],
-        capture_output=True, text=True, timeout=900,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert (out / "sweep.json").is_file() and (out / "report.html").is_file()
-    return out
 
 
 def test_a_report_of_real_runs_opens_offline_with_every_section(
