@@ -796,7 +796,7 @@ def _could_see(row: dict[str, Any], detect: float | None, family: int = 1) -> st
     """What a design that found nothing could have found: the smallest change it detects with
     80 % power, and the power at ``detect`` when asked."""
     detectable = row["detectable_pct"]
-    if detectable >= DETECTABLE_CAP_PCT:
+    if not detectable < DETECTABLE_CAP_PCT:  # unbounded, or no bound at all (nan)
         return (
             f"could not have seen a change under ±{DETECTABLE_CAP_PCT:g} %: too few runs or slices"
         )
