@@ -216,7 +216,7 @@ def _kept(summary: dict) -> dict:
 def _recorded(out: Path, level_s: float, warmup_s: float) -> list[dict]:
     """The candidates an earlier recording of the same grid on this hardware finished. A
     recording of another grid, with other level times or from other hardware (whose speed is
-    another: an AVX-512 host prefilled these prompts ~3× faster than an AVX2-only one) is
+    another: an AVX-512 host prefilled these prompts ~4× faster than an AVX2-only one) is
     neither mixed in nor overwritten."""
     from vprof.runs.environment import hardware
 

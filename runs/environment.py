@@ -48,7 +48,7 @@ def _gpus() -> list[str]:
 
 # The CPU features that decide which kernels a CPU build of vLLM (and torch) runs: two hosts
 # that differ here serve the same model at very different speeds (an AVX-512 host prefilled
-# ~3× faster than an AVX2-only one at the same core count), so they are different hardware.
+# ~4× faster than an AVX2-only one at the same core count), so they are different hardware.
 CPU_FEATURES = frozenset(
     {
         "avx2",
