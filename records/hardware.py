@@ -29,6 +29,8 @@ def hardware_summary(hardware: Mapping[str, Any]) -> tuple[str, str]:
         if key in hardware:
             basis[key] = hardware[key]
     digest = hashlib.sha256(json.dumps(basis, sort_keys=True).encode()).hexdigest()[:12]
+    if not hardware:  # a server vprof did not start, on another host
+        return "hardware not known", digest
     if gpus:
         names = sorted(set(gpus))
         return ", ".join(f"{gpus.count(n)}× {n}" for n in names), digest

@@ -242,6 +242,7 @@ def provenance(run: Run) -> dict[str, Any]:
         "server": meta.get("server") or None,
         "vllm_version": meta.get("vllm_version"),
         "hardware": meta.get("hardware") or None,
+        "load_host": meta.get("load_host") or None,
         "client": meta.get("client") or None,
         "workload": meta.get("workload"),
         "traffic": meta.get("traffic"),

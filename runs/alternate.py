@@ -36,7 +36,7 @@ from vprof.locustfiles.optiontable import CUT_IN_FLIGHT_S
 from vprof.records.rundir import RunDir, RunState, name_of
 from vprof.runs.bench import check_before_running, retire_attempt, workload_digest
 from vprof.runs.clientwatch import ClientWatch
-from vprof.runs.environment import client_versions, hardware, vllm_version
+from vprof.runs.environment import client_versions, hardware, server_hardware, vllm_version
 from vprof.runs.hostprobe import HostProbe
 from vprof.runs.loadgen import LoadProcess, LoadSpec
 from vprof.runs.measure import (
@@ -464,6 +464,7 @@ class AlternatingBench:
                     "server": server.settings if server else {},
                 }
             )
+        host = hardware()
         return {
             "profile": {"name": " vs ".join(s.name for s in self.sides)},
             "alternate": {
@@ -485,7 +486,12 @@ class AlternatingBench:
             "salt": salt,
             "open_loop": self.shape.open_loop,
             "vllm_version": vllm_version() if not self.alt.url_sides else None,
-            "hardware": hardware(),
+            "hardware": (
+                server_hardware([u for s in self.sides for u in s.urls], host)
+                if self.alt.url_sides
+                else host
+            ),
+            "load_host": host,
             "client": client_versions(),
             "created_at": time.time(),
             "command": sys.argv,

@@ -108,3 +108,25 @@ def hardware() -> dict[str, object]:
         "python": platform.python_version(),
         "platform": platform.platform(),
     }
+
+
+def server_hardware(
+    urls: tuple[str, ...] | list[str], host: dict[str, object]
+) -> dict[str, object] | None:
+    """The hardware of the servers at ``urls`` that vprof did not start: ``host`` (this host's
+    ``hardware()``) when every URL names this host by a loopback address, else ``None`` (not
+    known): the load host's hardware is not a server's elsewhere, and a capacity model or a GPU
+    cost keyed to it would describe the wrong machine."""
+    import ipaddress
+    from urllib.parse import urlsplit
+
+    def here(url: str) -> bool:
+        host = urlsplit(url).hostname or ""
+        if host == "localhost":
+            return True
+        try:
+            return ipaddress.ip_address(host).is_loopback
+        except ValueError:
+            return False
+
+    return host if all(here(url) for url in urls) else None

@@ -20,7 +20,7 @@ from vprof.locustfiles.optiontable import (
 )
 from vprof.records.rundir import RunDir, RunState
 from vprof.runs.clientwatch import ClientWatch
-from vprof.runs.environment import client_versions, hardware, vllm_version
+from vprof.runs.environment import client_versions, hardware, server_hardware, vllm_version
 from vprof.runs.hostprobe import HostProbe
 from vprof.runs.loadgen import LoadProcess, LoadSpec, start_spare
 from vprof.runs.sampler import MetricsSampler
@@ -237,6 +237,7 @@ def _run_meta(
     repeat: int,
 ) -> dict[str, Any]:
     profile = server.profile
+    host = hardware()
     described: dict[str, Any] = {
         "name": profile.name,
         "identity": profile.identity(),
@@ -267,7 +268,8 @@ def _run_meta(
         "order": spec.order,
         "open_loop": shape.open_loop,
         "vllm_version": vllm_version() if not spec.url else None,
-        "hardware": hardware(),
+        "hardware": server_hardware(server.replicas or (server.url,), host) if spec.url else host,
+        "load_host": host,
         "client": client_versions(),
         "created_at": time.time(),
         "command": sys.argv,

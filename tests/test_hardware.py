@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from vprof.records.hardware import hardware_summary
-from vprof.runs.environment import cpu_identity, hardware
+from vprof.runs.environment import cpu_identity, hardware, server_hardware
 
 XEON = """processor\t: 0
 vendor_id\t: GenuineIntel
@@ -71,3 +71,18 @@ def test_this_host_records_its_cpu():
         assert host.get("cpu_model") or host.get("cpu_features")
     shown, digest = hardware_summary(host)
     assert len(digest) == 12 and shown
+
+
+def test_a_server_elsewhere_has_no_known_hardware():
+    host = {**OLD, **cpu_identity(EPYC)}
+    # vprof's own servers and servers on this host (loopback) run on the load host
+    for urls in (("http://127.0.0.1:8000",), ["http://localhost:1", "http://[::1]:2/v1"]):
+        assert server_hardware(urls, host) is host
+    # a server elsewhere (or one of several): not the load host's hardware, not known
+    for urls in (
+        ("http://10.0.0.5:8000",),
+        ("http://gpu-box:8000",),
+        ("http://127.0.0.1:1", "http://h200:8000"),
+    ):
+        assert server_hardware(urls, host) is None
+    assert hardware_summary({})[0] == "hardware not known"
