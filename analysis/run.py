@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -269,7 +269,10 @@ def prompt_token_warning(head: dict[str, Any], body: dict[str, Any]) -> str:
 
 
 def _gpus(profile: dict[str, Any]) -> int | None:
-    """GPUs one server of the run's profile used (tensor × pipeline × data parallel)."""
+    """GPUs one server of the run's profile used (tensor × pipeline × data parallel); None when
+    the run recorded no engine arguments (a server vprof did not launch)."""
+    if not isinstance(profile.get("engine_args"), Mapping):
+        return None  # then the registry (40 ms of imports) has nothing to read
     from vprof.registry.profile import recorded_gpus_per_server
 
     try:
