@@ -411,7 +411,8 @@ def json_safe(value: Any) -> Any:
     if isinstance(value, dict):
         return {str(k): json_safe(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [json_safe(v) for v in value]
+        # a finite float is kept as it is, without a call (a report's curves are long lists)
+        return [v if type(v) is float and math.isfinite(v) else json_safe(v) for v in value]
     if hasattr(value, "item"):  # numpy scalar
         return json_safe(value.item())
     return value
