@@ -317,12 +317,8 @@ def _scalars_joined(table: Any, mapped: Any = None) -> Any:
         if not pa.types.is_list(f.type) and f.name not in _LEFT_IN_BATCHES
     ]
     n = table.num_rows
-    # a column nothing was written to (no sessions, one server) is made, not copied
-    joined: dict[str, Any] = {
-        name: pa.chunked_array([pa.nulls(n, table.schema.field(name).type)])
-        for name in names
-        if table.column(name).null_count == n
-    }
+    empty = [name for name in names if table.column(name).null_count == n]
+    joined = {name: pa.chunked_array([_nulls(n, table.schema.field(name).type)]) for name in empty}
     names = [name for name in names if name not in joined]
     for start in range(0, len(names), _JOIN_GROUP):
         group = table.select(names[start : start + _JOIN_GROUP]).combine_chunks(
@@ -332,6 +328,23 @@ def _scalars_joined(table: Any, mapped: Any = None) -> Any:
         release_buffer(mapped)
     columns = [joined.get(name, table.column(name)) for name in table.column_names]
     return pa.Table.from_arrays(columns, schema=table.schema)
+
+
+def _nulls(n: int, type_: Any) -> Any:
+    """An array of ``n`` nulls of ``type_`` (a number, bool or string), made rather than copied
+    for a column nothing was written to (no sessions, one server).
+
+    Every buffer is one read-only run of zeros that the OS hands out untouched and nothing
+    writes (the values under nulls are never read as values): ``pyarrow.nulls`` zeroed fresh
+    memory instead, ~50 ms of system time for the seven empty columns of a million records.
+    """
+    import numpy as np
+    import pyarrow as pa
+
+    zeros = np.zeros((n + 1) * 8, dtype=np.uint8)  # long enough for data, bits or offsets
+    zeros.flags.writeable = False
+    buffer = pa.py_buffer(zeros)
+    return pa.Array.from_buffers(type_, n, [buffer] * type_.num_buffers, null_count=n)
 
 
 # Mappings made by the reader, by address: (start, end, the mapping); see release().
