@@ -235,12 +235,13 @@ class Columns:
 _FEW_ROWS = 16
 
 
-def from_records(records: Any) -> Columns:
-    """Build :class:`Columns` from a DataFrame (``read_records``) or a ``pyarrow.Table``."""
+def from_records(records: Any, itl_blocks: tuple[tuple[Any, Any], ...] = ()) -> Columns:
+    """Build :class:`Columns` from a DataFrame (``read_records``) or a ``pyarrow.Table``;
+    ``itl_blocks``: the table's gaps per non-empty batch, when its reader made them already."""
     import pyarrow as pa
 
     if isinstance(records, pa.Table):
-        return _from_table(records)
+        return _from_table(records, itl_blocks)
     return _from_frame(records)
 
 
@@ -300,7 +301,7 @@ def _arrow_chunks(column: Any) -> list[Any]:
     return list(array.chunks) if isinstance(array, pa.ChunkedArray) else [array]
 
 
-def _from_table(table: Any) -> Columns:
+def _from_table(table: Any, blocks: tuple[tuple[Any, Any], ...] = ()) -> Columns:
     import numpy as np
     import pyarrow as pa
 
@@ -329,11 +330,12 @@ def _from_table(table: Any) -> Columns:
     open_loop = (
         arrays.bools(table.column("open_loop")) if "open_loop" in names else np.zeros(n, dtype=bool)
     )
-    chunks = table.column("itl_ms").chunks if "itl_ms" in names else []
-    blocks = tuple(arrays.list_block(chunk) for chunk in chunks if len(chunk))
-    if blocks:
-        # reading each batch's offsets mapped the pages around them: hand the file back
-        release_file_of(blocks[0][0])
+    if not blocks:
+        chunks = table.column("itl_ms").chunks if "itl_ms" in names else []
+        blocks = tuple(arrays.list_block(chunk) for chunk in chunks if len(chunk))
+        if blocks:
+            # reading each batch's offsets mapped the pages around them: hand the file back
+            release_file_of(blocks[0][0])
     return Columns(
         n,
         Lazy(FLOAT_COLUMNS, floats),

@@ -42,6 +42,9 @@ class Run:
     host: tuple[dict[str, Any], ...] = ()  # host.jsonl: the host's pace during the run
     calibration: dict[str, Any] = field(default_factory=dict)  # the client's error certificate
     records_note: str = ""  # how much of a damaged records file was readable ("": all of it)
+    # the records' gaps per batch as the reader's check read them (see Columns.itl_blocks):
+    # the columns use them instead of reading them again; () when not read with the records
+    gap_blocks: tuple[tuple[Any, Any], ...] = ()
     # one side of an alternating run: the length of its measured slices (throughputs divide by
     # it instead of first send → last answer, which spans the other sides' slices too)
     measured_s: float | None = None
@@ -77,7 +80,7 @@ class Run:
         pictures of this run (each column read when first used)."""
         from vprof.analysis.columns import from_records
 
-        return from_records(self.records)
+        return from_records(self.records, self.gap_blocks)
 
 
 def display_names(summaries: Sequence[dict[str, Any]]) -> list[str]:
@@ -148,8 +151,9 @@ def load_run(path: str | Path) -> Run:
     if folder.records.exists():
         read = read_records_file(folder.records)
         records, note = read.table, read.describe(locust.get("records"))
+        gap_blocks = read.gap_blocks
     else:
-        records, note = arrow_schema().empty_table(), ""
+        records, note, gap_blocks = arrow_schema().empty_table(), "", ()
     return Run(
         path=path,
         meta=folder.meta(strict=True),
@@ -161,6 +165,7 @@ def load_run(path: str | Path) -> Run:
         host=folder.host_samples(),
         calibration=folder.calibration(),
         records_note=note,
+        gap_blocks=gap_blocks,
     )
 
 

@@ -138,6 +138,8 @@ class RecordsFile:
     batches: int  # complete batches read
     torn_bytes: int = 0  # bytes after the last complete batch that are not a whole batch
     damage: str = ""  # why the bytes after the last good batch were not read, when they parse
+    # the batches' gaps as their check read them, (values, lengths) each (see check_gaps)
+    gap_blocks: tuple[tuple[Any, Any], ...] = ()
 
     @property
     def torn(self) -> bool:
@@ -243,7 +245,8 @@ def read_records_file(path: Path) -> RecordsFile:
         try:
             check_scalars(table, where)
         finally:
-            gaps_error = gaps_checked()  # the gaps' verdict second, as check_values gives it
+            # the gaps' verdict second, as check_values gives it
+            gap_blocks, gaps_error = gaps_checked()
         if gaps_error is not None:
             raise gaps_error
     except RunError as exc:
@@ -257,8 +260,8 @@ def read_records_file(path: Path) -> RecordsFile:
     # Checking read every batch: hand the pages back, so only what is used later is resident.
     release_buffer(mapped)
     if malformed:
-        return RecordsFile(table, len(batches), size - end, damage=malformed)
-    return RecordsFile(table, len(batches), torn)
+        return RecordsFile(table, len(batches), size - end, malformed, gap_blocks)
+    return RecordsFile(table, len(batches), torn, gap_blocks=gap_blocks)
 
 
 # Pages read are handed back to the OS this many bytes at a time, not batch by batch (a
@@ -269,19 +272,18 @@ RELEASE_BYTES = 8 << 20
 def _beside(check: Any, *args: Any) -> Any:
     """Start ``check(*args)`` in a thread when the process may use two CPUs (numpy lets go of
     the interpreter in its passes), else run it now; returns a function that waits for it
-    and returns the :class:`RunError` it raised, or None."""
+    and returns (what it returned, None), or (None, the :class:`RunError` it raised)."""
     from concurrent.futures import ThreadPoolExecutor
 
-    def run() -> RunError | None:
+    def run() -> tuple[Any, RunError | None]:
         try:
-            check(*args)
+            return check(*args), None
         except RunError as exc:
-            return exc
-        return None
+            return None, exc
 
     if usable_cpus() < 2:
-        error = run()
-        return lambda: error
+        result = run()
+        return lambda: result
     pool = ThreadPoolExecutor(1, thread_name_prefix="vprof-check")
     running = pool.submit(run)
     pool.shutdown(wait=False)  # its thread ends once the check is done
