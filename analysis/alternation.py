@@ -283,6 +283,7 @@ def side_views(run: Run) -> list[Run]:
                 path=Path(f"{run.path}#{side.name}"),
                 meta=meta,
                 records=run.records.filter(pa.array(keep)),
+                gap_blocks=(),  # the whole run's: the side's are read from its records
                 metrics=tuple(
                     m for m in run.metrics if not m.get("replica") or m["replica"] in urls
                 ),

@@ -78,13 +78,8 @@ def _sample(cols: Any, ok: Any, metric: str, rng: Any) -> _Sample:
 
 def _mean_gaps(cols: Any, mask: Any) -> float:
     """Mean gaps per selected request, from the blocks' lengths (no gap is copied)."""
-    total = count = row = 0
-    for _, lengths in cols.itl_blocks:
-        m = mask[row : row + lengths.size]
-        row += lengths.size
-        total += int(lengths[m].sum())
-        count += int(m.sum())
-    return total / count if count else 0.0
+    count = int(mask.sum())
+    return cols.gap_count(mask) / count if count else 0.0
 
 
 def all_bootstraps(

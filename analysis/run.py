@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -42,6 +42,9 @@ class Run:
     host: tuple[dict[str, Any], ...] = ()  # host.jsonl: the host's pace during the run
     calibration: dict[str, Any] = field(default_factory=dict)  # the client's error certificate
     records_note: str = ""  # how much of a damaged records file was readable ("": all of it)
+    # the records' gaps per batch as the reader's check read them (see Columns.itl_blocks):
+    # the columns use them instead of reading them again; () when not read with the records
+    gap_blocks: tuple[tuple[Any, Any], ...] = ()
     # one side of an alternating run: the length of its measured slices (throughputs divide by
     # it instead of first send → last answer, which spans the other sides' slices too)
     measured_s: float | None = None
@@ -77,7 +80,7 @@ class Run:
         pictures of this run (each column read when first used)."""
         from vprof.analysis.columns import from_records
 
-        return from_records(self.records)
+        return from_records(self.records, self.gap_blocks)
 
 
 def display_names(summaries: Sequence[dict[str, Any]]) -> list[str]:
@@ -148,8 +151,9 @@ def load_run(path: str | Path) -> Run:
     if folder.records.exists():
         read = read_records_file(folder.records)
         records, note = read.table, read.describe(locust.get("records"))
+        gap_blocks = read.gap_blocks
     else:
-        records, note = arrow_schema().empty_table(), ""
+        records, note, gap_blocks = arrow_schema().empty_table(), "", ()
     return Run(
         path=path,
         meta=folder.meta(strict=True),
@@ -161,6 +165,7 @@ def load_run(path: str | Path) -> Run:
         host=folder.host_samples(),
         calibration=folder.calibration(),
         records_note=note,
+        gap_blocks=gap_blocks,
     )
 
 
@@ -269,7 +274,10 @@ def prompt_token_warning(head: dict[str, Any], body: dict[str, Any]) -> str:
 
 
 def _gpus(profile: dict[str, Any]) -> int | None:
-    """GPUs one server of the run's profile used (tensor × pipeline × data parallel)."""
+    """GPUs one server of the run's profile used (tensor × pipeline × data parallel); None when
+    the run recorded no engine arguments (a server vprof did not launch)."""
+    if not isinstance(profile.get("engine_args"), Mapping):
+        return None  # then the registry (40 ms of imports) has nothing to read
     from vprof.registry.profile import recorded_gpus_per_server
 
     try:
@@ -408,7 +416,8 @@ def json_safe(value: Any) -> Any:
     if isinstance(value, dict):
         return {str(k): json_safe(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [json_safe(v) for v in value]
+        # a finite float is kept as it is, without a call (a report's curves are long lists)
+        return [v if type(v) is float and math.isfinite(v) else json_safe(v) for v in value]
     if hasattr(value, "item"):  # numpy scalar
         return json_safe(value.item())
     return value

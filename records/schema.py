@@ -334,8 +334,12 @@ def check_scalars(table: Any, path: str) -> None:
         )
 
 
-def check_gaps(table: Any, path: str) -> None:
-    """:func:`check_values` of the inter-token gaps: each a non-negative, finite float."""
+def check_gaps(table: Any, path: str) -> tuple[tuple[Any, Any], ...]:
+    """:func:`check_values` of the inter-token gaps: each a non-negative, finite float.
+
+    Returns each non-empty batch's gaps as read ((values, lengths), views into the table's
+    batches), so that the summary's columns use them instead of reading them again.
+    """
     import numpy as np
 
     from vprof.records import arrays
@@ -347,8 +351,11 @@ def check_gaps(table: Any, path: str) -> None:
     limit = np.float64(MAX_DURATION_MS).view(np.uint64)
     row = 0
     pages = Releaser()  # the gaps checked, their pages handed back a few MB at a time
+    blocks = []
     for chunk in table.column("itl_ms").chunks:
         gaps, lengths = arrays.list_block(chunk)
+        if len(chunk):
+            blocks.append((gaps, lengths))
         if gaps.size and not (
             gaps.view(np.uint64).max() <= limit
             or (gaps.min() >= 0 and gaps.max() <= MAX_DURATION_MS)
@@ -361,3 +368,4 @@ def check_gaps(table: Any, path: str) -> None:
         row += len(chunk)
         pages.add(gaps)  # a call per batch cost a tenth of the check
     pages.close()
+    return tuple(blocks)

@@ -43,31 +43,39 @@ def build_data(
     started = time.perf_counter()
     paths = list(paths)
     inputs = resolve_inputs(paths)
-    # Runs are read, summarised and drawn one per core: each is its own, and numpy lets go
-    # of the interpreter in the work on its arrays.
+
+    def pictures(run: Any, summary: dict[str, Any]) -> dict[str, Any]:
+        cols = columns(run)
+        return {
+            "summary": json_safe(summary),
+            "distributions": json_safe(distributions(run, summary, cols, seed=opts.seed)),
+            "timeline": json_safe(timelines(run, summary, cols)),
+            "provenance": json_safe(provenance(run)),
+        }
+
+    def read(path: Path) -> tuple[Any, list[tuple[Any, dict[str, Any], dict[str, Any]]]]:
+        """A run folder read, and each of its views (an alternating run's sides) summarised
+        and drawn."""
+        run = load_run(path)
+        views = [(view, summarize_loaded(view, slo=opts.slo)) for view in side_views(run)]
+        return run, [(view, summary, pictures(view, summary)) for view, summary in views]
+
+    # Runs are read, summarised and drawn one per core, each in one go: each is its own, numpy
+    # lets go of the interpreter in the work on its arrays, and the two cores' parts that hold
+    # it (reading samples, drawing) fall at different times, not all in one phase.
     with each_run() as each:
-        loaded = each(load_run, inputs.runs)
-        runs = [view for run in loaded for view in side_views(run)]  # alternating: its sides
-        summaries = each(lambda r: summarize_loaded(r, slo=opts.slo), runs)
-        order = _reading_order(summaries)
-        runs, summaries = [runs[i] for i in order], [summaries[i] for i in order]
-        labels = display_names(summaries)
-        ids = [f"r{i}" for i in range(len(runs))]
-
-        def pictures(run: Any, summary: dict[str, Any]) -> dict[str, Any]:
-            cols = columns(run)
-            return {
-                "summary": json_safe(summary),
-                "distributions": json_safe(distributions(run, summary, cols, seed=opts.seed)),
-                "timeline": json_safe(timelines(run, summary, cols)),
-                "provenance": json_safe(provenance(run)),
-            }
-
-        drawn = each(pictures, runs, summaries)
-        entries = [
-            {"id": run_id, "label": label, **entry}
-            for run_id, label, entry in zip(ids, labels, drawn, strict=True)
-        ]
+        read_runs = each(read, inputs.runs)
+    loaded = [run for run, _ in read_runs]
+    done = [view for _, views in read_runs for view in views]
+    order = _reading_order([summary for _, summary, _ in done])
+    runs = [done[i][0] for i in order]
+    summaries = [done[i][1] for i in order]
+    labels = display_names(summaries)
+    ids = [f"r{i}" for i in range(len(runs))]
+    entries = [
+        {"id": run_id, "label": label, **done[i][2]}
+        for run_id, label, i in zip(ids, labels, order, strict=True)
+    ]
     forecast: dict[str, Any] = {"curves": [], "notes": []}
     if opts.model is not None:
         from vprof.report.forecast import predicted_curves
