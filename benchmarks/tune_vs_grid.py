@@ -751,7 +751,7 @@ def replay_noise(
     twins = _twins(model, rules, cost, data["ladder"], slo)
     if twins:
         measured = [[capacities[k] or 0.0 for k in group] for group in twins]
-        alike = statistics.median(statistics.stdev(c) / _mean(c) for c in measured)
+        alike = statistics.median(statistics.stdev(c) / statistics.fmean(c) for c in measured)
         print(
             "      candidates the model runs step for step alike (repeats of one setting in all "
             "but name), as the grid measured them: "
@@ -770,7 +770,7 @@ def replay_noise(
         f"simulated grid's best three in its top five: {_expected_text(own)}; with the level "
         f"noise added {_expected_text(added)}"
     )
-    mean = {k: _mean(g[k] for g in own) for k in rules}
+    mean = {k: statistics.fmean(g[k] for g in own) for k in rules}
     order = sorted(rules, key=lambda k: -mean[k])
     recorded = {k: capacities[k] or 0.0 for k in rules}
     error = statistics.median(abs(mean[k] / (recorded[k] or math.inf) - 1) for k in rules)
@@ -859,7 +859,7 @@ def _quiet_noise(entry: dict, below_rps: float) -> list[float]:
         for lv in entry["levels"]
         if lv["rate_rps"] <= below_rps and lv["summary"].get(K.MEDIAN_TTFT_MS)
     ]
-    return [statistics.stdev(ttft) / _mean(ttft)] if len(ttft) >= 2 else []
+    return [statistics.stdev(ttft) / statistics.fmean(ttft)] if len(ttft) >= 2 else []
 
 
 def _spread_text(grids: list[dict[str, float]]) -> str:
@@ -874,15 +874,15 @@ def _spread_text(grids: list[dict[str, float]]) -> str:
 
 def _pairs_text(grids: list[dict[str, float]]) -> str:
     inside = [_inside(a, b) for a in grids for b in grids if a is not b]
-    return f"all three in {_share(inside)} of {len(inside)} pairs ({_mean(inside):.1f} of 3)"
+    return _share(inside, "pairs")
 
 
 def _expected_text(grids: list[dict[str, float]]) -> str:
     inside = [
-        _inside(grid, {k: _mean(g[k] for g in grids if g is not grid) for k in grid})
+        _inside(grid, {k: statistics.fmean(g[k] for g in grids if g is not grid) for k in grid})
         for grid in grids
     ]
-    return f"all three in {_share(inside)} of {len(inside)} grids ({_mean(inside):.1f} of 3)"
+    return _share(inside, "grids")
 
 
 def _top(capacity: dict[str, float], n: int) -> list[str]:
@@ -895,18 +895,16 @@ def _inside(grid: dict[str, float], ranking: dict[str, float]) -> int:
     return sum(k in top5 for k in _top(grid, 3))
 
 
-def _mean(values: Any) -> float:
-    return statistics.fmean(values)
-
-
 def _relative_sd(values: list[float]) -> float:
     """The sd of ``values`` as a share of their mean (0 when the mean is)."""
-    mean = _mean(values)
+    mean = statistics.fmean(values)
     return statistics.pstdev(values) / mean if mean else 0.0
 
 
-def _share(inside: list[int]) -> str:
-    return f"{sum(k == 3 for k in inside) / len(inside):.0%}"
+def _share(inside: list[int], of: str) -> str:
+    """How often all of the best three were inside, over ``inside`` (each a count of 3)."""
+    share = sum(k == 3 for k in inside) / len(inside)
+    return f"all three in {share:.0%} of {len(inside)} {of} ({statistics.fmean(inside):.1f} of 3)"
 
 
 def _trial_of(entry: dict, space: Space, slo: Any, data: dict) -> Any:

@@ -72,8 +72,10 @@ LONG_CELL = 40  # a longer cell of a table too wide is a note below it
 
 def table_width() -> int:
     """The columns a table may take: on a terminal its width (``COLUMNS`` first), else 120."""
-    if not sys.stdout.isatty():
-        return TABLE_WIDTH
+    return _terminal_width() if sys.stdout.isatty() else TABLE_WIDTH
+
+
+def _terminal_width() -> int:
     return max(60, shutil.get_terminal_size((TABLE_WIDTH, 24)).columns)
 
 
@@ -81,8 +83,7 @@ def echo_note(line: str) -> None:
     """A note or a warning on stderr: on a terminal, wrapped to its width with later lines
     indented; in a log or a pipe one line, so grep finds it whole."""
     if sys.stderr.isatty():
-        width = max(60, shutil.get_terminal_size((TABLE_WIDTH, 24)).columns)
-        line = wrap(line, width, indent="  ")
+        line = wrap(line, _terminal_width(), indent="  ")
     click.echo(line, err=True)
 
 

@@ -121,11 +121,11 @@ def server_hardware(
     from urllib.parse import urlsplit
 
     def here(url: str) -> bool:
-        host = urlsplit(url).hostname or ""
-        if host == "localhost":
+        name = urlsplit(url).hostname or ""
+        if name == "localhost":
             return True
         try:
-            return ipaddress.ip_address(host).is_loopback
+            return ipaddress.ip_address(name).is_loopback
         except ValueError:
             return False
 
