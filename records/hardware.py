@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -17,12 +18,12 @@ def hardware_summary(hardware: Mapping[str, Any]) -> tuple[str, str]:
     machine, its CPU (model and kernel-deciding features, where recorded), CPUs and memory,
     and its GPUs. Python and kernel versions are left out (they do not set the speed); a
     record from before the CPU was recorded keeps its old id."""
-    gpus = [str(g) for g in hardware.get("gpus") or []]
+    gpus = [str(g) for g in _listed(hardware.get("gpus"))]
     basis: dict[str, Any] = {
         "machine": hardware.get("machine"),
         "processor": hardware.get("processor"),
         "cpu_count": hardware.get("cpu_count"),
-        "memory_gib": round(float(hardware.get("memory_gib") or 0)),
+        "memory_gib": _whole(hardware.get("memory_gib")),
         "gpus": gpus,
     }
     for key in ("cpu_model", "cpu_features"):
@@ -33,8 +34,8 @@ def hardware_summary(hardware: Mapping[str, Any]) -> tuple[str, str]:
         return "hardware not known", digest
     if gpus:
         names = sorted(set(gpus))
-        return ", ".join(f"{gpus.count(n)}× {n}" for n in names), digest
-    features = set(hardware.get("cpu_features") or ())
+        return _one_line(", ".join(f"{gpus.count(n)}× {n}" for n in names)), digest
+    features = {str(f) for f in _listed(hardware.get("cpu_features"))}
     cpu = ", ".join(
         str(part)
         for part in (
@@ -43,4 +44,22 @@ def hardware_summary(hardware: Mapping[str, Any]) -> tuple[str, str]:
         )
         if part
     )
-    return f"{cpu}, {hardware.get('cpu_count') or '?'} CPUs, no GPU", digest
+    return _one_line(f"{cpu}, {hardware.get('cpu_count') or '?'} CPUs, no GPU"), digest
+
+
+def _listed(value: Any) -> list[Any]:
+    """A recorded list (GPUs, CPU features); anything else, as a damaged record holds, none."""
+    return value if isinstance(value, list) else []
+
+
+def _whole(gib: Any) -> int | None:
+    """Memory in whole GiB; None for a value a damaged record holds (text, nan, inf)."""
+    try:
+        value = float(gib or 0)
+    except (TypeError, ValueError):
+        return None
+    return round(value) if math.isfinite(value) else None
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())

@@ -86,3 +86,18 @@ def test_a_server_elsewhere_has_no_known_hardware():
     ):
         assert server_hardware(urls, host) is None
     assert hardware_summary({})[0] == "hardware not known"
+
+
+def test_a_damaged_hardware_record_reads_without_an_error():
+    """run.json's hardware is not checked field by field: compare and forecast read whatever a
+    damaged or hand-edited one holds, in one line."""
+    for bad in (
+        {"memory_gib": "lots"},
+        {"memory_gib": float("nan")},
+        {"memory_gib": float("inf")},
+        {"cpu_features": 5, "gpus": "H200"},
+    ):
+        shown, digest = hardware_summary({**OLD, **bad})
+        assert shown.endswith("2 CPUs, no GPU") and len(digest) == 12
+    shown, _ = hardware_summary({**OLD, "cpu_model": "Xeon\nX; rm -rf /"})
+    assert shown == "Xeon X; rm -rf /, 2 CPUs, no GPU"
