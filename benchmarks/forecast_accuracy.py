@@ -130,8 +130,10 @@ def analyse(runs: Path) -> None:
     print(f"fitted on {FIT_WORKLOAD} at {rates} req/s in {took:.1f} s: {config.key.profile}")
     rows: list[dict] = []
     plans: list[tuple[str, float | None, float | None]] = []
-    print(f"\n{'run':34} {'metric':22} {'measured':>10} {'predicted':>10} {'error':>8}  "
-          "the stalls' draws")  # fmt: skip
+    print(
+        f"\n{'run':34} {'metric':22} {'measured':>10} {'predicted':>10} {'error':>8}  "
+        "the stalls' draws"
+    )
     for workload, rated in by_workload.items():
         measured_levels, predicted_levels = [], []
         for rate, path in sorted(rated.items()):

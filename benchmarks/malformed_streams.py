@@ -78,10 +78,26 @@ def main() -> None:
         vprof = Path(sys.executable).with_name("vprof")
         started = time.monotonic()
         done = subprocess.run(
-            [str(vprof), "bench", "dep", "--url", url, "--traffic", str(shape), "--workload",
-             "tiny-smoke", "--no-metrics", "--out", str(Path(tmp) / "out"), "--format", "json"],
-            capture_output=True, text=True, check=False,
-        )  # fmt: skip
+            [
+                str(vprof),
+                "bench",
+                "dep",
+                "--url",
+                url,
+                "--traffic",
+                str(shape),
+                "--workload",
+                "tiny-smoke",
+                "--no-metrics",
+                "--out",
+                str(Path(tmp) / "out"),
+                "--format",
+                "json",
+            ],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
         wall_s = time.monotonic() - started
     server.shutdown()
     reason = next(

@@ -38,10 +38,15 @@ def headless_chromium(window: str = "1400,1000", *, logs: bool = False) -> Itera
     options = webdriver.ChromeOptions()
     options.binary_location = CHROMIUM
     for flag in (
-        "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-        "--disable-component-update", "--no-first-run", f"--user-data-dir={profile_dir}",
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--no-first-run",
+        f"--user-data-dir={profile_dir}",
         f"--window-size={window}",
-    ):  # fmt: skip
+    ):
         options.add_argument(flag)
     if logs:
         options.set_capability("goog:loggingPrefs", {"browser": "ALL", "performance": "ALL"})

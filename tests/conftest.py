@@ -376,14 +376,33 @@ def load_sweep(vllm_server: VllmServer, tmp_path_factory: pytest.TempPathFactory
         "kind: open-loop\nrate_rps: 2\nwarmup_s: 1\nduration_s: 5\nmax_in_flight: 16\n"
     )
     out = root / "sweep"
-    # fmt: off
     proc = subprocess.run(
-        [sys.executable, "-m", "vprof.cli.main", "sweep", "load", "tiny", "--url", vllm_server.url,
-         "--traffic", str(shape), "--workload", "tiny-smoke", "--levels", "2,4",
-         "--slo", LOAD_SWEEP_SLO, "--rps", "20", "--out", str(out)],
-        capture_output=True, text=True, timeout=900,
+        [
+            sys.executable,
+            "-m",
+            "vprof.cli.main",
+            "sweep",
+            "load",
+            "tiny",
+            "--url",
+            vllm_server.url,
+            "--traffic",
+            str(shape),
+            "--workload",
+            "tiny-smoke",
+            "--levels",
+            "2,4",
+            "--slo",
+            LOAD_SWEEP_SLO,
+            "--rps",
+            "20",
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
     )
-    # fmt: on
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return out
 

@@ -33,11 +33,30 @@ def run_headless(url: str, run_dir: Path, *args: str, timeout_s: float = 240) ->
     Locust runs in its own process group, killed afterwards, so forked workers never outlive
     a run that timed out. Fails the test when Locust exits non-zero.
     """
-    argv = [sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--headless",
-            "--only-summary", "-H", url, "--run-dir", str(run_dir), *args]  # fmt: skip
+    argv = [
+        sys.executable,
+        "-m",
+        "locust",
+        "-f",
+        str(LOCUSTFILE),
+        "--headless",
+        "--only-summary",
+        "-H",
+        url,
+        "--run-dir",
+        str(run_dir),
+        *args,
+    ]
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env=env, cwd=run_dir.parent, start_new_session=True)  # fmt: skip
+    proc = subprocess.Popen(
+        argv,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+        cwd=run_dir.parent,
+        start_new_session=True,
+    )
     try:
         out, _ = proc.communicate(timeout=timeout_s)
     finally:

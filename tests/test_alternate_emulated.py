@@ -23,7 +23,7 @@ def three_emulators():
     configs = [
         EmulatorConfig(
             ttft_ms=ttft, itl_ms=5.0, model="tiny", tokenizer_path=tokenizer, jitter_ms=2.0
-        )  # fmt: skip
+        )
         for ttft in (100.0, 100.0, 130.0)
     ]
     with Emulator(configs[0]) as a, Emulator(configs[1]) as a2, Emulator(configs[2]) as b:
@@ -34,10 +34,32 @@ def _bench(out: Path, urls, *extra: str) -> subprocess.CompletedProcess[str]:
     a, a2, b = urls
     shape = out.parent / "steady4.yaml"
     shape.write_text("kind: steady\nusers: 4\nduration_s: 24\n")
-    argv = [sys.executable, "-m", "vprof.cli.main", "bench", "--alternate",
-            "--url", f"a={a}", "--url", f"a2={a2}", "--url", f"b={b}",
-            "--workload", "tiny-smoke", "--traffic", str(shape), "--slice", "2s",
-            "--slice-warmup", "0.5s", "--out", str(out), "--format", "json", *extra]  # fmt: skip
+    argv = [
+        sys.executable,
+        "-m",
+        "vprof.cli.main",
+        "bench",
+        "--alternate",
+        "--url",
+        f"a={a}",
+        "--url",
+        f"a2={a2}",
+        "--url",
+        f"b={b}",
+        "--workload",
+        "tiny-smoke",
+        "--traffic",
+        str(shape),
+        "--slice",
+        "2s",
+        "--slice-warmup",
+        "0.5s",
+        "--out",
+        str(out),
+        "--format",
+        "json",
+        *extra,
+    ]
     return subprocess.run(argv, capture_output=True, text=True, timeout=240)
 
 

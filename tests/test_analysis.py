@@ -275,19 +275,34 @@ def test_server_metrics_and_loadgen_samples_are_summarised(tmp_path):
     records = synth_records(100, rate_rps=10)
     end = max(r.finished_at for r in records)
     metrics = [
-        {"t": T0 - 5, "values": {"vllm:prefix_cache_hits_total": 100.0,
-                                 "vllm:prefix_cache_queries_total": 1000.0,
-                                 "vllm:num_preemptions_total": 2.0}},
-        {"t": T0 + 5, "values": {"vllm:kv_cache_usage_perc": 0.4,
-                                 "vllm:num_requests_waiting": 6.0,
-                                 "vllm:num_requests_running": 3.0}},
-        {"t": end - 0.1, "values": {"vllm:prefix_cache_hits_total": 400.0,
-                                    "vllm:prefix_cache_queries_total": 1600.0,
-                                    "vllm:num_preemptions_total": 5.0,
-                                    "vllm:kv_cache_usage_perc": 0.1,
-                                    "vllm:num_requests_waiting": 2.0}},
+        {
+            "t": T0 - 5,
+            "values": {
+                "vllm:prefix_cache_hits_total": 100.0,
+                "vllm:prefix_cache_queries_total": 1000.0,
+                "vllm:num_preemptions_total": 2.0,
+            },
+        },
+        {
+            "t": T0 + 5,
+            "values": {
+                "vllm:kv_cache_usage_perc": 0.4,
+                "vllm:num_requests_waiting": 6.0,
+                "vllm:num_requests_running": 3.0,
+            },
+        },
+        {
+            "t": end - 0.1,
+            "values": {
+                "vllm:prefix_cache_hits_total": 400.0,
+                "vllm:prefix_cache_queries_total": 1600.0,
+                "vllm:num_preemptions_total": 5.0,
+                "vllm:kv_cache_usage_perc": 0.1,
+                "vllm:num_requests_waiting": 2.0,
+            },
+        },
         {"t": end + 60, "values": {"vllm:kv_cache_usage_perc": 0.99}},  # after the run
-    ]  # fmt: skip
+    ]
     loadgen = [{"t": T0 + i, "worker": "w0", "cpu_percent": c} for i, c in enumerate([95, 97, 99])]
     loadgen += [{"t": T0 + i, "worker": "w1", "cpu_percent": 30.0} for i in range(3)]
     s = summarize_run(write_run(tmp_path / "m", records, metrics=metrics, loadgen=loadgen))
@@ -436,7 +451,7 @@ def _closed_loop(
                 idle_before_ms=(t - previous_end) * 1e3,
                 think_ms=think_s * 1e3 if math.isfinite(due) else 0.0,
             )
-            records.append(r.finalize())  # fmt: skip
+            records.append(r.finalize())
             due = end + think_s if think_s else math.nan
             previous_end, t = end, end + think_s + idle_s
     return records
@@ -515,8 +530,12 @@ def test_closed_loop_think_time_counts_beside_the_requests_in_flight():
     assert s["mean_thinking"] == pytest.approx(4 * 0.5 / 1.8, rel=0.03)
     assert s["client_limited"]
     assert any("sessions thinking, of the 4 users" in r for r in s["client_limited_by"])
-    assert summarize(pd.DataFrame([r.to_dict() for r in _closed_loop(4, 30, 1.0, 0.0)]),
-                     users=4)["mean_thinking"] == 0.0  # fmt: skip
+    assert (
+        summarize(pd.DataFrame([r.to_dict() for r in _closed_loop(4, 30, 1.0, 0.0)]), users=4)[
+            "mean_thinking"
+        ]
+        == 0.0
+    )
 
 
 def test_a_records_file_written_before_idle_before_ms_still_summarises(tmp_path):

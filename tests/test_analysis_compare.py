@@ -96,14 +96,20 @@ def test_repeats_of_one_configuration_against_each_other_are_no_difference(tmp_p
 def test_a_statistic_that_flips_between_repeats_is_flagged_unstable_not_compared(tmp_path):
     # median ITL of 0.02 ms in some runs and 3.6 ms in others (chunks bunching on two cores)
     runs = [
-        write_run(tmp_path / f"a--w--s--0000abcd{'' if k == 1 else f'--r{k}'}",
-                  synth_records(300, seed=k, itl_ms=itl), profile="a")
+        write_run(
+            tmp_path / f"a--w--s--0000abcd{'' if k == 1 else f'--r{k}'}",
+            synth_records(300, seed=k, itl_ms=itl),
+            profile="a",
+        )
         for k, itl in ((1, 0.02), (2, 3.6))
     ] + [
-        write_run(tmp_path / f"b--w--s--0000abcd{'' if k == 1 else f'--r{k}'}",
-                  synth_records(300, seed=10 + k, itl_ms=itl), profile="b")
+        write_run(
+            tmp_path / f"b--w--s--0000abcd{'' if k == 1 else f'--r{k}'}",
+            synth_records(300, seed=10 + k, itl_ms=itl),
+            profile="b",
+        )
         for k, itl in ((1, 3.6), (2, 0.02))
-    ]  # fmt: skip
+    ]
     row = compare(runs, metrics=["median_itl_ms"]).iloc[0]
     assert not row["stable"] and not row["significant"]
     assert "unstable between repeats" in row["verdict"]
@@ -113,10 +119,14 @@ def test_runs_whose_load_generator_was_the_bottleneck_are_not_judged(tmp_path):
     busy = [{"t": T0 + i, "worker": "w", "cpu_percent": 99.0} for i in range(10)]
     runs = _repeats(tmp_path, "a", 2, ttft_ms=100, seed=1)
     runs += [
-        write_run(tmp_path / f"b--chat--steady--0000abcd{'' if k == 1 else f'--r{k}'}",
-                  synth_records(400, seed=30 + k, ttft_ms=50), profile="b", loadgen=busy)
+        write_run(
+            tmp_path / f"b--chat--steady--0000abcd{'' if k == 1 else f'--r{k}'}",
+            synth_records(400, seed=30 + k, ttft_ms=50),
+            profile="b",
+            loadgen=busy,
+        )
         for k in (1, 2)
-    ]  # fmt: skip
+    ]
     row = compare(runs, metrics=["median_ttft_ms"]).iloc[0]
     assert row["suspect"] and not row["significant"]
     assert "load generator was the bottleneck" in row["verdict"]
@@ -196,15 +206,30 @@ def test_runs_held_back_by_the_machine_keep_their_medians_judged_not_their_tails
     # A loop at 5 % CPU that waited for a core now and then: late stamps in the tail only.
     hist = [0] * 20
     hist[0], hist[8] = 390, 10  # 2.5 % of wake-ups late by tens of ms, the median on time
-    held = [{"t": T0 + i, "worker": "w", "cpu_percent": 5.0, "wait_percent": 30.0,
-             "loop_probes": 400, "loop_lag_p50_ms": 0.1, "loop_lag_p99_ms": 40.0,
-             "loop_lag_max_ms": 80.0, "loop_lag_histogram": hist} for i in range(10)]  # fmt: skip
+    held = [
+        {
+            "t": T0 + i,
+            "worker": "w",
+            "cpu_percent": 5.0,
+            "wait_percent": 30.0,
+            "loop_probes": 400,
+            "loop_lag_p50_ms": 0.1,
+            "loop_lag_p99_ms": 40.0,
+            "loop_lag_max_ms": 80.0,
+            "loop_lag_histogram": hist,
+        }
+        for i in range(10)
+    ]
     runs = _repeats(tmp_path, "a", 3, ttft_ms=100, seed=1)
     runs += [
-        write_run(tmp_path / f"b--chat--steady--0000abcd{'' if k == 1 else f'--r{k}'}",
-                  synth_records(400, seed=30 + k, ttft_ms=50), profile="b", loadgen=held)
+        write_run(
+            tmp_path / f"b--chat--steady--0000abcd{'' if k == 1 else f'--r{k}'}",
+            synth_records(400, seed=30 + k, ttft_ms=50),
+            profile="b",
+            loadgen=held,
+        )
         for k in (1, 2, 3)
-    ]  # fmt: skip
+    ]
     rows = compare(runs, metrics=["median_ttft_ms", "p95_ttft_ms"]).set_index("metric")
     assert rows.loc["median_ttft_ms", "significant"], rows.loc["median_ttft_ms", "verdict"]
     assert rows.loc["p95_ttft_ms", "suspect"] and not rows.loc["p95_ttft_ms", "significant"]

@@ -162,10 +162,12 @@ def test_a_measured_multi_replica_run_checks_linear_scaling_and_the_plan_uses_it
 
 
 def _scaling(*multi, single=None, **kw):
-    single = single or [_offered("a@2", 2, 2.0, 100), _offered("a@4", 4, 3.8, 200),
-                        _offered("a@8", 8, 5.0, 900)]  # fmt: skip
-    (p,) = plan([*single, *multi], target_rps=20, slo="ttft_p95=500ms", headroom=0.0,
-                **kw).profiles  # fmt: skip
+    single = single or [
+        _offered("a@2", 2, 2.0, 100),
+        _offered("a@4", 4, 3.8, 200),
+        _offered("a@8", 8, 5.0, 900),
+    ]
+    (p,) = plan([*single, *multi], target_rps=20, slo="ttft_p95=500ms", headroom=0.0, **kw).profiles
     return p
 
 
@@ -188,16 +190,20 @@ def test_a_multi_replica_level_that_misses_the_slo_where_one_replica_met_it_is_n
 def test_scaling_is_not_checked_outside_the_single_replica_levels_or_across_workloads():
     far = _scaling(_offered("a×2@40", 40, 20.0, 400, replicas=2))
     assert far.scaling_efficiency is None
-    assert any("no single-replica run at that load" in n and "span 2–8 req/s" in n
-               for n in far.notes)  # fmt: skip
+    assert any(
+        "no single-replica run at that load" in n and "span 2–8 req/s" in n for n in far.notes
+    )
     other = _scaling(_offered("a×2@8", 8, 6.0, 300, replicas=2, workload="rag"))
     assert other.scaling_efficiency is None
     assert any("there are none of its workload" in n for n in other.notes)
 
 
 def test_only_multi_replica_levels_plan_on_the_rate_per_replica():
-    multi = [_offered("a×2@4", 4, 4.0, 100, replicas=2), _offered("a×2@8", 8, 8.0, 300, replicas=2),
-             _offered("a×2@16", 16, 10.0, 900, replicas=2)]  # fmt: skip
+    multi = [
+        _offered("a×2@4", 4, 4.0, 100, replicas=2),
+        _offered("a×2@8", 8, 8.0, 300, replicas=2),
+        _offered("a×2@16", 16, 10.0, 900, replicas=2),
+    ]
     (p,) = plan(multi, target_rps=20, slo="ttft_p95=500ms", headroom=0.0).profiles
     # per replica: 4 req/s (met at 300 ms) and 5 req/s (missed at 900 ms) → 4 + 200/600 × 1
     assert p.sustainable_rps == pytest.approx(4 + 200 / 600)

@@ -102,8 +102,10 @@ def launch_and_run(out: Path, *args: str, timeout_s: float) -> subprocess.Comple
     port = worker_port(18900, 18999)
     return subprocess.run(
         vprof(*args, *FAST, "--port", str(port), "--out", str(out)),
-        capture_output=True, text=True, timeout=timeout_s,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+    )
 
 
 def start_long_bench(tmp_path: Path, *args: str) -> tuple[Watcher, Path]:
@@ -111,10 +113,19 @@ def start_long_bench(tmp_path: Path, *args: str) -> tuple[Watcher, Path]:
     out = tmp_path / "runs"
     port = worker_port(18900, 18999)
     watcher = Watcher(
-        vprof("bench", *args, "--traffic", long_traffic(tmp_path), *FAST,
-              "--port", str(port), "--out", str(out)),
+        vprof(
+            "bench",
+            *args,
+            "--traffic",
+            long_traffic(tmp_path),
+            *FAST,
+            "--port",
+            str(port),
+            "--out",
+            str(out),
+        ),
         tmp_path / "bench.log",
-    )  # fmt: skip
+    )
     watcher.wait_for(records_arriving(out), 600, "the first records")
     return watcher, out
 

@@ -34,11 +34,32 @@ def test_bench_trace_replays_the_shipped_sample_at_its_own_times(tmp_path):
         EmulatorConfig(ttft_ms=5, itl_ms=1, model="tiny", tokenizer_path=tokenizer)
     ) as emu:
         bench = subprocess.run(
-            [sys.executable, "-m", "vprof.cli.main", "bench", "emu", "--url", emu.url,
-             "--trace", str(SAMPLE), "--time-scale", "10", "--duration", "10",
-             "--tokenizer", tokenizer, "--format", "json", "--out", str(tmp_path / "out")],
-            capture_output=True, text=True, timeout=240, env=env,
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "vprof.cli.main",
+                "bench",
+                "emu",
+                "--url",
+                emu.url,
+                "--trace",
+                str(SAMPLE),
+                "--time-scale",
+                "10",
+                "--duration",
+                "10",
+                "--tokenizer",
+                tokenizer,
+                "--format",
+                "json",
+                "--out",
+                str(tmp_path / "out"),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=240,
+            env=env,
+        )
     assert bench.returncode == 0, bench.stderr
     assert f"replaying {len(trace.requests)} requests" in bench.stderr
     (summary,) = json.loads(bench.stdout)["summaries"]
@@ -86,8 +107,9 @@ def test_the_replay_files_are_the_yaml_form_of_the_same_replay(tmp_path, monkeyp
 def test_bad_trace_flags_fail_before_anything_runs(tmp_path, monkeypatch, args, message):
     monkeypatch.setenv("VPROF_CACHE_DIR", str(tmp_path / "cache"))
     out = tmp_path / "out"
-    result = CliRunner().invoke(cli, ["bench", "emu", "--url", "http://127.0.0.1:9", *args,
-                                      "--out", str(out)])  # fmt: skip
+    result = CliRunner().invoke(
+        cli, ["bench", "emu", "--url", "http://127.0.0.1:9", *args, "--out", str(out)]
+    )
     assert result.exit_code == 2, result.output
     assert message in result.output
     assert not out.exists()

@@ -17,8 +17,20 @@ pytestmark = pytest.mark.e2e
 
 def test_bench_measures_a_server_it_did_not_launch_with_two_locust_processes(tmp_path, vllm_server):
     out = tmp_path / "runs"
-    argv = ["bench", "my-deployment", "--url", vllm_server.url, "--traffic", "smoke",
-            "--workload", "tiny-smoke", "--processes", "2", "--out", str(out)]  # fmt: skip
+    argv = [
+        "bench",
+        "my-deployment",
+        "--url",
+        vllm_server.url,
+        "--traffic",
+        "smoke",
+        "--workload",
+        "tiny-smoke",
+        "--processes",
+        "2",
+        "--out",
+        str(out),
+    ]
     proc = subprocess.run(
         [sys.executable, "-m", "vprof.cli.main", *argv], capture_output=True, text=True, timeout=600
     )

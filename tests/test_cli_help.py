@@ -21,8 +21,11 @@ def _commands():
                 yield (name, sub), command.get_command(click.Context(command), sub)
 
 
-@pytest.mark.parametrize(("path", "command"), list(_commands()), ids=lambda v: " ".join(v)
-                         if isinstance(v, tuple) else "")  # fmt: skip
+@pytest.mark.parametrize(
+    ("path", "command"),
+    list(_commands()),
+    ids=lambda v: " ".join(v) if isinstance(v, tuple) else "",
+)
 def test_command_help_shows_an_example(path, command):
     result = CliRunner().invoke(cli, [*path, "--help"])
     assert result.exit_code == 0, result.output

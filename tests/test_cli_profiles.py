@@ -88,8 +88,10 @@ def test_show_prints_resolved_values_and_their_origins(run):
 
 
 def test_show_names_origins_in_the_profiles_own_folder_by_file_name(run, tmp_path):
-    write(tmp_path / "mine" / "mine.yaml",
-          "description: Mine\nextends: chunked-256\nengine_args:\n  max-num-seqs: 8\n")  # fmt: skip
+    write(
+        tmp_path / "mine" / "mine.yaml",
+        "description: Mine\nextends: chunked-256\nengine_args:\n  max-num-seqs: 8\n",
+    )
     out = run("profiles", "show", "mine", "--profiles-dir", str(tmp_path / "mine")).output
     assert "defined in mine/mine.yaml" in out
     rows = {line.split()[0]: line.split()[-1] for line in out.splitlines() if line.strip()}

@@ -24,8 +24,9 @@ def test_one_column_of_sentences_leaves_the_table_for_a_list_keyed_by_row():
 
 
 def test_sentences_of_several_columns_become_markers_one_per_distinct_text():
-    rows = [{"run": f"run-{i}", "verdict": SENTENCE, "warning": f"{SENTENCE} ({i})"}
-            for i in range(2)]  # fmt: skip
+    rows = [
+        {"run": f"run-{i}", "verdict": SENTENCE, "warning": f"{SENTENCE} ({i})"} for i in range(2)
+    ]
     text = render_rows(rows, width=60)
     lines = text.splitlines()
     assert lines[2].split() == ["run-0", "[1]", "[2]"] and lines[3].split() == [

@@ -15,10 +15,21 @@ from vprof.runs.loadgen import LoadSpec
 
 ROOT = Path(__file__).resolve().parents[1]
 RUN_FOLDER_FILES = (
-    "run.json", "status.json", "records.arrow", "locust.json", "loadgen.jsonl", "metrics.jsonl",
-    "server.log", "locust.log", "locust.out", "summary.json", "timeline.csv", "sweep.json",
-    "tune.json", "host.jsonl",
-)  # fmt: skip
+    "run.json",
+    "status.json",
+    "records.arrow",
+    "locust.json",
+    "loadgen.jsonl",
+    "metrics.jsonl",
+    "server.log",
+    "locust.log",
+    "locust.out",
+    "summary.json",
+    "timeline.csv",
+    "sweep.json",
+    "tune.json",
+    "host.jsonl",
+)
 
 
 def _library_modules() -> list[Path]:
@@ -104,8 +115,11 @@ def test_every_option_the_parent_passes_is_registered_by_the_locust_side_with_it
     assert argv[1:3] == ["-m", "locust"]
     out = subprocess.run(
         [sys.executable, "-c", _LOCUST_PARSER, json.dumps(argv[3:])],
-        capture_output=True, text=True, timeout=120, check=True,
-    ).stdout  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    ).stdout
     seen = json.loads(out)
     registered, parsed = seen["registered"], seen["parsed"]
     flags = [token for token in argv[3:] if token.startswith("-")]

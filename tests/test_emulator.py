@@ -70,8 +70,9 @@ def test_ttft_offsets_are_seeded_by_prompt_length_and_spread_evenly():
     config = EmulatorConfig(ttft_ms=100, ttft_spread_ms=10, seed=3)
     offsets = [ttft_offset_ms(config, n) for n in range(64, 4064)]
     assert all(0 <= o < 10 for o in offsets)
-    assert offsets == [ttft_offset_ms(EmulatorConfig(ttft_spread_ms=10, seed=3), n)
-                       for n in range(64, 4064)]  # fmt: skip
+    assert offsets == [
+        ttft_offset_ms(EmulatorConfig(ttft_spread_ms=10, seed=3), n) for n in range(64, 4064)
+    ]
     # each tenth of the spread holds about a tenth of the prompt lengths
     counts = [sum(k <= o < k + 1 for o in offsets) for k in range(10)]
     assert all(340 <= c <= 460 for c in counts), counts
@@ -222,21 +223,31 @@ def test_completions_stream_has_one_chunk_per_token_then_usage_then_done(emu):
     assert usage["usage"] == {"prompt_tokens": 4, "total_tokens": 10, "completion_tokens": 6}
 
 
-@pytest.mark.parametrize(("path", "tokens"), [("/v1/completions", 40), ("/v1/completions", 1),
-                                              ("/v1/chat/completions", 40),
-                                              ("/v1/chat/completions", 1)])  # fmt: skip
+@pytest.mark.parametrize(
+    ("path", "tokens"),
+    [
+        ("/v1/completions", 40),
+        ("/v1/completions", 1),
+        ("/v1/chat/completions", 40),
+        ("/v1/chat/completions", 1),
+    ],
+)
 def test_streamed_bytes_are_the_wire_formats_own(emu, path, tokens):
     """Chunks framed once per request carry exactly what the wire module writes per token,
     past the vocabulary's cycle (40 > 16 words) and for a one-token answer."""
     chat = "chat" in path
     body = {"max_tokens": tokens, "stream": True, "stream_options": {"include_usage": True}}
     body |= {"messages": [{"role": "user", "content": "hi"}]} if chat else {"prompt": "a b"}
-    with requests.post(emu.url + path, json=body, headers={"x-request-id": "fixed"},
-                       stream=True, timeout=30) as resp:  # fmt: skip
+    with requests.post(
+        emu.url + path, json=body, headers={"x-request-id": "fixed"}, stream=True, timeout=30
+    ) as resp:
         raw = b"".join(resp.iter_content(chunk_size=None))
     created = json.loads(raw.split(b"\n\n")[0][len(b"data: ") :])["created"]
-    chunks = (wire.ChatChunks("chatcmpl-fixed", created, "tiny") if chat
-              else wire.CompletionChunks("cmpl-fixed", created, "tiny"))  # fmt: skip
+    chunks = (
+        wire.ChatChunks("chatcmpl-fixed", created, "tiny")
+        if chat
+        else wire.CompletionChunks("cmpl-fixed", created, "tiny")
+    )
     words = [wire.token_text(k) for k in range(tokens)]
     expected = chunks.first(words[0], tokens == 1)
     expected += b"".join(chunks.token(w, k == tokens - 1) for k, w in enumerate(words) if k)
@@ -263,12 +274,17 @@ def test_chunk_lateness_is_counted_for_every_chunk(emu):
         text = requests.get(emu.url + "/metrics").text
         rows = [line for line in text.splitlines() if line.startswith("vprof_emulator_chunk")]
         # one key per bucket ("..._bucket" + its le label), and the _sum and _count
-        return {line.split("{")[0] + (line.split("le=")[1][:12] if "le=" in line else ""):
-                float(line.rsplit(" ", 1)[1]) for line in rows}  # fmt: skip
+        return {
+            line.split("{")[0] + (line.split("le=")[1][:12] if "le=" in line else ""): float(
+                line.rsplit(" ", 1)[1]
+            )
+            for line in rows
+        }
 
     before = histogram()
-    parsed(stream_events(emu.url, "/v1/completions", {"prompt": "x", "max_tokens": 7,
-                                                        "stream": True}))  # fmt: skip
+    parsed(
+        stream_events(emu.url, "/v1/completions", {"prompt": "x", "max_tokens": 7, "stream": True})
+    )
     after = histogram()
     count = "vprof_emulator_chunk_lateness_seconds_count"
     assert after[count] - before[count] == 7

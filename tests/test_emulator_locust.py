@@ -35,9 +35,23 @@ def emulator():
 
 
 def run_locust(url: str, run_dir: Path, endpoint: str, seconds: int) -> None:
-    run_headless(url, run_dir, "-u", "2", "-r", "2", "-t", f"{seconds}s", "--workload",
-                 "tiny-smoke", "--endpoint", endpoint, "--stop-timeout", "10",
-                 timeout_s=seconds + 90)  # fmt: skip
+    run_headless(
+        url,
+        run_dir,
+        "-u",
+        "2",
+        "-r",
+        "2",
+        "-t",
+        f"{seconds}s",
+        "--workload",
+        "tiny-smoke",
+        "--endpoint",
+        endpoint,
+        "--stop-timeout",
+        "10",
+        timeout_s=seconds + 90,
+    )
 
 
 @pytest.mark.parametrize(

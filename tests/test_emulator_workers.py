@@ -20,8 +20,19 @@ pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="SO
 
 
 def start(port: int, *extra: str) -> subprocess.Popen:
-    argv = [sys.executable, "-m", "vprof.cli.main", "emulate", "--port", str(port),
-            "--ttft-ms", "5", "--itl-ms", "1", *extra]  # fmt: skip
+    argv = [
+        sys.executable,
+        "-m",
+        "vprof.cli.main",
+        "emulate",
+        "--port",
+        str(port),
+        "--ttft-ms",
+        "5",
+        "--itl-ms",
+        "1",
+        *extra,
+    ]
     return subprocess.Popen(argv, stderr=subprocess.PIPE, text=True, start_new_session=True)
 
 

@@ -46,9 +46,16 @@ def fake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
         monkeypatch.setattr(
             vllm_args,
             "generator_argv",
-            lambda out: [sys.executable, "-c", script, str(out), str(version), str(counter),
-                         str(SHIPPED)],
-        )  # fmt: skip
+            lambda out: [
+                sys.executable,
+                "-c",
+                script,
+                str(out),
+                str(version),
+                str(counter),
+                str(SHIPPED),
+            ],
+        )
         flag_table.cache_clear()
         return counter
 

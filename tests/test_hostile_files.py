@@ -27,10 +27,17 @@ METRICS = [
     for i in range(0, 30, 5)
 ]
 LOADGEN = [
-    {"t": T0 + i, "worker": "local", "cpu_percent": 10.0, "loop_probes": 5,
-     "loop_lag_p99_ms": 1.0, "loop_lag_max_ms": 2.0, "loop_lag_histogram": [1] * 20}
+    {
+        "t": T0 + i,
+        "worker": "local",
+        "cpu_percent": 10.0,
+        "loop_probes": 5,
+        "loop_lag_p99_ms": 1.0,
+        "loop_lag_max_ms": 2.0,
+        "loop_lag_histogram": [1] * 20,
+    }
     for i in range(0, 30, 5)
-]  # fmt: skip
+]
 
 
 def good_run(path: Path) -> Path:
@@ -212,8 +219,9 @@ def test_an_old_file_without_optional_columns_reads_with_their_defaults(run, tmp
     assert table.schema.equals(conformed(full).schema)
     assert set(table.column("cached_tokens").to_pylist()) == {-1}
     assert set(table.column("worker").to_pylist()) == {""}
-    summaries = [json.loads(run("summarize", str(p), "--format", "json").stdout)[0]
-                 for p in (full, old)]  # fmt: skip
+    summaries = [
+        json.loads(run("summarize", str(p), "--format", "json").stdout)[0] for p in (full, old)
+    ]
     for key in ("requests", "completed", "failed", "median_ttft_ms", "p99_itl_ms"):
         assert summaries[0][key] == summaries[1][key], key
 
@@ -270,8 +278,12 @@ def test_a_file_torn_mid_batch_says_how_much_was_readable(run, saved):  # noqa: 
     assert json.loads(shown.stdout)[0]["records_note"] == note
 
     refused = run("summarize", str(folder), "--save")  # a worse read never replaces a good one
-    assert_refused(refused, "summary.json: kept as it is: it counted 70 requests, this read of "
-                   "the records only 30: 30 of 70 records readable", "pass --force")  # fmt: skip
+    assert_refused(
+        refused,
+        "summary.json: kept as it is: it counted 70 requests, this read of "
+        "the records only 30: 30 of 70 records readable",
+        "pass --force",
+    )
     assert (folder / "summary.json").read_bytes() == summary
 
     forced = run("summarize", str(folder), "--save", "--force")
@@ -380,68 +392,157 @@ def _put(key: str, value):
 
 # (file, how it is damaged, fragments of the message)
 JSON_REFUSED = [
-    ("run.json", lambda f: (f / "run.json").write_text('{"name": "a",\n  "seed": }'),
-     ["run.json:2: not valid JSON (line 2"]),
-    ("run.json", lambda f: (f / "run.json").write_bytes(b'{"name": "caf\xe9"}'),
-     ["run.json: cannot read it: 'utf-8' codec can't decode byte 0xe9"]),
-    ("run.json", lambda f: (f / "run.json").write_text("[1, 2]"),
-     ["run.json: expected a JSON object, found list"]),
-    ("run.json", lambda f: _json(f, "run.json", _put("traffic", {"kind": "open-loop",
-                                                                 "rate_rps": "fast"})),
-     ["run.json:", "traffic.rate_rps: must be a number, got 'fast'"]),
-    ("run.json", lambda f: _json(f, "run.json", _put("traffic", {"kind": "steady", "users": []})),
-     ["run.json:", "traffic.users: must be a number, got []"]),
-    ("run.json", lambda f: _json(f, "run.json", _put("traffic", 5)),
-     ["run.json:", ": traffic: expected an object, found the number 5"]),
-    ("run.json", lambda f: _json(f, "run.json", _put("profile.argv", "vllm serve")),
-     ["run.json:", "profile.argv: expected a list, found text 'vllm serve'"]),
-    ("run.json", lambda f: _json(f, "run.json", _put("profile.env", {"X": 1})),
-     ["run.json:", "profile.env.X: expected text, found the number 1"]),
-    ("run.json", lambda f: _json(f, "run.json", _put("open_loop", "yes")),
-     ["run.json:", "open_loop: expected true or false, found text 'yes'"]),
-    ("run.json", lambda f: _json(f, "run.json", _put("created_at", -5)),
-     ["run.json:", "created_at: must be between 0 and"]),
-    ("locust.json", lambda f: (f / "locust.json").write_text("{bad"),
-     ["locust.json:1: not valid JSON"]),
-    ("locust.json", lambda f: (f / "locust.json").write_text("[]"),
-     ["locust.json: expected a JSON object, found list"]),
-    ("locust.json", lambda f: _json(f, "locust.json", _put("warmup_until", "soon")),
-     ["locust.json:", "warmup_until: must be a number, got 'soon'"]),
-    ("locust.json", lambda f: (f / "locust.json").write_text('{"warmup_until": NaN}'),
-     ["locust.json:1: warmup_until: must be a finite number, got nan"]),
-    ("locust.json", lambda f: (f / "locust.json").write_text('{"warmup_until": 1e999}'),
-     ["locust.json:1: warmup_until: must be a finite number, got inf"]),
-    ("locust.json", lambda f: _json(f, "locust.json", _put("records", 2.5)),
-     ["locust.json:", "records: must be a whole number, got 2.5"]),
-    ("status.json", lambda f: (f / "status.json").write_bytes(b"\xff"),
-     ["status.json: cannot read it"]),
-    ("status.json", lambda f: _json(f, "status.json", _put("state", 5)),
-     ["status.json:2: state: expected text, found the number 5"]),
-    ("metrics.jsonl", lambda f: _line(f, "metrics.jsonl", 3, _put("t", None)),
-     ["metrics.jsonl:3: t: must be a number, got None"]),
-    ("metrics.jsonl", lambda f: _line(f, "metrics.jsonl", 2, _put("t", "now")),
-     ["metrics.jsonl:2: t: must be a number, got 'now'"]),
-    ("metrics.jsonl", lambda f: _line(f, "metrics.jsonl", 2, _put("values", "x")),
-     ["metrics.jsonl:2: values: expected an object, found text 'x'"]),
-    ("metrics.jsonl", lambda f: _line(f, "metrics.jsonl", 4, _put("values.vllm:x", "1")),
-     ["metrics.jsonl:4: values.vllm:x: must be a number, got '1'"]),
-    ("metrics.jsonl", lambda f: (f / "metrics.jsonl").write_text('{"t": 1}\n{bad\n{"t": 2}\n'),
-     ["metrics.jsonl:2: not a JSON line"]),
-    ("metrics.jsonl", lambda f: (f / "metrics.jsonl").write_text('[1]\n'),
-     ["metrics.jsonl:1: expected a JSON object per line"]),
-    ("metrics.jsonl", lambda f: (f / "metrics.jsonl").write_bytes(b'{"t": 1}\n\xff\n'),
-     ["metrics.jsonl: cannot read it"]),
-    ("loadgen.jsonl", lambda f: _line(f, "loadgen.jsonl", 2, _put("cpu_percent", "busy")),
-     ["loadgen.jsonl:2: cpu_percent: must be a number, got 'busy'"]),
-    ("loadgen.jsonl", lambda f: _line(f, "loadgen.jsonl", 5, _put("loop_lag_p99_ms", None)),
-     ["loadgen.jsonl:5: loop_lag_p99_ms: must be a number, got None"]),
-    ("loadgen.jsonl", lambda f: _line(f, "loadgen.jsonl", 2, _put("loop_lag_histogram", ["a"])),
-     ["loadgen.jsonl:2: loop_lag_histogram[0]: must be a whole number, got 'a'"]),
-    ("loadgen.jsonl", lambda f: _line(f, "loadgen.jsonl", 2, _put("loop_lag_histogram", 3)),
-     ["loadgen.jsonl:2: loop_lag_histogram: expected a list, found the number 3"]),
-    ("loadgen.jsonl", lambda f: _line(f, "loadgen.jsonl", 3, _put("worker", ["w"])),
-     ["loadgen.jsonl:3: worker: expected text, found a list"]),
-]  # fmt: skip
+    (
+        "run.json",
+        lambda f: (f / "run.json").write_text('{"name": "a",\n  "seed": }'),
+        ["run.json:2: not valid JSON (line 2"],
+    ),
+    (
+        "run.json",
+        lambda f: (f / "run.json").write_bytes(b'{"name": "caf\xe9"}'),
+        ["run.json: cannot read it: 'utf-8' codec can't decode byte 0xe9"],
+    ),
+    (
+        "run.json",
+        lambda f: (f / "run.json").write_text("[1, 2]"),
+        ["run.json: expected a JSON object, found list"],
+    ),
+    (
+        "run.json",
+        lambda f: _json(f, "run.json", _put("traffic", {"kind": "open-loop", "rate_rps": "fast"})),
+        ["run.json:", "traffic.rate_rps: must be a number, got 'fast'"],
+    ),
+    (
+        "run.json",
+        lambda f: _json(f, "run.json", _put("traffic", {"kind": "steady", "users": []})),
+        ["run.json:", "traffic.users: must be a number, got []"],
+    ),
+    (
+        "run.json",
+        lambda f: _json(f, "run.json", _put("traffic", 5)),
+        ["run.json:", ": traffic: expected an object, found the number 5"],
+    ),
+    (
+        "run.json",
+        lambda f: _json(f, "run.json", _put("profile.argv", "vllm serve")),
+        ["run.json:", "profile.argv: expected a list, found text 'vllm serve'"],
+    ),
+    (
+        "run.json",
+        lambda f: _json(f, "run.json", _put("profile.env", {"X": 1})),
+        ["run.json:", "profile.env.X: expected text, found the number 1"],
+    ),
+    (
+        "run.json",
+        lambda f: _json(f, "run.json", _put("open_loop", "yes")),
+        ["run.json:", "open_loop: expected true or false, found text 'yes'"],
+    ),
+    (
+        "run.json",
+        lambda f: _json(f, "run.json", _put("created_at", -5)),
+        ["run.json:", "created_at: must be between 0 and"],
+    ),
+    (
+        "locust.json",
+        lambda f: (f / "locust.json").write_text("{bad"),
+        ["locust.json:1: not valid JSON"],
+    ),
+    (
+        "locust.json",
+        lambda f: (f / "locust.json").write_text("[]"),
+        ["locust.json: expected a JSON object, found list"],
+    ),
+    (
+        "locust.json",
+        lambda f: _json(f, "locust.json", _put("warmup_until", "soon")),
+        ["locust.json:", "warmup_until: must be a number, got 'soon'"],
+    ),
+    (
+        "locust.json",
+        lambda f: (f / "locust.json").write_text('{"warmup_until": NaN}'),
+        ["locust.json:1: warmup_until: must be a finite number, got nan"],
+    ),
+    (
+        "locust.json",
+        lambda f: (f / "locust.json").write_text('{"warmup_until": 1e999}'),
+        ["locust.json:1: warmup_until: must be a finite number, got inf"],
+    ),
+    (
+        "locust.json",
+        lambda f: _json(f, "locust.json", _put("records", 2.5)),
+        ["locust.json:", "records: must be a whole number, got 2.5"],
+    ),
+    (
+        "status.json",
+        lambda f: (f / "status.json").write_bytes(b"\xff"),
+        ["status.json: cannot read it"],
+    ),
+    (
+        "status.json",
+        lambda f: _json(f, "status.json", _put("state", 5)),
+        ["status.json:2: state: expected text, found the number 5"],
+    ),
+    (
+        "metrics.jsonl",
+        lambda f: _line(f, "metrics.jsonl", 3, _put("t", None)),
+        ["metrics.jsonl:3: t: must be a number, got None"],
+    ),
+    (
+        "metrics.jsonl",
+        lambda f: _line(f, "metrics.jsonl", 2, _put("t", "now")),
+        ["metrics.jsonl:2: t: must be a number, got 'now'"],
+    ),
+    (
+        "metrics.jsonl",
+        lambda f: _line(f, "metrics.jsonl", 2, _put("values", "x")),
+        ["metrics.jsonl:2: values: expected an object, found text 'x'"],
+    ),
+    (
+        "metrics.jsonl",
+        lambda f: _line(f, "metrics.jsonl", 4, _put("values.vllm:x", "1")),
+        ["metrics.jsonl:4: values.vllm:x: must be a number, got '1'"],
+    ),
+    (
+        "metrics.jsonl",
+        lambda f: (f / "metrics.jsonl").write_text('{"t": 1}\n{bad\n{"t": 2}\n'),
+        ["metrics.jsonl:2: not a JSON line"],
+    ),
+    (
+        "metrics.jsonl",
+        lambda f: (f / "metrics.jsonl").write_text("[1]\n"),
+        ["metrics.jsonl:1: expected a JSON object per line"],
+    ),
+    (
+        "metrics.jsonl",
+        lambda f: (f / "metrics.jsonl").write_bytes(b'{"t": 1}\n\xff\n'),
+        ["metrics.jsonl: cannot read it"],
+    ),
+    (
+        "loadgen.jsonl",
+        lambda f: _line(f, "loadgen.jsonl", 2, _put("cpu_percent", "busy")),
+        ["loadgen.jsonl:2: cpu_percent: must be a number, got 'busy'"],
+    ),
+    (
+        "loadgen.jsonl",
+        lambda f: _line(f, "loadgen.jsonl", 5, _put("loop_lag_p99_ms", None)),
+        ["loadgen.jsonl:5: loop_lag_p99_ms: must be a number, got None"],
+    ),
+    (
+        "loadgen.jsonl",
+        lambda f: _line(f, "loadgen.jsonl", 2, _put("loop_lag_histogram", ["a"])),
+        ["loadgen.jsonl:2: loop_lag_histogram[0]: must be a whole number, got 'a'"],
+    ),
+    (
+        "loadgen.jsonl",
+        lambda f: _line(f, "loadgen.jsonl", 2, _put("loop_lag_histogram", 3)),
+        ["loadgen.jsonl:2: loop_lag_histogram: expected a list, found the number 3"],
+    ),
+    (
+        "loadgen.jsonl",
+        lambda f: _line(f, "loadgen.jsonl", 3, _put("worker", ["w"])),
+        ["loadgen.jsonl:3: worker: expected text, found a list"],
+    ),
+]
 
 
 @pytest.mark.parametrize("command", ["summarize --save", "compare", "plan", "report"])
@@ -473,8 +574,11 @@ def test_corrupt_run_files_are_refused_naming_file_line_and_key(
 def test_a_key_is_located_on_its_line_in_an_indented_run_json(run, saved):  # noqa: F811
     folder, _ = saved
     _json(folder, "run.json", _put("traffic", {"kind": "open-loop", "rate_rps": "fast"}))
-    line = next(i for i, text in enumerate((folder / "run.json").read_text().splitlines(), 1)
-                if '"rate_rps"' in text)  # fmt: skip
+    line = next(
+        i
+        for i, text in enumerate((folder / "run.json").read_text().splitlines(), 1)
+        if '"rate_rps"' in text
+    )
     assert_refused(run("summarize", str(folder)), f"run.json:{line}: traffic.rate_rps:")
 
 

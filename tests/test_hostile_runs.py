@@ -156,25 +156,39 @@ REFUSED_AT_ONCE = [
     (["bench", "base", "--url", "http://h:8000/v1"], ["--url: 'http://h:8000/v1' ends in /v1"]),
     (["bench", "base", "--url", "http://a b:1"], ["--url:", "contains spaces or control"]),
     (["bench", "base", "--url", "http://h:1/?x=1"], ["--url:", "has a query or fragment"]),
-    (["bench", "base", "--url", "http://h:1", "--set", "max-num-seqs=4"],
-     ["--set: changes the server's settings, but with --url the server at http://h:1 is"]),
+    (
+        ["bench", "base", "--url", "http://h:1", "--set", "max-num-seqs=4"],
+        ["--set: changes the server's settings, but with --url the server at http://h:1 is"],
+    ),
     (["bench", "base", "--url", "http://h:1", "--model", "m"], ["--model: changes the server"]),
     (["bench", "base", "--url", "http://h:1", "--port", "9000"], ["--port: changes the server"]),
-    (["sweep", "load", "base", "--levels", "2", "--url", "http://h:1", "--set", "a=1"],
-     ["--set: changes the server's settings"]),
-    (["sweep", "chunked", "base", "--url", "http://h:1"],
-     ["--url: a sweep of server settings restarts the server for each rung", "sweep load"]),
+    (
+        ["sweep", "load", "base", "--levels", "2", "--url", "http://h:1", "--set", "a=1"],
+        ["--set: changes the server's settings"],
+    ),
+    (
+        ["sweep", "chunked", "base", "--url", "http://h:1"],
+        ["--url: a sweep of server settings restarts the server for each rung", "sweep load"],
+    ),
     (["sweep", "batched-tokens", "base", "--url", "http://h:1"], ["--url: a sweep of server"]),
-    (["sweep", "set", "base", "max-num-seqs=8,16", "--url", "http://h:1"],
-     ["--url: a sweep of server settings"]),
-    (["bench", "dep", "--url", "http://127.0.0.1:8000", "--url", "http://localhost:8000"],
-     ["--url: 'http://localhost:8000' names the same server as 'http://127.0.0.1:8000'"]),
-    (["bench", "dep", "--url", "http://h:1", "--fresh-server", "--repeat", "2"],
-     ["--fresh-server: --fresh-server restarts the server between repeats, but vprof did not "
-      "start the server at --url http://h:1"]),
+    (
+        ["sweep", "set", "base", "max-num-seqs=8,16", "--url", "http://h:1"],
+        ["--url: a sweep of server settings"],
+    ),
+    (
+        ["bench", "dep", "--url", "http://127.0.0.1:8000", "--url", "http://localhost:8000"],
+        ["--url: 'http://localhost:8000' names the same server as 'http://127.0.0.1:8000'"],
+    ),
+    (
+        ["bench", "dep", "--url", "http://h:1", "--fresh-server", "--repeat", "2"],
+        [
+            "--fresh-server: --fresh-server restarts the server between repeats, but vprof did not "
+            "start the server at --url http://h:1"
+        ],
+    ),
     (["bench", "base", "--tokenizer", "/nope"], ["--tokenizer: no such file or folder: /nope"]),
     (["sweep", "load", "base", "--levels", "2", "--tokenizer", "/nope"], ["--tokenizer: no such"]),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize("args, fragments", REFUSED_AT_ONCE)
@@ -247,9 +261,10 @@ def test_a_workload_too_long_for_a_launched_profile_is_refused_before_it_starts(
         "bench", "base", "--set", "max-model-len=64", "--workload", "long-prompt-short-answer"
     )
     assert_refused(
-        result, "--workload: every request of workload long-prompt-short-answer asks for at least",
+        result,
+        "--workload: every request of workload long-prompt-short-answer asks for at least",
         "but base has max-model-len 64: it would reject them all",
-    )  # fmt: skip
+    )
 
 
 def test_a_workload_too_long_for_the_server_at_url_is_refused_before_a_request(
@@ -384,8 +399,13 @@ def test_a_run_in_which_every_request_failed_fails_with_the_first_error_and_back
     said: list[str] = []
     config = EmulatorConfig(ttft_ms=1, itl_ms=1, model="tiny", max_model_len=256)
     with Emulator(config) as emulator:
-        spec = BenchSpec(traffic=(str(shape),), workload=str(too_long), out_dir=tmp_path / "out",
-                         url=emulator.url, metrics_interval_s=0.5)  # fmt: skip
+        spec = BenchSpec(
+            traffic=(str(shape),),
+            workload=str(too_long),
+            out_dir=tmp_path / "out",
+            url=emulator.url,
+            metrics_interval_s=0.5,
+        )
         (outcome,) = run_bench(profiles(["emu"], url=spec.url, say=said.append), spec, said.append)
     # warned before it started
     assert any("has max-model-len 256" in line for line in map(str, said))
@@ -411,10 +431,23 @@ def test_the_bench_command_exits_1_when_every_request_failed(tmp_path, too_long)
     shape.write_text("kind: steady\nusers: 1\nduration_s: 2\n")
     config = EmulatorConfig(ttft_ms=1, itl_ms=1, model="tiny", max_model_len=256)
     with Emulator(config) as emulator:
-        result = CliRunner().invoke(cli, [
-            "bench", "emu", "--url", emulator.url, "--traffic", str(shape), "--workload",
-            str(too_long), "--out", str(tmp_path / "out"), "--format", "json",
-        ])  # fmt: skip
+        result = CliRunner().invoke(
+            cli,
+            [
+                "bench",
+                "emu",
+                "--url",
+                emulator.url,
+                "--traffic",
+                str(shape),
+                "--workload",
+                str(too_long),
+                "--out",
+                str(tmp_path / "out"),
+                "--format",
+                "json",
+            ],
+        )
     assert result.exit_code == 1, result.output
     assert "every request failed" in result.output
 

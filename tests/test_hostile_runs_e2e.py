@@ -24,8 +24,10 @@ PROMPT_TOKENS = "vllm:prompt_tokens_total"
 def vprof(*args: str, timeout_s: float = 600) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "vprof.cli.main", *args],
-        capture_output=True, text=True, timeout=timeout_s,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+    )
 
 
 def workload(tmp_path: Path, prompt_tokens: str) -> str:
@@ -37,8 +39,18 @@ def workload(tmp_path: Path, prompt_tokens: str) -> str:
 def test_a_workload_longer_than_the_servers_max_model_len_sends_nothing(tmp_path, vllm_server):
     before = scrape(vllm_server.url)
     out = tmp_path / "out"
-    proc = vprof("bench", "tiny", "--url", vllm_server.url, "--workload",
-                 workload(tmp_path, "5000"), "--traffic", "smoke", "--out", str(out))  # fmt: skip
+    proc = vprof(
+        "bench",
+        "tiny",
+        "--url",
+        vllm_server.url,
+        "--workload",
+        workload(tmp_path, "5000"),
+        "--traffic",
+        "smoke",
+        "--out",
+        str(out),
+    )
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "Traceback" not in proc.stderr
     assert (
@@ -58,9 +70,20 @@ def test_a_run_that_vllm_rejects_entirely_fails_with_its_error(tmp_path, vllm_se
     out = tmp_path / "out"
     # The lower bound of an unclipped lognormal is 1 token (so only a warning), but every
     # prompt is about 6,000 tokens: vLLM answers each with HTTP 400.
-    proc = vprof("bench", "tiny", "--url", vllm_server.url, "--workload",
-                 workload(tmp_path, "{kind: lognormal, median: 6000, sigma: 0.02}"),
-                 "--traffic", str(shape), "--out", str(out), "--format", "json")  # fmt: skip
+    proc = vprof(
+        "bench",
+        "tiny",
+        "--url",
+        vllm_server.url,
+        "--workload",
+        workload(tmp_path, "{kind: lognormal, median: 6000, sigma: 0.02}"),
+        "--traffic",
+        str(shape),
+        "--out",
+        str(out),
+        "--format",
+        "json",
+    )
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert f"the server at {vllm_server.url} has max-model-len 4,096" in proc.stderr
     (run,) = [p.parent for p in out.glob("*/run.json")]

@@ -77,15 +77,42 @@ def test_bench_and_sweep_load_print_one_json_document(tmp_path):
     shape.write_text("kind: open-loop\nrate_rps: 2\nwarmup_s: 1\nduration_s: 2\nmax_in_flight: 4\n")
     base = [sys.executable, "-m", "vprof.cli.main"]
     with Emulator(EmulatorConfig(ttft_ms=20, itl_ms=5, model="tiny")) as emulator:
-        common = ["--url", emulator.url, "--traffic", str(shape), "--workload", "tiny-smoke",
-                  "--format", "json"]  # fmt: skip
-        bench = subprocess.run([*base, "bench", "emu", *common, "--out", str(tmp_path / "b")],
-                               capture_output=True, text=True, timeout=240)  # fmt: skip
+        common = [
+            "--url",
+            emulator.url,
+            "--traffic",
+            str(shape),
+            "--workload",
+            "tiny-smoke",
+            "--format",
+            "json",
+        ]
+        bench = subprocess.run(
+            [*base, "bench", "emu", *common, "--out", str(tmp_path / "b")],
+            capture_output=True,
+            text=True,
+            timeout=240,
+        )
         sweep = subprocess.run(
-            [*base, "sweep", "load", "emu", *common, "--levels", "2", "--slo",
-             "ttft_p95=1000ms", "--rps", "10", "--out", str(tmp_path / "s")],
-            capture_output=True, text=True, timeout=240,
-        )  # fmt: skip
+            [
+                *base,
+                "sweep",
+                "load",
+                "emu",
+                *common,
+                "--levels",
+                "2",
+                "--slo",
+                "ttft_p95=1000ms",
+                "--rps",
+                "10",
+                "--out",
+                str(tmp_path / "s"),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=240,
+        )
     assert bench.returncode == 0, bench.stdout + bench.stderr
     document = json.loads(bench.stdout)
     assert set(document) == {"runs", "summaries"} and document["runs"][0]["state"] == "completed"

@@ -30,10 +30,19 @@ def _sample(
     histogram = [0] * (len(LOOP_LAG_BUCKETS_MS) + 1)
     histogram[0] = n - int(n * late)
     histogram[next(i for i, edge in enumerate(LOOP_LAG_BUCKETS_MS) if edge >= p99)] += int(n * late)
-    return {"t": t, "worker": worker, "cpu_percent": cpu, "loop_lag_p50_ms": 0.1,
-            "loop_lag_p99_ms": p99, "loop_lag_max_ms": p99 * 2, "loop_probes": n,
-            "loop_lag_histogram": histogram, "machine_cpu_percent": 60.0,
-            "steal_percent": 0.0, "wait_percent": wait}  # fmt: skip
+    return {
+        "t": t,
+        "worker": worker,
+        "cpu_percent": cpu,
+        "loop_lag_p50_ms": 0.1,
+        "loop_lag_p99_ms": p99,
+        "loop_lag_max_ms": p99 * 2,
+        "loop_probes": n,
+        "loop_lag_histogram": histogram,
+        "machine_cpu_percent": 60.0,
+        "steal_percent": 0.0,
+        "wait_percent": wait,
+    }
 
 
 def test_verdict_rests_on_event_loop_lag_not_cpu():
@@ -126,8 +135,20 @@ def test_pooled_lag_percentile_is_the_bucket_edge_over_every_worker():
 def emulator() -> Iterator[str]:
     """`vprof emulate` in its own process, so it does not share the test's interpreter."""
     port = free_port()
-    argv = [sys.executable, "-m", "vprof.cli.main", "emulate", "--port", str(port),
-            "--ttft-ms", "50", "--itl-ms", "5", "--model", "tiny"]  # fmt: skip
+    argv = [
+        sys.executable,
+        "-m",
+        "vprof.cli.main",
+        "emulate",
+        "--port",
+        str(port),
+        "--ttft-ms",
+        "50",
+        "--itl-ms",
+        "5",
+        "--model",
+        "tiny",
+    ]
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
     try:
@@ -152,8 +173,17 @@ def _run(url: str, run_dir: Path, users: int, seconds: int) -> dict:
     run_dir.parent.mkdir(parents=True)
     shape = run_dir.parent / f"steady-{users}.yaml"
     shape.write_text(f"kind: steady\nusers: {users}\nduration_s: {seconds}\nwarmup_s: 4\n")
-    run_headless(url, run_dir, "--workload", "tiny-smoke", "--traffic", str(shape),
-                 "--stop-timeout", "10", timeout_s=seconds + 120)  # fmt: skip
+    run_headless(
+        url,
+        run_dir,
+        "--workload",
+        "tiny-smoke",
+        "--traffic",
+        str(shape),
+        "--stop-timeout",
+        "10",
+        timeout_s=seconds + 120,
+    )
     return summarize_run(run_dir)
 
 

@@ -26,11 +26,16 @@ def test_shared_prefix_run_records_every_request_and_lowers_ttft(vllm_server, tm
     # 1024 of ~1100 prompt tokens shared: the prefix cache should serve most of each prompt.
     # Counted, and one timing whose effect is many-fold (a prefill of 76 tokens against 1100):
     # it holds beside the unit tests, where one user got 8 plain answers in 12 s (72 alone).
-    shared = workload_file(tmp_path, "shared", "prefix: {groups: 1, length_tokens: 1024, "
-                           "popularity: uniform, share: 1.0}\nprompt_tokens: 76\n"
-                           "output_tokens: 8\nfixed_output: true\n")  # fmt: skip
-    plain = workload_file(tmp_path, "plain", "prompt_tokens: 1100\noutput_tokens: 8\n"
-                          "fixed_output: true\n")  # fmt: skip
+    shared = workload_file(
+        tmp_path,
+        "shared",
+        "prefix: {groups: 1, length_tokens: 1024, "
+        "popularity: uniform, share: 1.0}\nprompt_tokens: 76\n"
+        "output_tokens: 8\nfixed_output: true\n",
+    )
+    plain = workload_file(
+        tmp_path, "plain", "prompt_tokens: 1100\noutput_tokens: 8\nfixed_output: true\n"
+    )
     results = {}
     for name, workload in (("shared", shared), ("plain", plain)):
         run_dir = tmp_path / f"run-{name}"
@@ -65,17 +70,32 @@ def test_shared_prefix_run_records_every_request_and_lowers_ttft(vllm_server, tm
     assert (shared_df.prefix_group == 0).all() and (plain_df.prefix_group == -1).all()
     assert shared_df.cached_tokens.iloc[1:].median() >= 1008  # whole 16-token blocks
     shared_ttft, plain_ttft = shared_df.ttft_ms.median(), plain_df.ttft_ms.median()
-    print(f"\nTTFT p50 shared prefix {shared_ttft:.1f} ms ({len(shared_df)} requests) vs "
-          f"no prefix {plain_ttft:.1f} ms ({len(plain_df)} requests); prefix cache hits "
-          f"{results['shared_hits']:.0f} tokens")  # fmt: skip
+    print(
+        f"\nTTFT p50 shared prefix {shared_ttft:.1f} ms ({len(shared_df)} requests) vs "
+        f"no prefix {plain_ttft:.1f} ms ({len(plain_df)} requests); prefix cache hits "
+        f"{results['shared_hits']:.0f} tokens"
+    )
     assert shared_ttft < plain_ttft
 
 
 def test_processes_2_write_one_records_file_with_both_workers(vllm_server, tmp_path: Path):
     run_dir = tmp_path / "run"
     before = counters(vllm_server)
-    run_locust(vllm_server, run_dir, "--workload", "tiny-smoke", "-u", "4", "-r", "4",
-               "-t", "8s", "--processes", "2", master_port=MASTER_PORT)  # fmt: skip
+    run_locust(
+        vllm_server,
+        run_dir,
+        "--workload",
+        "tiny-smoke",
+        "-u",
+        "4",
+        "-r",
+        "4",
+        "-t",
+        "8s",
+        "--processes",
+        "2",
+        master_port=MASTER_PORT,
+    )
     server_delta = delta(before, counters(vllm_server))
     df = read_records(run_dir)
     assert sorted(df.worker.str.rsplit(":", n=1).str[-1].unique()) == ["worker0", "worker1"]
@@ -98,8 +118,19 @@ def test_multi_turn_chat_grows_history_and_reports_template_overhead(vllm_server
         "output_tokens: 8\nfixed_output: true\nconversation: {turns: 3}\n"
     )
     run_dir = tmp_path / "run"
-    run_locust(vllm_server, run_dir, "--workload", str(workload), "-u", "2", "-r", "2",
-               "-t", "8s", master_port=MASTER_PORT)  # fmt: skip
+    run_locust(
+        vllm_server,
+        run_dir,
+        "--workload",
+        str(workload),
+        "-u",
+        "2",
+        "-r",
+        "2",
+        "-t",
+        "8s",
+        master_port=MASTER_PORT,
+    )
     df = read_records(run_dir)
     assert (df.status == "ok").all(), df[["status", "error"]]
     assert (df.turn > 0).any(), df[["conversation_id", "turn"]]  # a history was resent
@@ -132,10 +163,25 @@ def test_open_loop_conversations_send_every_turn_and_report_latency_from_schedul
         f"conversation:\n  turns: {TURNS}\n  think_time_s: {{kind: exponential, mean: {THINK_S}}}\n"
     )
     run_dir = tmp_path / "run"
-    run_headless(vllm_server.url, run_dir, "--workload", str(workload), "--rate-rps", "2",
-                 "-t", "16s", "--max-in-flight", "32", "--model", vllm_server.model,
-                 "--tokenizer", str(vllm_server.model_dir), "--master-bind-port",
-                 str(SESSIONS_MASTER_PORT), timeout_s=90)  # fmt: skip
+    run_headless(
+        vllm_server.url,
+        run_dir,
+        "--workload",
+        str(workload),
+        "--rate-rps",
+        "2",
+        "-t",
+        "16s",
+        "--max-in-flight",
+        "32",
+        "--model",
+        vllm_server.model,
+        "--tokenizer",
+        str(vllm_server.model_dir),
+        "--master-bind-port",
+        str(SESSIONS_MASTER_PORT),
+        timeout_s=90,
+    )
     df = read_records(run_dir)
     info = json.loads((run_dir / "locust.json").read_text())
     assert info["open_loop"] and df.open_loop.all() and df.request_id.is_unique
@@ -167,7 +213,9 @@ def test_open_loop_conversations_send_every_turn_and_report_latency_from_schedul
         assert turn["sent"] == per_turn[t]
         assert math.isfinite(turn["median_ttft_from_schedule_ms"])
         assert turn["p99_ttft_from_schedule_ms"] >= turn["median_ttft_from_schedule_ms"] > 0
-    print(f"sessions {summary['sessions']}, completed {summary['sessions_completed']}, "
-          f"session e2e p50 {summary['median_session_e2el_ms']:.0f} ms")  # fmt: skip
+    print(
+        f"sessions {summary['sessions']}, completed {summary['sessions_completed']}, "
+        f"session e2e p50 {summary['median_session_e2el_ms']:.0f} ms"
+    )
     assert summary["sessions_completed"] > 0
     assert summary["median_session_e2el_ms"] > 0

@@ -23,8 +23,14 @@ pytestmark = pytest.mark.e2e
 
 
 def run_locust(server, run_dir: Path, *args: str, master_port: int = MASTER_PORT) -> str:
-    extra = ["--model", server.model, "--tokenizer", str(server.model_dir),
-             "--master-bind-port", str(master_port)]  # fmt: skip
+    extra = [
+        "--model",
+        server.model,
+        "--tokenizer",
+        str(server.model_dir),
+        "--master-bind-port",
+        str(master_port),
+    ]
     if "--processes" in args:  # forked workers connect to --master-port, not the bind port
         extra += ["--master-port", str(master_port)]
     return run_headless(server.url, run_dir, *extra, *args, timeout_s=RUN_TIMEOUT_S)
@@ -32,9 +38,13 @@ def run_locust(server, run_dir: Path, *args: str, master_port: int = MASTER_PORT
 
 def counters(server) -> dict[str, float]:
     m = scrape(server.url)
-    keys = ("vllm:request_success_total", "vllm:prompt_tokens_total",
-            "vllm:generation_tokens_total", "vllm:prefix_cache_hits_total",
-            "vllm:prefix_cache_queries_total")  # fmt: skip
+    keys = (
+        "vllm:request_success_total",
+        "vllm:prompt_tokens_total",
+        "vllm:generation_tokens_total",
+        "vllm:prefix_cache_hits_total",
+        "vllm:prefix_cache_queries_total",
+    )
     return {k: m.get(k, 0.0) for k in keys}
 
 
@@ -54,11 +64,23 @@ def test_open_loop_schedule_is_shared_by_two_processes_and_met(vllm_server, tmp_
     # room for 16 in flight on each worker: the schedule is what is tested, not the cap (at 8
     # in all, a server slow for a moment held a burst's requests back by 0.7 s, and the last
     # request of a CI run was never sent)
-    traffic.write_text(f"kind: open-loop\nprocess: poisson\nrate_rps: {rate_rps}\n"
-                       f"max_in_flight: 32\nduration_s: {total_s}\n")  # fmt: skip
+    traffic.write_text(
+        f"kind: open-loop\nprocess: poisson\nrate_rps: {rate_rps}\n"
+        f"max_in_flight: 32\nduration_s: {total_s}\n"
+    )
     run_dir = tmp_path / "run"
-    run_locust(vllm_server, run_dir, "--workload", "tiny-smoke", "--traffic", str(traffic),
-               "--processes", "2", "--seed", "11")  # fmt: skip
+    run_locust(
+        vllm_server,
+        run_dir,
+        "--workload",
+        "tiny-smoke",
+        "--traffic",
+        str(traffic),
+        "--processes",
+        "2",
+        "--seed",
+        "11",
+    )
     df = read_records(run_dir)
     expected = round(rate_rps * total_s)
     # Every index of the one schedule was sent exactly once, split between both workers.
@@ -84,11 +106,13 @@ def test_open_loop_schedule_is_shared_by_two_processes_and_met(vllm_server, tmp_
 def test_closed_loop_users_keep_that_many_requests_in_flight(vllm_server, tmp_path: Path):
     # N closed-loop users must mean N requests at the server, not fewer.
     users = 8
-    workload = workload_file(tmp_path, "inflight", "prompt_tokens: 256\noutput_tokens: 64\n"
-                             "fixed_output: true\n")  # fmt: skip
+    workload = workload_file(
+        tmp_path, "inflight", "prompt_tokens: 256\noutput_tokens: 64\nfixed_output: true\n"
+    )
     shape = tmp_path / "steady.yaml"
-    shape.write_text(f"kind: steady\nusers: {users}\nspawn_rate: {users}\nduration_s: 10\n"
-                     "warmup_s: 2\n")  # fmt: skip
+    shape.write_text(
+        f"kind: steady\nusers: {users}\nspawn_rate: {users}\nduration_s: 10\nwarmup_s: 2\n"
+    )
     run_dir = tmp_path / "run"
     run_locust(vllm_server, run_dir, "--workload", str(workload), "--traffic", str(shape))
     df = read_records(run_dir)
@@ -98,9 +122,11 @@ def test_closed_loop_users_keep_that_many_requests_in_flight(vllm_server, tmp_pa
     t0, t1 = kept.sent_at.min(), kept.sent_at.max()
     overlap = (df.finished_at.clip(upper=t1) - df.sent_at.clip(lower=t0)).clip(lower=0)
     mean_in_flight = float(overlap.sum()) / (t1 - t0)
-    print(f"{len(kept)} requests after the warm-up, mean in flight {mean_in_flight:.3f} of "
-          f"{users}, idle before a send p50/max "
-          f"{kept.idle_before_ms.median():.2f}/{kept.idle_before_ms.max():.2f} ms")  # fmt: skip
+    print(
+        f"{len(kept)} requests after the warm-up, mean in flight {mean_in_flight:.3f} of "
+        f"{users}, idle before a send p50/max "
+        f"{kept.idle_before_ms.median():.2f}/{kept.idle_before_ms.max():.2f} ms"
+    )
     assert len(kept) >= 3 * users
     assert mean_in_flight >= 0.97 * users
     summary = summarize_run(run_dir)

@@ -48,10 +48,15 @@ def _llm_table(page: str, kind: str) -> list[dict[str, str]]:
     table = table[: table.index("</table>")]
     head = [html.unescape(h) for h in re.findall(r"<th>(.*?)</th>", table)]
     return [
-        dict(zip(head, [html.unescape(c) for c in re.findall(r"<td[^>]*>(.*?)</td>", row)],
-                 strict=True))
+        dict(
+            zip(
+                head,
+                [html.unescape(c) for c in re.findall(r"<td[^>]*>(.*?)</td>", row)],
+                strict=True,
+            )
+        )
         for row in re.findall(r"<tr>(<td.*?)</tr>", table)
-    ]  # fmt: skip
+    ]
 
 
 def _number(text: str) -> float:
@@ -64,9 +69,23 @@ def test_html_and_csv_count_each_request_once_and_hold_the_llm_statistics(
 ):
     run_dir = tmp_path / "run"
     extra = ["--processes", str(processes)] if processes > 1 else []
-    run_headless(emulator.url, run_dir, "--workload", "tiny-smoke", "-u", "8", "-r", "8",
-                 "-t", "8s", "--html", str(tmp_path / "report-{u}.html"),
-                 "--csv", str(tmp_path / "out"), *extra)  # fmt: skip
+    run_headless(
+        emulator.url,
+        run_dir,
+        "--workload",
+        "tiny-smoke",
+        "-u",
+        "8",
+        "-r",
+        "8",
+        "-t",
+        "8s",
+        "--html",
+        str(tmp_path / "report-{u}.html"),
+        "--csv",
+        str(tmp_path / "out"),
+        *extra,
+    )
     records = read_records(run_dir)
     sent = records[records.status != "cancelled"]  # Locust hears of every request it sent
     ok = records[records.status == "ok"]
@@ -119,10 +138,13 @@ def test_html_and_csv_count_each_request_once_and_hold_the_llm_statistics(
     assert all(p["median_ttft_ms"] is not None for p in points if p["completed"])
     busy_s = float((records.finished_at - records.sent_at).dropna().sum())
     in_flight_s = sum(
-        p["in_flight"] * (min(p["t"] + data["interval_s"], records.finished_at.max())
-                          - max(p["t"], records.sent_at.min()))
+        p["in_flight"]
+        * (
+            min(p["t"] + data["interval_s"], records.finished_at.max())
+            - max(p["t"], records.sent_at.min())
+        )
         for p in points
-    )  # fmt: skip
+    )
     assert in_flight_s == pytest.approx(busy_s, rel=1e-6)  # request-seconds, all accounted
 
     # --csv: Locust's stats have no metric rows; the LLM rows sit beside them.
@@ -162,11 +184,18 @@ def test_report_fires_one_request_event_per_request():
     environment.events.request.add_listener(lambda **kw: heard.append(kw))
     try:
         user = SimpleNamespace(environment=environment)
-        ok = RequestRecord(request_id="1", sent_at=100.0, first_token_at=100.05,
-                           last_token_at=100.2, finished_at=100.25, completion_tokens=16,
-                           itl_ms=[10.0] * 15).finalize()  # fmt: skip
-        bad = RequestRecord(request_id="2", sent_at=101.0, finished_at=101.5, status="error",
-                            error="HTTP 500: boom")  # fmt: skip
+        ok = RequestRecord(
+            request_id="1",
+            sent_at=100.0,
+            first_token_at=100.05,
+            last_token_at=100.2,
+            finished_at=100.25,
+            completion_tokens=16,
+            itl_ms=[10.0] * 15,
+        ).finalize()
+        bad = RequestRecord(
+            request_id="2", sent_at=101.0, finished_at=101.5, status="error", error="HTTP 500: boom"
+        )
         LLMUser._report(user, ok, "/v1/chat/completions")  # type: ignore[arg-type]
         LLMUser._report(user, bad, "/v1/chat/completions")  # type: ignore[arg-type]
         stats = environment.runner.stats

@@ -156,10 +156,28 @@ def _bench(tmp_path: Path, url: str, cache: Path, out: str) -> subprocess.Popen:
     shape.write_text("kind: open-loop\nrate_rps: 8\nwarmup_s: 0\nduration_s: 2\nmax_in_flight: 4\n")
     env = {**os.environ, "HF_HUB_CACHE": str(cache), "HF_HUB_OFFLINE": "1"}
     return subprocess.Popen(
-        [sys.executable, "-m", "vprof.cli.main", "bench", "emu", "--url", url, "--workload",
-         "tiny-smoke", "--traffic", str(shape), "--format", "json", "--out", str(tmp_path / out)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "vprof.cli.main",
+            "bench",
+            "emu",
+            "--url",
+            url,
+            "--workload",
+            "tiny-smoke",
+            "--traffic",
+            str(shape),
+            "--format",
+            "json",
+            "--out",
+            str(tmp_path / out),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
 
 
 def _finish(bench: subprocess.Popen) -> subprocess.CompletedProcess:

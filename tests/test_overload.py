@@ -23,8 +23,17 @@ def overloaded(tmp_path_factory) -> dict:
     )
     run = folder / "run"
     with Emulator(EmulatorConfig(ttft_ms=100, itl_ms=10, model="tiny")) as emulator:
-        run_headless(emulator.url, run, "--workload", "tiny-smoke", "--traffic", str(shape),
-                     "--stop-timeout", "2", timeout_s=120)  # fmt: skip
+        run_headless(
+            emulator.url,
+            run,
+            "--workload",
+            "tiny-smoke",
+            "--traffic",
+            str(shape),
+            "--stop-timeout",
+            "2",
+            timeout_s=120,
+        )
     return {"run": run, "summary": summarize_run(run, slo=SLO)}
 
 

@@ -12,10 +12,11 @@ from vprof.runs.spec import Tick
 
 def _ticks(run: str, place: tuple[int, int], seconds: int) -> list[Tick]:
     return [
-        Tick(run, float(t), 10.0, done=3 * t, failed=t // 5, detail="server: running 2",
-             place=place)
+        Tick(
+            run, float(t), 10.0, done=3 * t, failed=t // 5, detail="server: running 2", place=place
+        )
         for t in range(1, seconds + 1)
-    ]  # fmt: skip
+    ]
 
 
 def test_on_a_terminal_each_run_gets_a_bar_and_the_command_its_time_to_go(capsys):
@@ -51,9 +52,18 @@ def test_in_a_log_ticks_are_plain_lines_at_most_every_10_s(capsys):
     assert lines[1:] == [str(_ticks("baseline--chat--steady", (1, 2), 1)[0])]
     assert "\x1b" not in "".join(lines) and "\r" not in "".join(lines)
     assert lines[1].split() == [
-        "[1/2]", "baseline--chat--steady", "1/10", "s", "answered", "3", "failed", "0",
-        "server:", "running", "2",
-    ]  # fmt: skip
+        "[1/2]",
+        "baseline--chat--steady",
+        "1/10",
+        "s",
+        "answered",
+        "3",
+        "failed",
+        "0",
+        "server:",
+        "running",
+        "2",
+    ]
 
 
 def test_a_runs_final_tick_fills_its_bar_on_a_terminal_and_prints_nothing_in_a_log(capsys):
@@ -102,8 +112,18 @@ def test_the_answered_and_failed_counts_add_each_locust_processs_latest(tmp_path
     assert watch.check() is None and watch.counts() is None  # nothing written yet
 
     def sample(t: float, worker: str, answered: int, failed: int) -> str:
-        return json.dumps({"t": t, "worker": worker, "loop_lag_p99_ms": 1.0,
-                           LOADGEN_ANSWERED: answered, LOADGEN_FAILED: failed}) + "\n"  # fmt: skip
+        return (
+            json.dumps(
+                {
+                    "t": t,
+                    "worker": worker,
+                    "loop_lag_p99_ms": 1.0,
+                    LOADGEN_ANSWERED: answered,
+                    LOADGEN_FAILED: failed,
+                }
+            )
+            + "\n"
+        )
 
     run.loadgen_jsonl.write_text(sample(1, "w0", 5, 0) + sample(1, "w1", 7, 1))
     watch.check()  # before the test's warm-up is known: the counts are read all the same

@@ -82,8 +82,12 @@ ENGINE_ARGS = [*TUNED_KEYS, "tensor-parallel-size"]  # the knobs tune searches, 
 
 
 @SETTINGS
-@given(documents(["description", "extends", "engine_args", "env", "model", "port"],
-                 {"engine_args": ENGINE_ARGS, "env": ["VLLM_CPU_KVCACHE_SPACE", "X"]}))  # fmt: skip
+@given(
+    documents(
+        ["description", "extends", "engine_args", "env", "model", "port"],
+        {"engine_args": ENGINE_ARGS, "env": ["VLLM_CPU_KVCACHE_SPACE", "X"]},
+    )
+)
 def test_any_profile_loads_checked_or_is_refused_by_name(doc):
     def load(path: Path) -> None:
         profile = get_profile("fuzzed", [path.parent])
@@ -96,23 +100,56 @@ DISTRIBUTION = ["kind", "mean", "stddev", "sigma", "min", "max", "value", "file"
 
 
 @SETTINGS
-@given(documents(
-    ["description", "endpoint", "seed", "prompt_tokens", "output_tokens", "fixed_output",
-     "prefix", "kind", "conversation", "max_model_len"],
-    {"prompt_tokens": DISTRIBUTION, "output_tokens": DISTRIBUTION,
-     "prefix": ["groups", "length_tokens", "share"],
-     "conversation": ["turns", "think_time_s", "history"]},
-))  # fmt: skip
+@given(
+    documents(
+        [
+            "description",
+            "endpoint",
+            "seed",
+            "prompt_tokens",
+            "output_tokens",
+            "fixed_output",
+            "prefix",
+            "kind",
+            "conversation",
+            "max_model_len",
+        ],
+        {
+            "prompt_tokens": DISTRIBUTION,
+            "output_tokens": DISTRIBUTION,
+            "prefix": ["groups", "length_tokens", "share"],
+            "conversation": ["turns", "think_time_s", "history"],
+        },
+    )
+)
 def test_any_workload_loads_checked_or_is_refused_by_name(doc):
     _written_and_loaded(doc, load_workload_file)
 
 
 @SETTINGS
-@given(documents(
-    ["description", "kind", "users", "rate_rps", "duration_s", "warmup_s", "max_in_flight",
-     "process", "burstiness", "spawn_rate", "ramp_s", "step_users", "step_s", "spike_users",
-     "spike_at_s", "spike_s", "start_users"]
-))  # fmt: skip
+@given(
+    documents(
+        [
+            "description",
+            "kind",
+            "users",
+            "rate_rps",
+            "duration_s",
+            "warmup_s",
+            "max_in_flight",
+            "process",
+            "burstiness",
+            "spawn_rate",
+            "ramp_s",
+            "step_users",
+            "step_s",
+            "spike_users",
+            "spike_at_s",
+            "spike_s",
+            "start_users",
+        ]
+    )
+)
 def test_any_traffic_shape_loads_checked_or_is_refused_by_name(doc):
     _written_and_loaded(doc, get_shape)
 
@@ -158,13 +195,41 @@ OPTION_TEXT = st.one_of(
     st.text(max_size=40),
     st.lists(
         st.sampled_from(
-            ["ttft_p95", "=", "500", "ms", "s", ",", "errors", "1", "%", "nan", "inf", "-", "e9",
-             "0.5", "tpot_p99", "rps", " ", "x", "max-num-seqs", "16", "true", "10m", "3h",
-             "http://", "127.0.0.1", ":8000", "/v1", "localhost", "[::1]"]
+            [
+                "ttft_p95",
+                "=",
+                "500",
+                "ms",
+                "s",
+                ",",
+                "errors",
+                "1",
+                "%",
+                "nan",
+                "inf",
+                "-",
+                "e9",
+                "0.5",
+                "tpot_p99",
+                "rps",
+                " ",
+                "x",
+                "max-num-seqs",
+                "16",
+                "true",
+                "10m",
+                "3h",
+                "http://",
+                "127.0.0.1",
+                ":8000",
+                "/v1",
+                "localhost",
+                "[::1]",
+            ]
         ),
         max_size=8,
     ).map("".join),
-)  # fmt: skip
+)
 
 
 def _parser_cases():

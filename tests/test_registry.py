@@ -527,8 +527,9 @@ def test_gpus_per_server_multiplies_tensor_pipeline_and_data_parallel_sizes():
     from vprof.registry.profile import gpus_per_server
 
     assert gpus_per_server({})[0] == 1
-    gpus, why = gpus_per_server({"tensor-parallel-size": 2, "pipeline-parallel-size": 2,
-                                 "data-parallel-size": 2})  # fmt: skip
+    gpus, why = gpus_per_server(
+        {"tensor-parallel-size": 2, "pipeline-parallel-size": 2, "data-parallel-size": 2}
+    )
     assert gpus == 8 and "data-parallel-size 2" in why
     with pytest.raises(ProfileError, match="not a parallel size"):
         gpus_per_server({"tensor-parallel-size": 0})

@@ -142,14 +142,23 @@ def test_the_parent_passes_every_replica_and_the_policy_to_locust(tmp_path):
     from vprof.records.rundir import RunDir
     from vprof.runs.loadgen import LoadSpec
 
-    spec = LoadSpec(url=A, run_dir=RunDir(tmp_path), workload="w.yaml", traffic="{}", seed=1,
-                    salt="s", urls=(A, B), balance="round-robin")  # fmt: skip
+    spec = LoadSpec(
+        url=A,
+        run_dir=RunDir(tmp_path),
+        workload="w.yaml",
+        traffic="{}",
+        seed=1,
+        salt="s",
+        urls=(A, B),
+        balance="round-robin",
+    )
     argv = spec.argv()
     assert argv[argv.index("--host") + 1] == A
     assert argv[argv.index("--hosts") + 1] == f"{A},{B}"
     assert argv[argv.index("--balance") + 1] == "round-robin"
-    one = LoadSpec(url=A, run_dir=RunDir(tmp_path), workload="w.yaml", traffic="{}", seed=1,
-                   salt="s").argv()  # fmt: skip
+    one = LoadSpec(
+        url=A, run_dir=RunDir(tmp_path), workload="w.yaml", traffic="{}", seed=1, salt="s"
+    ).argv()
     assert "--hosts" not in one and "--balance" not in one  # one server: as before
 
 
@@ -203,9 +212,20 @@ def _bench(tmp_path: Path, urls: tuple[str, ...], shape: str, *args: str) -> dic
         "endpoint: completions\nprompt_tokens: 16\noutput_tokens: 4\nfixed_output: true\n"
     )
     before = [_served(url) for url in urls]
-    argv = ["bench", "emulators", *(arg for url in urls for arg in ("--url", url)),
-            "--traffic", str(tmp_path / "t.yaml"), "--workload", str(tmp_path / "w.yaml"),
-            "--out", str(tmp_path / "out"), "--format", "json", *args]  # fmt: skip
+    argv = [
+        "bench",
+        "emulators",
+        *(arg for url in urls for arg in ("--url", url)),
+        "--traffic",
+        str(tmp_path / "t.yaml"),
+        "--workload",
+        str(tmp_path / "w.yaml"),
+        "--out",
+        str(tmp_path / "out"),
+        "--format",
+        "json",
+        *args,
+    ]
     result = CliRunner().invoke(cli, argv, catch_exceptions=False)
     assert result.exit_code == 0, result.output
     document = json.loads(result.stdout)  # one document, per-replica parts and all
@@ -264,8 +284,9 @@ def open_loop(tmp_path_factory, replicas) -> dict[str, dict]:
     root = tmp_path_factory.mktemp("open-loop")
     (root / "two").mkdir()
     (root / "one").mkdir()
-    two = _bench(root / "two", replicas, OPEN_LOOP.format(20), "--balance", "round-robin",
-                 "--processes", "2")  # fmt: skip
+    two = _bench(
+        root / "two", replicas, OPEN_LOOP.format(20), "--balance", "round-robin", "--processes", "2"
+    )
     one = _bench(root / "one", replicas[:1], OPEN_LOOP.format(10))
     return {"two": two, "one": one}
 
@@ -364,17 +385,46 @@ def test_plain_locust_spreads_over_hosts_and_refuses_a_repeated_one(tmp_path, re
     from vprof.analysis import summarize_run
 
     hosts = ",".join(replicas)
-    run_headless(replicas[0], tmp_path / "run", "--hosts", hosts, "--balance", "round-robin",
-                 "--workload", "tiny-smoke", "-u", "2", "-r", "2", "-t", "3s")  # fmt: skip
+    run_headless(
+        replicas[0],
+        tmp_path / "run",
+        "--hosts",
+        hosts,
+        "--balance",
+        "round-robin",
+        "--workload",
+        "tiny-smoke",
+        "-u",
+        "2",
+        "-r",
+        "2",
+        "-t",
+        "3s",
+    )
     summary = summarize_run(tmp_path / "run")
     assert set(summary["per_replica"]) == set(replicas)
     fast, slow = (summary["per_replica"][url] for url in replicas)
     assert abs(fast["requests"] - slow["requests"]) <= 1  # in turn
     assert fast["median_ttft_ms"] < FAST_MS + 15 and slow["median_ttft_ms"] >= SLOW_MS
     repeated = subprocess.run(
-        [sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--headless", "-t", "1s",
-         "--hosts", f"{replicas[0]},{replicas[0]}/", "--run-dir", str(tmp_path / "bad")],
-        capture_output=True, text=True, timeout=120, cwd=tmp_path,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "locust",
+            "-f",
+            str(LOCUSTFILE),
+            "--headless",
+            "-t",
+            "1s",
+            "--hosts",
+            f"{replicas[0]},{replicas[0]}/",
+            "--run-dir",
+            str(tmp_path / "bad"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
     assert repeated.returncode == 2
     assert "--hosts:" in repeated.stderr and "names the same server" in repeated.stderr

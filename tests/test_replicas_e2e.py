@@ -33,15 +33,31 @@ def test_a_bench_over_two_vllm_servers_samples_each_ones_metrics(
     urls = [vllm_server.url, second_server.url]
     (tmp_path / "t.yaml").write_text("kind: steady\nusers: 4\nduration_s: 8\nwarmup_s: 1\n")
     out = tmp_path / "out"
-    # fmt: off
     proc = subprocess.run(
-        [sys.executable, "-m", "vprof.cli.main", "bench", "two-replicas",
-         *(arg for url in urls for arg in ("--url", url)), "--balance", "round-robin",
-         "--traffic", str(tmp_path / "t.yaml"), "--workload", "tiny-smoke",
-         "--metrics-interval", "2", "--out", str(out), "--format", "json"],
-        capture_output=True, text=True, timeout=600,
+        [
+            sys.executable,
+            "-m",
+            "vprof.cli.main",
+            "bench",
+            "two-replicas",
+            *(arg for url in urls for arg in ("--url", url)),
+            "--balance",
+            "round-robin",
+            "--traffic",
+            str(tmp_path / "t.yaml"),
+            "--workload",
+            "tiny-smoke",
+            "--metrics-interval",
+            "2",
+            "--out",
+            str(out),
+            "--format",
+            "json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
-    # fmt: on
     assert proc.returncode == 0, proc.stdout + proc.stderr
     (summary,) = json.loads(proc.stdout)["summaries"]
     run = RunDir(Path(summary["path"]))
@@ -82,16 +98,31 @@ def test_alternating_slices_between_two_vllm_servers_pair_and_judge_them(
         "output_tokens: 96\nfixed_output: true\n"
     )
     out = tmp_path / "alt"
-    # fmt: off
     proc = subprocess.run(
-        [sys.executable, "-m", "vprof.cli.main", "bench", "--alternate",
-         *(arg for name, url in sides.items() for arg in ("--url", f"{name}={url}")),
-         "--traffic", str(tmp_path / "t.yaml"), "--workload", str(tmp_path / "w.yaml"),
-         "--slice", "4s",
-         "--slice-warmup", "1s", "--out", str(out), "--format", "json"],
-        capture_output=True, text=True, timeout=600,
+        [
+            sys.executable,
+            "-m",
+            "vprof.cli.main",
+            "bench",
+            "--alternate",
+            *(arg for name, url in sides.items() for arg in ("--url", f"{name}={url}")),
+            "--traffic",
+            str(tmp_path / "t.yaml"),
+            "--workload",
+            str(tmp_path / "w.yaml"),
+            "--slice",
+            "4s",
+            "--slice-warmup",
+            "1s",
+            "--out",
+            str(out),
+            "--format",
+            "json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
-    # fmt: on
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     result = json.loads(proc.stdout)
     (run,) = [p for p in out.iterdir() if p.name.startswith("alt--a-vs-b")]

@@ -49,8 +49,9 @@ def bench(tmp_path_factory):
 @pytest.fixture(scope="module")
 def report(bench, tmp_path_factory):
     out = tmp_path_factory.mktemp("out") / "report.html"
-    write_report([bench], out, slo=SLO, target_rps=20, headroom=0.25, gpu_hour_price=2.5,
-                 n_boot=200)  # fmt: skip
+    write_report(
+        [bench], out, slo=SLO, target_rps=20, headroom=0.25, gpu_hour_price=2.5, n_boot=200
+    )
     return out
 
 
@@ -68,14 +69,26 @@ def test_every_run_summary_equals_summarize_run_and_summary_json(bench, report, 
 
 def test_plan_equals_vprof_plan_output(bench, report):
     data = embedded(report)
-    result = _invoke("plan", str(bench), "--rps", "20", "--slo", SLO, "--headroom", "0.25",
-                     "--format", "json")  # fmt: skip
+    result = _invoke(
+        "plan", str(bench), "--rps", "20", "--slo", SLO, "--headroom", "0.25", "--format", "json"
+    )
     assert result.exit_code == 0, result.output
     plan = data["capacity"]["plan"]
     assert plan["rows"] == json.loads(result.output)
     assert {r["profile"] for r in plan["rows"]} == {"baseline", "chunked-256"}
-    evidence = _invoke("plan", str(bench), "--rps", "20", "--slo", SLO, "--headroom", "0.25",
-                       "--format", "json", "--evidence")  # fmt: skip
+    evidence = _invoke(
+        "plan",
+        str(bench),
+        "--rps",
+        "20",
+        "--slo",
+        SLO,
+        "--headroom",
+        "0.25",
+        "--format",
+        "json",
+        "--evidence",
+    )
     # --evidence makes one JSON document: the rows and the levels
     document = json.loads(evidence.stdout)
     assert plan["rows"] == document["plan"] and plan["evidence"] == document["evidence"]
@@ -95,13 +108,16 @@ def test_comparisons_equal_vprof_compare_output(bench, report):
     # runs under the same traffic are compared; levels at different rates are not
     assert len(data["comparisons"]) == 3
     for cmp in data["comparisons"]:
-        paths = [next(r for r in data["runs"] if r["id"] == i)["summary"]["path"]
-                 for i in cmp["run_ids"]]  # fmt: skip
+        paths = [
+            next(r for r in data["runs"] if r["id"] == i)["summary"]["path"] for i in cmp["run_ids"]
+        ]
         result = _invoke("compare", *paths, "--format", "json", "--n-boot", "200")
         assert result.exit_code == 0, result.output
         expected = json.loads(result.stdout)
-        rows = [{k: v for k, v in row.items() if k not in ("run_id", "baseline_id")}
-                for row in cmp["rows"]]  # fmt: skip
+        rows = [
+            {k: v for k, v in row.items() if k not in ("run_id", "baseline_id")}
+            for row in cmp["rows"]
+        ]
         assert rows == expected
         assert all(r["run_id"] == cmp["run_ids"][1] for r in cmp["rows"])
         # and what compare says a reader must know (one run a side, the family's adjustment)
@@ -237,8 +253,9 @@ def test_gpus_per_replica_multiply_every_parallel_size(tmp_path):
     data = build_data([run], slo="ttft_p95=1s", target_rps=10, gpu_hour_price=1.0)
     (row,) = data["cost"]["rows"]
     assert row["gpus_per_replica"] == 16
-    bad = write_level(tmp_path / "bad", "bad", 2.0, n=40,
-                      engine_args={"tensor-parallel-size": "two"})  # fmt: skip
+    bad = write_level(
+        tmp_path / "bad", "bad", 2.0, n=40, engine_args={"tensor-parallel-size": "two"}
+    )
     with pytest.raises(ReportError, match="tensor-parallel-size"):
         build_data([bad], slo="ttft_p95=1s", gpu_hour_price=1.0)
 
@@ -321,8 +338,20 @@ def test_missing_run_folder_exits_2(tmp_path):
 
 def test_cli_writes_the_file_and_says_where(bench, tmp_path):
     out = tmp_path / "sub" / "r.html"
-    result = _invoke("report", str(bench), "-o", str(out), "--slo", SLO, "--n-boot", "50",
-                     "--baseline", "chunked-256", "--title", "Two profiles")  # fmt: skip
+    result = _invoke(
+        "report",
+        str(bench),
+        "-o",
+        str(out),
+        "--slo",
+        SLO,
+        "--n-boot",
+        "50",
+        "--baseline",
+        "chunked-256",
+        "--title",
+        "Two profiles",
+    )
     assert result.exit_code == 0, result.output
     assert result.stdout.startswith(f"wrote {out} (") and out.is_file()
     assert "comparing 3 group(s) of runs under the same traffic with 50 bootstrap" in result.stderr
@@ -370,16 +399,47 @@ def test_a_sweep_load_folder_reports_its_manifest_and_plan(tmp_path):
     out = tmp_path / "out"
     with Emulator(EmulatorConfig(ttft_ms=20, itl_ms=5, model="tiny")) as emulator:
         proc = subprocess.run(
-            [sys.executable, "-m", "vprof.cli.main", "sweep", "load", "emu", "--url",
-             emulator.url, "--traffic", str(shape), "--levels", "2,6", "--workload",
-             "tiny-smoke", "--slo", "ttft_p95=1000ms", "--rps", "30", "--out", str(out)],
-            capture_output=True, text=True, timeout=240,
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "vprof.cli.main",
+                "sweep",
+                "load",
+                "emu",
+                "--url",
+                emulator.url,
+                "--traffic",
+                str(shape),
+                "--levels",
+                "2,6",
+                "--workload",
+                "tiny-smoke",
+                "--slo",
+                "ttft_p95=1000ms",
+                "--rps",
+                "30",
+                "--out",
+                str(out),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=240,
+        )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "short@rate_rps=2" in proc.stdout and "short@rate_rps=6" in proc.stdout
     assert "to serve 30 req/s of this traffic within ttft_p95=1000ms you need" in proc.stdout
-    result = _invoke("report", str(out), "-o", str(tmp_path / "r.html"), "--slo",
-                     "ttft_p95=1000ms", "--rps", "30", "--n-boot", "0")  # fmt: skip
+    result = _invoke(
+        "report",
+        str(out),
+        "-o",
+        str(tmp_path / "r.html"),
+        "--slo",
+        "ttft_p95=1000ms",
+        "--rps",
+        "30",
+        "--n-boot",
+        "0",
+    )
     assert result.exit_code == 0, result.output
     data = embedded(tmp_path / "r.html")
     (sweep,) = data["sweeps"]

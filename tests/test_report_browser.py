@@ -40,8 +40,14 @@ def report_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
     bench = write_bench(root / "bench")
     sweep = write_sweep(root / "sweep")
     out = root / "report.html"
-    write_report([bench, sweep], out, slo="ttft_p95=400ms,tpot_p95=60ms", target_rps=20,
-                 gpu_hour_price=2.5, n_boot=200)  # fmt: skip
+    write_report(
+        [bench, sweep],
+        out,
+        slo="ttft_p95=400ms,tpot_p95=60ms",
+        target_rps=20,
+        gpu_hour_price=2.5,
+        n_boot=200,
+    )
     return out
 
 
@@ -71,9 +77,12 @@ def _capture(driver, element, path: Path) -> None:
     )
     shot = driver.execute_cdp_cmd(
         "Page.captureScreenshot",
-        {"format": "png", "captureBeyondViewport": True,
-         "clip": {"x": x, "y": y, "width": width, "height": min(height, 6000), "scale": 1}},
-    )  # fmt: skip
+        {
+            "format": "png",
+            "captureBeyondViewport": True,
+            "clip": {"x": x, "y": y, "width": width, "height": min(height, 6000), "scale": 1},
+        },
+    )
     path.write_bytes(base64.b64decode(shot["data"]))
 
 
@@ -95,8 +104,13 @@ def test_report_opens_offline_draws_every_section_and_prints(report_file, chromi
     driver = chromium
     shots = _shots(tmp_path)
     driver.get(report_file.as_uri())
-    drawn = int(_poll("the charts", 60, lambda: driver.execute_script(
-        "return document.documentElement.dataset.chartsDrawn")))  # fmt: skip
+    drawn = int(
+        _poll(
+            "the charts",
+            60,
+            lambda: driver.execute_script("return document.documentElement.dataset.chartsDrawn"),
+        )
+    )
 
     # No console message at all (a blocked request would be a CSP error here), and the page
     # fetched nothing: no resource entries, no request but the file itself.
@@ -128,8 +142,15 @@ def test_report_opens_offline_draws_every_section_and_prints(report_file, chromi
     latency = driver.find_element(By.CSS_SELECTOR, '.chart[data-chart="latency"]')
     driver.execute_script("arguments[0].scrollIntoView({block: 'center'})", latency)
     ActionChains(driver).move_to_element(latency).perform()
-    tooltip = _poll("a tooltip", 10, lambda: [d.text for d in latency.find_elements(
-        By.CSS_SELECTOR, "div") if "req/s" in d.text and "ms" in d.text])  # fmt: skip
+    tooltip = _poll(
+        "a tooltip",
+        10,
+        lambda: [
+            d.text
+            for d in latency.find_elements(By.CSS_SELECTOR, "div")
+            if "req/s" in d.text and "ms" in d.text
+        ],
+    )
     assert tooltip
 
     # The log-axis switches: each flips its section's latency axes, and back.
@@ -149,10 +170,15 @@ def test_report_opens_offline_draws_every_section_and_prints(report_file, chromi
 
     # Print: the print stylesheet applies and the page prints to PDF without an error.
     driver.execute_cdp_cmd("Emulation.setEmulatedMedia", {"media": "print"})
-    _poll("the charts redrawn at the print size", 10, lambda: driver.execute_script(
-        "const el = document.querySelector('.chart[data-chart=latency]');"
-        "return Math.abs(el.querySelector('svg').getBoundingClientRect().height"
-        " - el.clientHeight) < 2 && el.clientHeight < 300;"))  # fmt: skip
+    _poll(
+        "the charts redrawn at the print size",
+        10,
+        lambda: driver.execute_script(
+            "const el = document.querySelector('.chart[data-chart=latency]');"
+            "return Math.abs(el.querySelector('svg').getBoundingClientRect().height"
+            " - el.clientHeight) < 2 && el.clientHeight < 300;"
+        ),
+    )
     _capture(driver, driver.find_element(By.ID, "capacity"), shots / "capacity-print.png")
     assert not driver.find_element(By.ID, "toc").is_displayed()
     driver.execute_cdp_cmd("Emulation.setEmulatedMedia", {"media": ""})

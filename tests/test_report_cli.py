@@ -29,8 +29,15 @@ def test_summarize_json_has_vllm_key_names_for_every_run_in_a_bench(bench):
     assert result.exit_code == 0, result.output
     rows = json.loads(result.stdout)
     assert [r["run"] for r in rows] == ["1-baseline", "2-chunked"]
-    for key in ("median_ttft_ms", "p99_tpot_ms", "p99.9_itl_ms", "mean_e2el_ms",
-                "request_throughput", "request_goodput", "max_concurrent_requests"):  # fmt: skip
+    for key in (
+        "median_ttft_ms",
+        "p99_tpot_ms",
+        "p99.9_itl_ms",
+        "mean_e2el_ms",
+        "request_throughput",
+        "request_goodput",
+        "max_concurrent_requests",
+    ):
         assert key in rows[0]
     assert rows[1]["slo_met"] is True
 
@@ -69,8 +76,9 @@ def test_missing_run_folder_exits_2(tmp_path):
 
 
 def test_compare_prints_verdicts_with_intervals(bench):
-    result = _invoke("compare", str(bench), "--metric", "p95_ttft_ms", "--n-boot", "300",
-                     "--format", "json")  # fmt: skip
+    result = _invoke(
+        "compare", str(bench), "--metric", "p95_ttft_ms", "--n-boot", "300", "--format", "json"
+    )
     assert result.exit_code == 0, result.output
     (row,) = json.loads(result.stdout)  # stdout is one JSON document; notes go to stderr
     assert row["baseline"] == "baseline" and row["run"] == "chunked-256"

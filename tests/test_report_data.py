@@ -69,7 +69,7 @@ def run_meta(profile: str, rate_rps: float, *, engine_args: dict[str, Any] | Non
             "kind": "open-loop",
             "rate_rps": rate_rps,
             "duration_s": 60.0,
-        },  # fmt: skip
+        },
         "seed": 7,
         "salt": "b24e43b8",
         "open_loop": True,
@@ -93,23 +93,37 @@ def write_level(
 ) -> Path:
     """One open-loop run of ``profile`` at ``rate_rps`` with server and load-generator samples."""
     records = synth_records(
-        n, seed=seed, rate_rps=rate_rps, ttft_ms=ttft_ms, open_loop=True, lag_ms=2.0,
+        n,
+        seed=seed,
+        rate_rps=rate_rps,
+        ttft_ms=ttft_ms,
+        open_loop=True,
+        lag_ms=2.0,
         fail_every=40,
-    )  # fmt: skip
+    )
     seconds = n / rate_rps + 5.0
     write_run(
-        path, records, name=path.name, profile=profile, open_loop=True, warmup_until=T0 + 2.0,
+        path,
+        records,
+        name=path.name,
+        profile=profile,
+        open_loop=True,
+        warmup_until=T0 + 2.0,
         metrics=metrics_samples(T0 - 1.0, seconds, rate_rps),
         loadgen=loadgen_samples(T0, seconds),
-    )  # fmt: skip
+    )
     (path / "run.json").write_text(
         json.dumps({"name": path.name, **run_meta(profile, rate_rps, engine_args=engine_args)})
     )
     locust = json.loads((path / "locust.json").read_text())
     locust |= {"stopped_at": T0 + seconds, "locust_version": "2.47.0", "workers": 1}
     (path / "locust.json").write_text(json.dumps(locust))
-    status = {"state": "completed", "reason": "", "started_at": T0 - 30.0,
-              "finished_at": T0 + seconds}  # fmt: skip
+    status = {
+        "state": "completed",
+        "reason": "",
+        "started_at": T0 - 30.0,
+        "finished_at": T0 + seconds,
+    }
     (path / "status.json").write_text(json.dumps(status))
     return path
 
@@ -148,7 +162,7 @@ def write_sweep(root: Path, n: int = 80) -> Path:
                 "num_preemptions": 0,
                 "oom": False,
                 "run": run.name,
-            }  # fmt: skip
+            }
         )
     rows.append({"rung": "baseline@mnbt=6144", "max-num-batched-tokens": 6144, "state": "not run"})
     recommendation = (

@@ -42,18 +42,35 @@ def test_a_report_of_real_runs_opens_offline_with_every_section(
         for key in ("completed", "median_ttft_ms", "p95_ttft_ms", "p99_itl_ms"):
             assert run["summary"][key] == pytest.approx(summary[key], rel=1e-9), key
     plan = subprocess.run(
-        [sys.executable, "-m", "vprof.cli.main", "plan", str(ab_bench.out), str(load_sweep),
-         "--rps", "20", "--slo", SLO, "--format", "json"],
-        capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "vprof.cli.main",
+            "plan",
+            str(ab_bench.out),
+            str(load_sweep),
+            "--rps",
+            "20",
+            "--slo",
+            SLO,
+            "--format",
+            "json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert plan.returncode == 0, plan.stderr
     assert data["capacity"]["plan"]["rows"] == json.loads(plan.stdout)
     assert data["comparisons"] and data["sweeps"]
 
     driver = chromium
     driver.get(out.as_uri())
-    _poll("the charts", 60, lambda: driver.execute_script(
-        "return document.documentElement.dataset.chartsDrawn"))  # fmt: skip
+    _poll(
+        "the charts",
+        60,
+        lambda: driver.execute_script("return document.documentElement.dataset.chartsDrawn"),
+    )
     assert driver.get_log("browser") == []
     assert driver.execute_script("return performance.getEntriesByType('resource').length") == 0
     page = out.as_uri()

@@ -181,16 +181,23 @@ def test_server_stats_of_several_replicas_add_counters_and_keep_the_busiest_peak
     from vprof.analysis.samples import server_stats
 
     def line(replica, t, hits, queries, preempted, kv, waiting):
-        values = {"vllm:prefix_cache_hits_total": hits, "vllm:prefix_cache_queries_total":
-                  queries, "vllm:num_preemptions_total": preempted,
-                  "vllm:kv_cache_usage_perc": kv, "vllm:num_requests_waiting": waiting}  # fmt: skip
+        values = {
+            "vllm:prefix_cache_hits_total": hits,
+            "vllm:prefix_cache_queries_total": queries,
+            "vllm:num_preemptions_total": preempted,
+            "vllm:kv_cache_usage_perc": kv,
+            "vllm:num_requests_waiting": waiting,
+        }
         return {"t": t, "scrape_s": 0.001, "values": values, "replica": replica}
 
     samples = [
-        line("A", 10, 0, 0, 0, 0.1, 0), line("A", 20, 50, 100, 0, 0.2, 2),
-        line("A", 30, 80, 200, 0, 0.3, 0), line("B", 10, 0, 0, 1, 0.1, 0),
-        line("B", 20, 0, 100, 2, 0.9, 6), line("B", 30, 20, 200, 4, 0.5, 4),
-    ]  # fmt: skip
+        line("A", 10, 0, 0, 0, 0.1, 0),
+        line("A", 20, 50, 100, 0, 0.2, 2),
+        line("A", 30, 80, 200, 0, 0.3, 0),
+        line("B", 10, 0, 0, 1, 0.1, 0),
+        line("B", 20, 0, 100, 2, 0.9, 6),
+        line("B", 30, 20, 200, 4, 0.5, 4),
+    ]
     stats = server_stats(samples, 10.0, 30.0)
     assert stats["num_preemptions"] == 3  # B's 1 → 4; A's none
     assert stats["prefix_cache_hit_rate"] == pytest.approx((80 + 20) / (200 + 200))
@@ -198,8 +205,11 @@ def test_server_stats_of_several_replicas_add_counters_and_keep_the_busiest_peak
     assert stats["mean_num_requests_waiting"] == pytest.approx(2 / 3 + 10 / 3)
     assert stats["metrics_samples"] == 6
     by = stats["per_replica_server"]
-    assert by["A"] == {"num_preemptions": 0, "max_kv_cache_usage_perc": 0.3,
-                       "prefix_cache_hit_rate": 0.4}  # fmt: skip
+    assert by["A"] == {
+        "num_preemptions": 0,
+        "max_kv_cache_usage_perc": 0.3,
+        "prefix_cache_hit_rate": 0.4,
+    }
     assert by["B"]["num_preemptions"] == 3 and by["B"]["prefix_cache_hit_rate"] == 0.1
     one = server_stats([{k: v for k, v in s.items() if k != "replica"} for s in samples[3:]])
     assert one["num_preemptions"] == 3 and "per_replica_server" not in one
@@ -217,8 +227,10 @@ def test_replicas_samples_merge_into_one_per_pass_for_the_deployment_charts():
     ]
     merged = deployment_samples(list(reversed(lines)))
     assert [(m["t"], m["values"][RUNNING], m["values"][KV_USAGE]) for m in merged] == [
-        (1.1, 5, 0.7), (6.2, 0, 0.0), (11.1, 5, 0.4),
-    ]  # fmt: skip
+        (1.1, 5, 0.7),
+        (6.2, 0, 0.0),
+        (11.1, 5, 0.4),
+    ]
     one = [{k: v for k, v in line.items() if k != "replica"} for line in lines[:2]]
     assert deployment_samples(one) == one
 

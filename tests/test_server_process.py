@@ -99,15 +99,25 @@ def test_a_port_answered_by_another_process_is_no_healthy_server(tmp_path: Path)
     (site / "health").write_text("ok")
     port = free_port()
     ours = ServerProcess(
-        [sys.executable, "-c", "import time; time.sleep(600)"], log_path=tmp_path / "log",
+        [sys.executable, "-c", "import time; time.sleep(600)"],
+        log_path=tmp_path / "log",
         port=port,
-    )  # fmt: skip
+    )
     ours.start()
     other = subprocess.Popen(
-        [sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1",
-         "--directory", str(site)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "http.server",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--directory",
+            str(site),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         with pytest.raises(LaunchError, match=f"answered by pid {other.pid}, not by the server"):
             ours.wait_healthy(timeout_s=60)

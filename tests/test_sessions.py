@@ -45,14 +45,19 @@ def _write(tmp_path: Path, text: str) -> Path:
     [
         ("conversation:\n  turns: 3\n  think_time_s: -1\n", ":7: conversation.think_time_s: must"),
         ("conversation:\n  turns: 3\n  think_time_s: .inf\n", "conversation.think_time_s: must"),
-        ("conversation:\n  turns: 3\n  think_time_s: {kind: exponential, mean: -2}\n",
-         "conversation.think_time_s.mean: must be between 0"),
-        ("conversation:\n  turns: 3\n  think_time_s: {kind: poisson, mean: 2}\n",
-         "conversation.think_time_s.kind: unknown think-time kind 'poisson'"),
-        ("conversation:\n  turns: 3\n  think_time_s: {kind: uniform, min: 3, max: 1}\n",
-         "conversation.think_time_s.min: min (3) is larger than max (1)"),
-        ("conversation:\n  turns: 3\n  think_time_s: {kind: exponential}\n",
-         "needs mean"),
+        (
+            "conversation:\n  turns: 3\n  think_time_s: {kind: exponential, mean: -2}\n",
+            "conversation.think_time_s.mean: must be between 0",
+        ),
+        (
+            "conversation:\n  turns: 3\n  think_time_s: {kind: poisson, mean: 2}\n",
+            "conversation.think_time_s.kind: unknown think-time kind 'poisson'",
+        ),
+        (
+            "conversation:\n  turns: 3\n  think_time_s: {kind: uniform, min: 3, max: 1}\n",
+            "conversation.think_time_s.min: min (3) is larger than max (1)",
+        ),
+        ("conversation:\n  turns: 3\n  think_time_s: {kind: exponential}\n", "needs mean"),
         ("conversation:\n  turns: 3\n  think_time_s: {mean: 2}\n", "needs a kind"),
         ("conversation:\n  turns: 3\n  think_time_s: soon\n", "must be seconds or a distribution"),
         ("agent:\n  tool_tokens: 10\n", "agent.steps: missing"),
@@ -61,7 +66,7 @@ def _write(tmp_path: Path, text: str) -> Path:
         ("agent:\n  steps: 3\n  tool_tokens: -4\n", "agent.tool_tokens: a token count"),
         ("agent:\n  steps: 3\n  tool_tokens: 9\nconversation:\n  turns: 2\n", "not both"),
     ],
-)  # fmt: skip
+)
 def test_bad_session_specs_fail_with_file_line_and_key(tmp_path, section, message):
     text = "name: s\nendpoint: chat\nprompt_tokens: 16\noutput_tokens: 8\n" + section
     with pytest.raises(WorkloadError) as caught:
@@ -85,8 +90,9 @@ def test_a_think_time_written_as_text_is_hinted_only_when_yaml_misread_a_number(
 
 def test_agent_sessions_need_the_chat_endpoint():
     with pytest.raises(WorkloadError, match="agent sessions need endpoint: chat"):
-        workload_from_dict({**CHAT, "endpoint": "completions",
-                            "agent": {"steps": 2, "tool_tokens": 5}})  # fmt: skip
+        workload_from_dict(
+            {**CHAT, "endpoint": "completions", "agent": {"steps": 2, "tool_tokens": 5}}
+        )
 
 
 @pytest.mark.parametrize(
@@ -112,8 +118,9 @@ def test_think_times_are_seconds_with_the_mean_asked_for(spec, mean):
 
 
 def test_a_conversation_session_grows_its_history_and_draws_think_times_from_the_seed(tokenizer):
-    workload = workload_from_dict({**CHAT, "conversation": {
-        "turns": 3, "think_time_s": {"kind": "exponential", "mean": 2}}})  # fmt: skip
+    workload = workload_from_dict(
+        {**CHAT, "conversation": {"turns": 3, "think_time_s": {"kind": "exponential", "mean": 2}}}
+    )
     synth = RequestSynthesizer(workload, tokenizer, salt="x")
     session = start_session(synth, 7)
     first = session.next_step(None)
@@ -131,8 +138,13 @@ def test_a_conversation_session_grows_its_history_and_draws_think_times_from_the
 
 
 def test_an_agent_step_fans_out_and_the_next_step_sees_every_branch(tokenizer):
-    workload = workload_from_dict({**CHAT, "prefix": {"groups": 1, "length_tokens": 32},
-        "agent": {"steps": 3, "tool_tokens": 10, "fan_out": 3}})  # fmt: skip
+    workload = workload_from_dict(
+        {
+            **CHAT,
+            "prefix": {"groups": 1, "length_tokens": 32},
+            "agent": {"steps": 3, "tool_tokens": 10, "fan_out": 3},
+        }
+    )
     session = start_session(RequestSynthesizer(workload, tokenizer), 0)
     (task,) = session.next_step(None)
     assert task.expected_prompt_tokens == 32 + 16 and task.branch == -1
@@ -155,8 +167,9 @@ def test_the_queue_schedules_a_later_step_think_time_after_its_last_answer(token
     from vprof.locustfiles.sessionqueue import SessionCall, SessionQueue
     from vprof.locustfiles.testplan import OpenLoopQueue
 
-    workload = workload_from_dict({**CHAT, "agent": {"steps": 2, "tool_tokens": 5,
-        "fan_out": 2, "think_time_s": 0.25}})  # fmt: skip
+    workload = workload_from_dict(
+        {**CHAT, "agent": {"steps": 2, "tool_tokens": 5, "fan_out": 2, "think_time_s": 0.25}}
+    )
     synth = RequestSynthesizer(workload, tokenizer)
     arrivals = OpenLoopQueue(epoch=1000.0, offsets=[0.0, 5.0], indices=range(2))
     queue = SessionQueue(arrivals, lambda i: start_session(synth, i))
@@ -229,8 +242,16 @@ def emulator(request):
 
 def _run(emulator, tmp_path: Path, workload: str, *args: str):
     run_dir = tmp_path / "run"
-    run_headless(emulator.url, run_dir, "--workload", str(_write(tmp_path, workload)),
-                 "--model", "emulated", *args, timeout_s=120)  # fmt: skip
+    run_headless(
+        emulator.url,
+        run_dir,
+        "--workload",
+        str(_write(tmp_path, workload)),
+        "--model",
+        "emulated",
+        *args,
+        timeout_s=120,
+    )
     df = read_records(run_dir)
     assert df.request_id.is_unique
     return df
@@ -240,8 +261,10 @@ def _run(emulator, tmp_path: Path, workload: str, *args: str):
 def test_open_loop_conversations_send_later_turns_after_the_answer_plus_think_time(
     emulator, tmp_path
 ):
-    workload = ("name: s\nendpoint: chat\nprompt_tokens: 16\noutput_tokens: 8\n"
-                "conversation:\n  turns: 3\n  think_time_s: 0.3\n")  # fmt: skip
+    workload = (
+        "name: s\nendpoint: chat\nprompt_tokens: 16\noutput_tokens: 8\n"
+        "conversation:\n  turns: 3\n  think_time_s: 0.3\n"
+    )
     df = _run(emulator, tmp_path, workload, "--rate-rps", "4", "-t", "4s", "--max-in-flight", "8")
     sent = df[df.sent_at.notna()]
     counts = sent.groupby("turn").size()
@@ -280,8 +303,9 @@ def test_open_loop_conversations_send_later_turns_after_the_answer_plus_think_ti
 def test_later_turns_held_back_by_the_in_flight_cap_show_schedule_lag(emulator, tmp_path):
     # One user for a schedule that needs more: later turns wait behind new sessions' first
     # turns, and their lag from the intended time shows it; nothing is lost in the count.
-    workload = ("name: s\nendpoint: chat\nprompt_tokens: 16\noutput_tokens: 32\n"
-                "conversation:\n  turns: 2\n")  # fmt: skip
+    workload = (
+        "name: s\nendpoint: chat\nprompt_tokens: 16\noutput_tokens: 32\nconversation:\n  turns: 2\n"
+    )
     df = _run(emulator, tmp_path, workload, "--rate-rps", "8", "-t", "3s", "--max-in-flight", "1")
     later = df[(df.turn == 1) & df.sent_at.notna()]
     assert len(later) > 0 and later.schedule_lag_ms.max() > 50
@@ -321,11 +345,22 @@ def test_the_summary_counts_sessions_that_completed_after_the_warm_up_only():
     import pandas as pd
 
     def call(session, turn, sent, status="ok", last=False):
-        return {"request_id": f"c{session}-t{turn}", "conversation_id": session, "turn": turn,
-                "open_loop": True, "scheduled_at": sent, "sent_at": sent,
-                "first_token_at": sent + 0.1, "last_token_at": sent + 0.5,
-                "finished_at": sent + 0.5, "ttft_ms": 100.0, "e2e_ms": 500.0,
-                "status": status, "session_last": last, "itl_ms": []}  # fmt: skip
+        return {
+            "request_id": f"c{session}-t{turn}",
+            "conversation_id": session,
+            "turn": turn,
+            "open_loop": True,
+            "scheduled_at": sent,
+            "sent_at": sent,
+            "first_token_at": sent + 0.1,
+            "last_token_at": sent + 0.5,
+            "finished_at": sent + 0.5,
+            "ttft_ms": 100.0,
+            "e2e_ms": 500.0,
+            "status": status,
+            "session_last": last,
+            "itl_ms": [],
+        }
 
     rows = [
         call(0, 0, 100.0),
@@ -345,8 +380,10 @@ def test_the_summary_counts_sessions_that_completed_after_the_warm_up_only():
 
 @pytest.mark.parametrize("emulator", [18164], indirect=True)
 def test_closed_loop_users_send_an_agent_chain_one_call_after_another(emulator, tmp_path):
-    workload = ("name: a\nendpoint: chat\nprompt_tokens: 16\noutput_tokens: 8\n"
-                "agent:\n  steps: 3\n  tool_tokens: 12\n  fan_out: 2\n")  # fmt: skip
+    workload = (
+        "name: a\nendpoint: chat\nprompt_tokens: 16\noutput_tokens: 8\n"
+        "agent:\n  steps: 3\n  tool_tokens: 12\n  fan_out: 2\n"
+    )
     df = _run(emulator, tmp_path, workload, "-u", "2", "-r", "2", "-t", "3s")
     ok = df[df.status == "ok"].sort_values("sent_at")
     assert not df.open_loop.any() and {0, 1, 2} <= set(ok.turn)
@@ -367,8 +404,10 @@ def test_closed_loop_users_think_between_turns_and_the_load_is_still_what_was_as
     """Closed loop, a user sends a session's next turn its think time after the answer (the
     intended send time is its scheduled_at); thinking is not idleness, so two users thinking
     0.3 s between turns still count as the load asked for."""
-    workload = ("name: s\nendpoint: chat\nprompt_tokens: 16\noutput_tokens: 8\n"
-                "conversation:\n  turns: 3\n  think_time_s: 0.3\n")  # fmt: skip
+    workload = (
+        "name: s\nendpoint: chat\nprompt_tokens: 16\noutput_tokens: 8\n"
+        "conversation:\n  turns: 3\n  think_time_s: 0.3\n"
+    )
     df = _run(emulator, tmp_path, workload, "-u", "2", "-r", "2", "-t", "4s")
     ok = df[df.status == "ok"].sort_values("sent_at")
     assert not df.open_loop.any() and {0, 1, 2} <= set(ok.turn)

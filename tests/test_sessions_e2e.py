@@ -30,10 +30,25 @@ def test_closed_loop_conversations_think_between_turns_and_keep_the_load_asked(
         f"output_tokens: 16\nconversation:\n  turns: {TURNS}\n  think_time_s: {think_s}\n"
     )
     run_dir = tmp_path / "run"
-    run_headless(vllm_server.url, run_dir, "--workload", str(workload), "-u", str(users),
-                 "-r", str(users), "-t", "10s", "--model", vllm_server.model,
-                 "--tokenizer", str(vllm_server.model_dir), "--master-bind-port",
-                 str(MASTER_PORT), timeout_s=90)  # fmt: skip
+    run_headless(
+        vllm_server.url,
+        run_dir,
+        "--workload",
+        str(workload),
+        "-u",
+        str(users),
+        "-r",
+        str(users),
+        "-t",
+        "10s",
+        "--model",
+        vllm_server.model,
+        "--tokenizer",
+        str(vllm_server.model_dir),
+        "--master-bind-port",
+        str(MASTER_PORT),
+        timeout_s=90,
+    )
     df = read_records(run_dir)
     assert not df.open_loop.any() and df.request_id.is_unique
     ok = df[df.status == "ok"]
@@ -50,9 +65,11 @@ def test_closed_loop_conversations_think_between_turns_and_keep_the_load_asked(
     # (a new conversation's first turn thinks none); on a busy machine it is what is missing
     beyond = (df.idle_before_ms - df.think_ms.fillna(0)).clip(lower=0).sum() / 1000
     client_idle = beyond / (df.sent_at.max() - df.sent_at.min())
-    print(f"\nclosed-loop conversations: {len(ok)} answers, in flight {in_flight:.2f} + thinking "
-          f"{thinking:.2f} + the client's own idle {client_idle:.2f} of {users}, later turns' "
-          f"schedule lag p50 {later.schedule_lag_ms.median():.2f} ms")  # fmt: skip
+    print(
+        f"\nclosed-loop conversations: {len(ok)} answers, in flight {in_flight:.2f} + thinking "
+        f"{thinking:.2f} + the client's own idle {client_idle:.2f} of {users}, later turns' "
+        f"schedule lag p50 {later.schedule_lag_ms.median():.2f} ms"
+    )
     assert thinking > 0.5
     # the think time counts beside the requests in flight: together with the client's own
     # idle they account for every user asked for

@@ -67,13 +67,21 @@ def ran(said: list[str]) -> bool:
 
 # (what is edited, how)
 EDITS = [
-    ("the workload file", lambda d: (d / "w.yaml").write_text(
-        (d / "w.yaml").read_text().replace("output_tokens: 4", "output_tokens: 5"))),
-    ("a lengths file it reads (same count)", lambda d: (d / "lengths.txt").write_text(
-        "20\n30\n41\n")),
-    ("the traffic shape file", lambda d: (d / "t.yaml").write_text(
-        "kind: steady\nusers: 2\nduration_s: 2\n")),
-]  # fmt: skip
+    (
+        "the workload file",
+        lambda d: (d / "w.yaml").write_text(
+            (d / "w.yaml").read_text().replace("output_tokens: 4", "output_tokens: 5")
+        ),
+    ),
+    (
+        "a lengths file it reads (same count)",
+        lambda d: (d / "lengths.txt").write_text("20\n30\n41\n"),
+    ),
+    (
+        "the traffic shape file",
+        lambda d: (d / "t.yaml").write_text("kind: steady\nusers: 2\nduration_s: 2\n"),
+    ),
+]
 
 
 def test_editing_what_a_run_read_runs_it_again(emulator, files):

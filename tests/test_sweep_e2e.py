@@ -15,14 +15,25 @@ pytestmark = pytest.mark.e2e
 
 def test_sweep_batched_tokens_walks_two_rungs_and_recommends_one(tmp_path):
     out = tmp_path / "runs"
-    proc = launch_and_run(out, "sweep", "batched-tokens", "baseline", "--rungs", "2",
-                          "--traffic", "smoke", timeout_s=1200)  # fmt: skip
+    proc = launch_and_run(
+        out,
+        "sweep",
+        "batched-tokens",
+        "baseline",
+        "--rungs",
+        "2",
+        "--traffic",
+        "smoke",
+        timeout_s=1200,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     runs = run_dirs(out)
     assert len(runs) == 2
     # each rung's server ran with its own budget, as vLLM itself reported it
-    served = {json.loads((r / "run.json").read_text())["server"]["max_num_batched_tokens"]: r
-              for r in runs}  # fmt: skip
+    served = {
+        json.loads((r / "run.json").read_text())["server"]["max_num_batched_tokens"]: r
+        for r in runs
+    }
     assert set(served) == {2048, 4096}
     for value in served:
         assert f"mnbt={value}" in proc.stdout

@@ -100,11 +100,11 @@ def test_vprof_schema_reads_the_same_from_jsonl_and_csv(tmp_path):
     b = _read(tmp_path, "v.csv", csv_text)
     assert a.format == b.format == "vprof"
     assert a.requests[2].session_id == "7"
-    assert [(r.t_s, r.prompt_tokens, r.output_tokens, r.prefix_blocks, r.session_id)
-            for r in a.requests] == [
-        (r.t_s, r.prompt_tokens, r.output_tokens, r.prefix_blocks, r.session_id)
-        for r in b.requests
-    ]  # fmt: skip
+    assert [
+        (r.t_s, r.prompt_tokens, r.output_tokens, r.prefix_blocks, r.session_id) for r in a.requests
+    ] == [
+        (r.t_s, r.prompt_tokens, r.output_tokens, r.prefix_blocks, r.session_id) for r in b.requests
+    ]
     assert a.offsets_s() == [0.0, 0.75, 2.5]
 
 
@@ -136,45 +136,151 @@ _GOOD = '{"timestamp": 0, "input_length": 10, "output_length": 2}\n'
 @pytest.mark.parametrize(
     ("name", "text", "settings", "line", "key", "message"),
     [
-        ("a.csv", "TIMESTAMP,ContextTokens\n2023-11-16 18:15:46,10\n", {}, 1, None,
-         "cannot tell the trace format"),
-        ("a.csv", "TIMESTAMP,ContextTokens\n2023-11-16 18:15:46,10\n", {"format": "azure"}, 1,
-         None, "missing column GeneratedTokens"),
-        ("m.jsonl", _GOOD + '{"timestamp": 5, "output_length": 2}\n', {}, 2, "input_length",
-         "missing"),
-        ("m.jsonl", _GOOD + '{"timestamp": 9, "input_length": 10, "output_length": 2}\n'
-         '{"timestamp": 8, "input_length": 10, "output_length": 2}\n', {}, 3, "timestamp",
-         "the time goes backwards (-0.001 s after line 2)"),
-        ("m.jsonl", _GOOD + '{"timestamp": 5, "input_length": -3, "output_length": 2}\n', {}, 2,
-         "input_length", "must be between 1 and 10,000,000, got -3"),
-        ("m.jsonl", _GOOD + '{"timestamp": 5, "input_length": 10, "output_length": 0}\n', {}, 2,
-         "output_length", "must be between 1 and 10,000,000, got 0"),
-        ("m.jsonl", _GOOD + '{"timestamp": 5, "input_length": 10.5, "output_length": 2}\n', {},
-         2, "input_length", "must be a whole number, got 10.5"),
-        ("m.jsonl", _GOOD + '{"timestamp": 5, "input_length": "ten", "output_length": 2}\n', {},
-         2, "input_length", "'ten' is not a whole number"),
-        ("m.jsonl", _GOOD + '{"timestamp": NaN, "input_length": 10, "output_length": 2}\n', {}, 2,
-         None, "NaN is not a finite number"),
-        ("m.jsonl", _GOOD + '{"timestamp": 5, "input_length": 1e30, "output_length": 2}\n', {}, 2,
-         "input_length", "must be between 1 and 10,000,000, got 1e+30"),
-        ("a.csv", "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46,inf,3\n", {}, 2,
-         "ContextTokens", "must be a finite number, got inf"),
-        ("a.csv", "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46,nan,3\n", {}, 2,
-         "ContextTokens", "must be a finite number, got nan"),
-        ("a.csv", "TIMESTAMP,ContextTokens,GeneratedTokens\nyesterday,10,3\n", {}, 2,
-         "TIMESTAMP", "not a date-time: 'yesterday'"),
-        ("a.csv", "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46,10\n", {}, 2,
-         None, "expected 3 fields like the header, got 2"),
-        ("m.jsonl", _GOOD + '{"timestamp": 5, "input_length": 3000, "output_length": 200}\n',
-         {"max_model_len": 2048}, 2, "input_length",
-         "prompt 3000 + output 200 = 3200 tokens exceeds max_model_len 2048"),
-        ("m.jsonl", '{"timestamp": 0, "input_length": 600, "output_length": 2, '
-         '"hash_ids": [1, 2, 3]}\n', {}, 1, "hash_ids",
-         "3 blocks of 512 tokens, but the prompt of 600 tokens fills only 2"),
-        ("m.jsonl", '{"timestamp": 0, "input_length": 600, "output_length": 2, '
-         '"hash_ids": [1, -2]}\n', {}, 1, "hash_ids", "must be between 0 and"),
-        ("m.jsonl", '{"timestamp": 0, "input_length": 600, "output_length": 2, '
-         '"hash_ids": ["a"]}\n', {}, 1, "hash_ids", "'a' is not a whole number"),
+        (
+            "a.csv",
+            "TIMESTAMP,ContextTokens\n2023-11-16 18:15:46,10\n",
+            {},
+            1,
+            None,
+            "cannot tell the trace format",
+        ),
+        (
+            "a.csv",
+            "TIMESTAMP,ContextTokens\n2023-11-16 18:15:46,10\n",
+            {"format": "azure"},
+            1,
+            None,
+            "missing column GeneratedTokens",
+        ),
+        (
+            "m.jsonl",
+            _GOOD + '{"timestamp": 5, "output_length": 2}\n',
+            {},
+            2,
+            "input_length",
+            "missing",
+        ),
+        (
+            "m.jsonl",
+            _GOOD + '{"timestamp": 9, "input_length": 10, "output_length": 2}\n'
+            '{"timestamp": 8, "input_length": 10, "output_length": 2}\n',
+            {},
+            3,
+            "timestamp",
+            "the time goes backwards (-0.001 s after line 2)",
+        ),
+        (
+            "m.jsonl",
+            _GOOD + '{"timestamp": 5, "input_length": -3, "output_length": 2}\n',
+            {},
+            2,
+            "input_length",
+            "must be between 1 and 10,000,000, got -3",
+        ),
+        (
+            "m.jsonl",
+            _GOOD + '{"timestamp": 5, "input_length": 10, "output_length": 0}\n',
+            {},
+            2,
+            "output_length",
+            "must be between 1 and 10,000,000, got 0",
+        ),
+        (
+            "m.jsonl",
+            _GOOD + '{"timestamp": 5, "input_length": 10.5, "output_length": 2}\n',
+            {},
+            2,
+            "input_length",
+            "must be a whole number, got 10.5",
+        ),
+        (
+            "m.jsonl",
+            _GOOD + '{"timestamp": 5, "input_length": "ten", "output_length": 2}\n',
+            {},
+            2,
+            "input_length",
+            "'ten' is not a whole number",
+        ),
+        (
+            "m.jsonl",
+            _GOOD + '{"timestamp": NaN, "input_length": 10, "output_length": 2}\n',
+            {},
+            2,
+            None,
+            "NaN is not a finite number",
+        ),
+        (
+            "m.jsonl",
+            _GOOD + '{"timestamp": 5, "input_length": 1e30, "output_length": 2}\n',
+            {},
+            2,
+            "input_length",
+            "must be between 1 and 10,000,000, got 1e+30",
+        ),
+        (
+            "a.csv",
+            "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46,inf,3\n",
+            {},
+            2,
+            "ContextTokens",
+            "must be a finite number, got inf",
+        ),
+        (
+            "a.csv",
+            "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46,nan,3\n",
+            {},
+            2,
+            "ContextTokens",
+            "must be a finite number, got nan",
+        ),
+        (
+            "a.csv",
+            "TIMESTAMP,ContextTokens,GeneratedTokens\nyesterday,10,3\n",
+            {},
+            2,
+            "TIMESTAMP",
+            "not a date-time: 'yesterday'",
+        ),
+        (
+            "a.csv",
+            "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46,10\n",
+            {},
+            2,
+            None,
+            "expected 3 fields like the header, got 2",
+        ),
+        (
+            "m.jsonl",
+            _GOOD + '{"timestamp": 5, "input_length": 3000, "output_length": 200}\n',
+            {"max_model_len": 2048},
+            2,
+            "input_length",
+            "prompt 3000 + output 200 = 3200 tokens exceeds max_model_len 2048",
+        ),
+        (
+            "m.jsonl",
+            '{"timestamp": 0, "input_length": 600, "output_length": 2, "hash_ids": [1, 2, 3]}\n',
+            {},
+            1,
+            "hash_ids",
+            "3 blocks of 512 tokens, but the prompt of 600 tokens fills only 2",
+        ),
+        (
+            "m.jsonl",
+            '{"timestamp": 0, "input_length": 600, "output_length": 2, "hash_ids": [1, -2]}\n',
+            {},
+            1,
+            "hash_ids",
+            "must be between 0 and",
+        ),
+        (
+            "m.jsonl",
+            '{"timestamp": 0, "input_length": 600, "output_length": 2, "hash_ids": ["a"]}\n',
+            {},
+            1,
+            "hash_ids",
+            "'a' is not a whole number",
+        ),
         ("m.jsonl", _GOOD + "{not json\n", {}, 2, None, "not JSON"),
         ("m.jsonl", _GOOD + "[1, 2]\n", {}, 2, None, "must be a JSON object, got list"),
         ("m.jsonl", "", {}, None, None, "no requests in the file (it is empty)"),
@@ -183,7 +289,7 @@ _GOOD = '{"timestamp": 0, "input_length": 10, "output_length": 2}\n'
         ("a.jsonl", "timestamp: 0\n{}\n", {}, 1, None, "not a trace: its first line is neither"),
         ("a.csv", "when,in,out\n0,1,1\n", {}, 1, None, "not a trace: its first line is neither"),
     ],
-)  # fmt: skip
+)
 def test_bad_trace_files_fail_with_file_line_and_key(
     tmp_path, name, text, settings, line, key, message
 ):
@@ -374,14 +480,12 @@ def test_a_trace_workload_reads_its_file_relative_to_itself(tmp_path):
     [
         ("kind: trace\n", 1, "file", "missing: the trace file"),
         ("kind: trace\nfile: m.jsonl\ntime_scale: -2\n", 3, "time_scale", "must be more than 0"),
-        ("kind: trace\nfile: m.jsonl\nprompt_tokens: 10\n", 3, "prompt_tokens",
-         "unknown key"),
-        ("prompt_tokens: 10\noutput_tokens: 2\ntime_scale: 2\n", 3, "time_scale",
-         "unknown key"),
+        ("kind: trace\nfile: m.jsonl\nprompt_tokens: 10\n", 3, "prompt_tokens", "unknown key"),
+        ("prompt_tokens: 10\noutput_tokens: 2\ntime_scale: 2\n", 3, "time_scale", "unknown key"),
         ("kind: replay\nfile: m.jsonl\n", 1, "kind", "unknown workload kind 'replay'"),
         ("kind: trace\nfile: absent.jsonl\n", 2, "file", "no such file"),
     ],
-)  # fmt: skip
+)
 def test_trace_workload_errors_name_file_line_and_key(tmp_path, text, line, key, message):
     _write(tmp_path, "m.jsonl", MOONCAKE)
     path = tmp_path / "w.yaml"
@@ -475,17 +579,33 @@ def test_editing_the_trace_changes_the_workload(tmp_path):
     ("shape_text", "line", "key", "message"),
     [
         ("kind: open-loop\nprocess: trace\n", 2, "process", "needs trace:"),
-        ("kind: open-loop\nprocess: trace\ntrace: nosuch\n", 3, "trace",
-         "no workload named 'nosuch'"),
+        (
+            "kind: open-loop\nprocess: trace\ntrace: nosuch\n",
+            3,
+            "trace",
+            "no workload named 'nosuch'",
+        ),
         ("kind: open-loop\nprocess: trace\ntrace: chat\n", 3, "trace", "is synthetic, not a trace"),
-        ("kind: open-loop\nprocess: trace\ntrace: replay.yaml\nrate_rps: 3\n", 4, "rate_rps",
-         "replays the trace's own times"),
-        ("kind: steady\nprocess: trace\ntrace: replay.yaml\nduration_s: 5\n", 2, "process",
-         "needs kind: open-loop"),
-        ("kind: open-loop\nrate_rps: 3\nduration_s: 5\ntrace: replay.yaml\n", 4, "trace",
-         "only a shape with process: trace"),
+        (
+            "kind: open-loop\nprocess: trace\ntrace: replay.yaml\nrate_rps: 3\n",
+            4,
+            "rate_rps",
+            "replays the trace's own times",
+        ),
+        (
+            "kind: steady\nprocess: trace\ntrace: replay.yaml\nduration_s: 5\n",
+            2,
+            "process",
+            "needs kind: open-loop",
+        ),
+        (
+            "kind: open-loop\nrate_rps: 3\nduration_s: 5\ntrace: replay.yaml\n",
+            4,
+            "trace",
+            "only a shape with process: trace",
+        ),
     ],
-)  # fmt: skip
+)
 def test_trace_shape_errors_name_file_line_and_key(tmp_path, shape_text, line, key, message):
     shape_path = _replay_files(tmp_path, _uniform_rows(3), shape_text)
     with pytest.raises(WorkloadError) as caught:

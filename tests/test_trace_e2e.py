@@ -44,10 +44,21 @@ def test_the_sample_trace_replays_at_its_own_times_lengths_and_prefixes(vllm_ser
     keys = ("vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total")
     before = scrape(vllm_server.url)
     run_dir = tmp_path / "run"
-    run_headless(vllm_server.url, run_dir, "--workload", str(workload_path), "--traffic",
-                 str(shape_path), "--model", vllm_server.model, "--tokenizer",
-                 str(vllm_server.model_dir), "--master-bind-port", str(MASTER_PORT),
-                 timeout_s=240)  # fmt: skip
+    run_headless(
+        vllm_server.url,
+        run_dir,
+        "--workload",
+        str(workload_path),
+        "--traffic",
+        str(shape_path),
+        "--model",
+        vllm_server.model,
+        "--tokenizer",
+        str(vllm_server.model_dir),
+        "--master-bind-port",
+        str(MASTER_PORT),
+        timeout_s=240,
+    )
     after = scrape(vllm_server.url)
     hits, queries = (after.get(k, 0.0) - before.get(k, 0.0) for k in keys)
 

@@ -126,10 +126,13 @@ class Proxy:
                     buf += data
                 head = buf.split(b"\r\n\r\n")[0].split(b"\r\n")
                 auth = next(
-                    (line.split(b":", 1)[1].strip() for line in head[1:]
-                     if line.lower().startswith(b"proxy-authorization:")),
+                    (
+                        line.split(b":", 1)[1].strip()
+                        for line in head[1:]
+                        if line.lower().startswith(b"proxy-authorization:")
+                    ),
                     None,
-                )  # fmt: skip
+                )
                 outer.requests.append((head[0], auth))
                 method, where, _ = head[0].split(b" ")
                 if method == b"CONNECT":
@@ -174,8 +177,14 @@ def _pipe(src: socket.socket, dst: socket.socket) -> None:
 
 @pytest.fixture
 def no_proxy_env(monkeypatch) -> None:
-    for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY", "REQUESTS_CA_BUNDLE",
-                 "CURL_CA_BUNDLE"):  # fmt: skip
+    for name in (
+        "HTTP_PROXY",
+        "HTTPS_PROXY",
+        "ALL_PROXY",
+        "NO_PROXY",
+        "REQUESTS_CA_BUNDLE",
+        "CURL_CA_BUNDLE",
+    ):
         monkeypatch.delenv(name, raising=False)
         monkeypatch.delenv(name.lower(), raising=False)
 

@@ -37,38 +37,73 @@ def tune(*args: str):
     [
         (["--slo", "ttft_p95=fast"], "Error: --slo: ttft_p95='fast' is not a duration"),
         (["--slo", "errors=1%"], "Error: --slo: tune needs percentile targets"),
-        (["--slo", "ttft_p95=1s", "--budget-trials", "0"],
-         "Error: --budget-trials: must be between 1 and 1,000, got 0"),
-        (["--slo", "ttft_p95=1s", "--budget-trials", "2.5"],
-         "Error: --budget-trials: must be a whole number, got 2.5"),
-        (["--slo", "ttft_p95=1s", "--budget-time", "2 weeks"],
-         "Error: --budget-time: '2weeks' is not a number"),
-        (["--slo", "ttft_p95=1s", "--budget-time", "0m"],
-         "Error: --budget-time: must be more than 0 and at most 2,592,000, got 0"),
-        (["--slo", "ttft_p95=1s", "--budget-time", "inf"],
-         "Error: --budget-time: must be a finite number"),
-        (["--slo", "ttft_p95=1s", "--space", "max-num-seqs=8,eight"],
-         "Error: --space max-num-seqs: must be a whole number, got 'eight'"),
-        (["--slo", "ttft_p95=1s", "--space", "max-num-sequences=8"],
-         "Error: --space max-num-sequences: unknown vLLM engine argument"),
-        (["--slo", "ttft_p95=1s", "--workload", "long-prompt-short-answer", "--space",
-          "max-model-len=1024"], "Error: --space max-model-len: 1024 is below the workload's"),
+        (
+            ["--slo", "ttft_p95=1s", "--budget-trials", "0"],
+            "Error: --budget-trials: must be between 1 and 1,000, got 0",
+        ),
+        (
+            ["--slo", "ttft_p95=1s", "--budget-trials", "2.5"],
+            "Error: --budget-trials: must be a whole number, got 2.5",
+        ),
+        (
+            ["--slo", "ttft_p95=1s", "--budget-time", "2 weeks"],
+            "Error: --budget-time: '2weeks' is not a number",
+        ),
+        (
+            ["--slo", "ttft_p95=1s", "--budget-time", "0m"],
+            "Error: --budget-time: must be more than 0 and at most 2,592,000, got 0",
+        ),
+        (
+            ["--slo", "ttft_p95=1s", "--budget-time", "inf"],
+            "Error: --budget-time: must be a finite number",
+        ),
+        (
+            ["--slo", "ttft_p95=1s", "--space", "max-num-seqs=8,eight"],
+            "Error: --space max-num-seqs: must be a whole number, got 'eight'",
+        ),
+        (
+            ["--slo", "ttft_p95=1s", "--space", "max-num-sequences=8"],
+            "Error: --space max-num-sequences: unknown vLLM engine argument",
+        ),
+        (
+            [
+                "--slo",
+                "ttft_p95=1s",
+                "--workload",
+                "long-prompt-short-answer",
+                "--space",
+                "max-model-len=1024",
+            ],
+            "Error: --space max-model-len: 1024 is below the workload's",
+        ),
         (["--slo", "ttft_p95=1s", "--objective", "min-latency"], "Error: --rps: min-latency"),
-        (["--slo", "ttft_p95=1s", "--objective", "max-rates"],
-         "Error: --objective: unknown objective 'max-rates' (did you mean 'max-rate'?)"),
-        (["--slo", "ttft_p95=1s", "--set", "max-num-seqs=64", "--space", "max-num-seqs=16,32"],
-         "Error: --space max-num-seqs: --set max-num-seqs=64 pins it, and --space max-num-seqs "
-         "searches it"),
-        (["--slo", "ttft_p95=1s", "--traffic", "steady"],
-         "Error: --traffic: steady is closed-loop"),
-        (["--slo", "ttft_p95=1s", "--set", "max-model-len=64", "--workload", "chat"],
-         "Error: --set max-model-len: 64 is below the workload's longest request"),
-        (["--slo", "ttft_p95=1s", "--objective", "min-latency", "--rps", "4", "--guided"],
-         "Error: --guided: --guided ranks candidates by their predicted capacity"),
-        (["--slo", "ttft_p95=1s", "--workload", "chat-sessions", "--guided"],
-         "Error: --guided: workload chat-sessions sends sessions"),
+        (
+            ["--slo", "ttft_p95=1s", "--objective", "max-rates"],
+            "Error: --objective: unknown objective 'max-rates' (did you mean 'max-rate'?)",
+        ),
+        (
+            ["--slo", "ttft_p95=1s", "--set", "max-num-seqs=64", "--space", "max-num-seqs=16,32"],
+            "Error: --space max-num-seqs: --set max-num-seqs=64 pins it, and --space max-num-seqs "
+            "searches it",
+        ),
+        (
+            ["--slo", "ttft_p95=1s", "--traffic", "steady"],
+            "Error: --traffic: steady is closed-loop",
+        ),
+        (
+            ["--slo", "ttft_p95=1s", "--set", "max-model-len=64", "--workload", "chat"],
+            "Error: --set max-model-len: 64 is below the workload's longest request",
+        ),
+        (
+            ["--slo", "ttft_p95=1s", "--objective", "min-latency", "--rps", "4", "--guided"],
+            "Error: --guided: --guided ranks candidates by their predicted capacity",
+        ),
+        (
+            ["--slo", "ttft_p95=1s", "--workload", "chat-sessions", "--guided"],
+            "Error: --guided: workload chat-sessions sends sessions",
+        ),
     ],
-)  # fmt: skip
+)
 def test_bad_input_fails_before_any_server_starts(no_server, tmp_path, args, message):
     result = tune(*args, "--out", str(tmp_path / "t"))
     assert result.exit_code == 2, result.output
@@ -79,16 +114,25 @@ def test_bad_input_fails_before_any_server_starts(no_server, tmp_path, args, mes
 def test_a_bad_profile_file_fails_with_its_line(no_server, tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("description: x\nextends: chunked-512\nengine_args:\n  block-size: many\n")
-    result = CliRunner().invoke(cli, ["tune", str(bad), "--slo", "ttft_p95=1s", "--out",
-                                      str(tmp_path / "t")])  # fmt: skip
+    result = CliRunner().invoke(
+        cli, ["tune", str(bad), "--slo", "ttft_p95=1s", "--out", str(tmp_path / "t")]
+    )
     assert result.exit_code == 2
     assert f"{bad}:4: block-size: expected an integer" in result.output
 
 
 @pytest.mark.parametrize(
-    ("text", "seconds"), [("2h", 7200), ("90m", 5400), ("1h30m", 5400), ("45s", 45), ("600", 600),
-                          ("1.5h", 5400), ("20min", 1200)],
-)  # fmt: skip
+    ("text", "seconds"),
+    [
+        ("2h", 7200),
+        ("90m", 5400),
+        ("1h30m", 5400),
+        ("45s", 45),
+        ("600", 600),
+        ("1.5h", 5400),
+        ("20min", 1200),
+    ],
+)
 def test_budget_times_read_as_people_write_them(text, seconds):
     assert parse_duration(text) == seconds
 
@@ -103,12 +147,24 @@ def emulated_tune(tmp_path_factory):
     """One small tune whose trials run against the emulator, then the same tune again."""
     out = tmp_path_factory.mktemp("tune") / "t"
     request = TuneRequest(
-        profile="chunked-512", slo="ttft_p95=1000ms", workload="tiny-smoke",
-        space=("max-num-seqs=8,16",), level_s=1.5, warmup_s=0.0, start_rps=1.0, max_rps=2.0,
-        repeat=1, out_dir=out,
-        set_args=("enforce-eager=true", "max-model-len=256", "gpu-memory-utilization=0.9",
-                  "enable-chunked-prefill=true", "max-num-batched-tokens=512"),
-    )  # fmt: skip
+        profile="chunked-512",
+        slo="ttft_p95=1000ms",
+        workload="tiny-smoke",
+        space=("max-num-seqs=8,16",),
+        level_s=1.5,
+        warmup_s=0.0,
+        start_rps=1.0,
+        max_rps=2.0,
+        repeat=1,
+        out_dir=out,
+        set_args=(
+            "enforce-eager=true",
+            "max-model-len=256",
+            "gpu-memory-utilization=0.9",
+            "enable-chunked-prefill=true",
+            "max-num-batched-tokens=512",
+        ),
+    )
     said: list[str] = []
     with Emulator(EmulatorConfig(ttft_ms=10, itl_ms=2, model="tiny")) as emulator:
         prepared = prepare(request)
@@ -181,10 +237,16 @@ def test_servers_that_did_not_start_are_results_and_not_retried_on_resume(tmp_pa
 
     out = tmp_path / "t"
     request = TuneRequest(
-        profile="chunked-512", slo="ttft_p95=1000ms", workload="tiny-smoke",
-        space=("max-num-seqs=8,16",), level_s=1.0, warmup_s=0.0, repeat=1, out_dir=out,
+        profile="chunked-512",
+        slo="ttft_p95=1000ms",
+        workload="tiny-smoke",
+        space=("max-num-seqs=8,16",),
+        level_s=1.0,
+        warmup_s=0.0,
+        repeat=1,
+        out_dir=out,
         set_args=("enforce-eager=true", "gpu-memory-utilization=0.9"),
-    )  # fmt: skip
+    )
     prepared = prepare(request)
     nowhere = f"http://127.0.0.1:{free_port()}"  # nothing listens: the "server" never starts
     prepared = replace(prepared, spec=replace(prepared.spec, url=nowhere))
@@ -222,8 +284,13 @@ def test_a_damaged_tune_json_is_an_error_and_is_left_as_it_was(no_server, tmp_pa
     out = tmp_path / "t"
     out.mkdir()
     (out / "tune.json").write_text(text)
-    request = TuneRequest(profile="chunked-512", slo="ttft_p95=1000ms", workload="tiny-smoke",
-                          space=("max-num-seqs=8,16",), out_dir=out)  # fmt: skip
+    request = TuneRequest(
+        profile="chunked-512",
+        slo="ttft_p95=1000ms",
+        workload="tiny-smoke",
+        space=("max-num-seqs=8,16",),
+        out_dir=out,
+    )
     with pytest.raises(RunError) as caught:
         run_prepared(prepare(request), lambda _: None)
     assert str(out / "tune.json") in str(caught.value) and message in str(caught.value)

@@ -100,26 +100,57 @@ def _tune(files: Path, name: str):
     out = files / name
     # prompts of a ~0.3-s prefill serve 3-5 req/s: the search starts at 3 (from 1.5 it spent
     # a 10-s level on reaching 3; an AVX2 host sustained 4.55)
-    # fmt: off
     proc = vprof(
-        "tune", "pinned", "--profiles-dir", str(files / "profiles"),
-        "--workload", str(files / "answers.yaml"), "--traffic", str(files / "level.yaml"),
-        "--slo", SLO, "--space", "max-num-batched-tokens=512,2048",
-        "--set", "enforce-eager=true", "--set", "enable-chunked-prefill=true",
-        "--set", "max-num-seqs=8", "--budget-trials", "1", "--repeat", "1",
-        "--level-s", "10", "--warmup-s", "1", "--start-rps", "3",
-        "--port", str(worker_port(18800, 18899)), "--out", str(out),
+        "tune",
+        "pinned",
+        "--profiles-dir",
+        str(files / "profiles"),
+        "--workload",
+        str(files / "answers.yaml"),
+        "--traffic",
+        str(files / "level.yaml"),
+        "--slo",
+        SLO,
+        "--space",
+        "max-num-batched-tokens=512,2048",
+        "--set",
+        "enforce-eager=true",
+        "--set",
+        "enable-chunked-prefill=true",
+        "--set",
+        "max-num-seqs=8",
+        "--budget-trials",
+        "1",
+        "--repeat",
+        "1",
+        "--level-s",
+        "10",
+        "--warmup-s",
+        "1",
+        "--start-rps",
+        "3",
+        "--port",
+        str(worker_port(18800, 18899)),
+        "--out",
+        str(out),
         timeout_s=1200,
     )
-    # fmt: on
     assert proc.returncode == 0, proc.stdout + proc.stderr + _levels(out)
     return out, json.loads((out / "tune.json").read_text()), proc
 
 
 def _levels(out: Path) -> str:
     """Each measured level's SLO figures and client verdicts, for a failure's message."""
-    keys = ("completed", "p95_ttft_from_schedule_ms", "p95_ttft_ms", "served_rate",
-            "client_limited", "loadgen_saturated", "host_unsteady", "state")  # fmt: skip
+    keys = (
+        "completed",
+        "p95_ttft_from_schedule_ms",
+        "p95_ttft_ms",
+        "served_rate",
+        "client_limited",
+        "loadgen_saturated",
+        "host_unsteady",
+        "state",
+    )
     lines = []
     for path in sorted(out.glob("*/summary.json")):
         summary = json.loads(path.read_text())
@@ -261,14 +292,27 @@ def _sweep(
     # no slope to follow and the answer is the met level itself (a CI run: claim 1.601, levels
     # 1.44 and 1.76, answer 1.44 — 10.06 % below)
     levels = ",".join(f"{claim * f:.4g}" for f in (0.91, 1.1))
-    # fmt: off
     sweep = vprof(
-        "sweep", "load", str(path), *dirs, "--url", url,
-        "--workload", str(files / "answers.yaml"), "--traffic", str(files / "level.yaml"),
-        "--levels", levels, "--slo", SLO, "--out", str(files / name), "--format", "json",
+        "sweep",
+        "load",
+        str(path),
+        *dirs,
+        "--url",
+        url,
+        "--workload",
+        str(files / "answers.yaml"),
+        "--traffic",
+        str(files / "level.yaml"),
+        "--levels",
+        levels,
+        "--slo",
+        SLO,
+        "--out",
+        str(files / name),
+        "--format",
+        "json",
         timeout_s=600,
     )
-    # fmt: on
     assert sweep.returncode == 0, sweep.stdout + sweep.stderr
     (plan,) = json.loads(sweep.stdout)["plan"]
     return plan["sustainable_rps"], str(plan["basis"])

@@ -26,8 +26,13 @@ from vprof.workloads import get_workload
 
 
 def test_space_values_are_read_as_set_values_are():
-    space = parse_space(["max-num-seqs=64,16", "enable-chunked-prefill=true,false",
-                         "gpu_memory_utilization=0.8,0.9"])  # fmt: skip
+    space = parse_space(
+        [
+            "max-num-seqs=64,16",
+            "enable-chunked-prefill=true,false",
+            "gpu_memory_utilization=0.8,0.9",
+        ]
+    )
     assert space == {SEQS: (64, 16), CHUNKED: (True, False), GPU_MEMORY: (0.8, 0.9)}
 
 
@@ -73,8 +78,7 @@ def test_the_default_space_follows_the_guide_and_the_workload():
 
 
 def test_prefix_caching_is_searched_when_the_workload_shares_prefixes():
-    space = build_space(get_profile("chunked-512"), get_workload("rag-shared-prefix"), {},
-                        gpu=True)  # fmt: skip
+    space = build_space(get_profile("chunked-512"), get_workload("rag-shared-prefix"), {}, gpu=True)
     assert space.dim(PREFIX) is not None
 
 
@@ -97,8 +101,12 @@ def test_keys_pinned_with_set_are_not_searched_and_must_hold_the_workload():
 
 def test_max_model_len_below_the_longest_request_is_refused_before_anything_runs():
     with pytest.raises(ProfileError) as caught:
-        build_space(get_profile("chunked-512"), get_workload("long-prompt-short-answer"),
-                    parse_space(["max-model-len=1024,4096"]), gpu=False)  # fmt: skip
+        build_space(
+            get_profile("chunked-512"),
+            get_workload("long-prompt-short-answer"),
+            parse_space(["max-model-len=1024,4096"]),
+            gpu=False,
+        )
     error = caught.value
     assert error.key == "--space max-model-len"
     assert "below the workload's longest request (1932 tokens" in error.message
@@ -109,8 +117,12 @@ def test_the_search_starts_from_the_profiles_own_settings():
 
     base = resolve_profile("baseline")  # as if its file said max-num-seqs: 100
     profile = replace(base, engine_args={**base.engine_args, "max-num-seqs": 100})
-    space = build_space(profile, get_workload("long-prompt-short-answer"),
-                        parse_space(["max-num-seqs=32,128,512"]), gpu=False)  # fmt: skip
+    space = build_space(
+        profile,
+        get_workload("long-prompt-short-answer"),
+        parse_space(["max-num-seqs=32,128,512"]),
+        gpu=False,
+    )
     start = starting_candidate(space, profile)
     assert start.get(CHUNKED) is False and start.get(BATCHED) == 4096
     assert start.get(SEQS) == 128  # the nearest value to 100 on the ladder
@@ -118,11 +130,14 @@ def test_the_search_starts_from_the_profiles_own_settings():
 
 def test_the_validators_rules_refuse_candidates_before_they_start():
     profile = get_profile("chunked-512")
-    space = build_space(profile, get_workload("long-prompt-short-answer"),
-                        parse_space(["max-num-seqs=64,512"]), gpu=False)  # fmt: skip
+    space = build_space(
+        profile,
+        get_workload("long-prompt-short-answer"),
+        parse_space(["max-num-seqs=64,512"]),
+        gpu=False,
+    )
     keys = space.keys
-    short = Candidate(tuple(zip(keys, _values(keys, chunked=False, bt=1024, seqs=64),
-                                strict=True)))  # fmt: skip
+    short = Candidate(tuple(zip(keys, _values(keys, chunked=False, bt=1024, seqs=64), strict=True)))
     assert "below max-model-len (2048) with chunked prefill off" in (
         refusal(profile, space, short) or ""
     )
@@ -138,17 +153,28 @@ def _values(keys, *, chunked, bt, seqs):
 
 
 def test_labels_name_every_searched_value():
-    candidate = Candidate(((CHUNKED, False), (BATCHED, 4096), (SEQS, 64), (EAGER, True),
-                           (GPU_MEMORY, 0.85), ("block-size", 32)))  # fmt: skip
+    candidate = Candidate(
+        (
+            (CHUNKED, False),
+            (BATCHED, 4096),
+            (SEQS, 64),
+            (EAGER, True),
+            (GPU_MEMORY, 0.85),
+            ("block-size", 32),
+        )
+    )
     assert candidate.label("baseline") == (
         "baseline@nochunk-bt4096-seqs64-eager-mem0.85-block-size=32"
     )
 
 
 def test_a_candidate_needing_more_memory_than_one_that_ran_out_is_recognised():
-    space = build_space(get_profile("chunked-512"), get_workload("chat"),
-                        parse_space(["max-num-seqs=64,256", "enforce-eager=false,true"]),
-                        gpu=False)  # fmt: skip
+    space = build_space(
+        get_profile("chunked-512"),
+        get_workload("chat"),
+        parse_space(["max-num-seqs=64,256", "enforce-eager=false,true"]),
+        gpu=False,
+    )
     keys = space.keys
 
     def c(**kw) -> Candidate:

@@ -19,13 +19,23 @@ from vprof.records import read_records
 
 pytestmark = pytest.mark.e2e
 
-HEADLINE = ("median_ttft_ms", "p95_ttft_ms", "median_tpot_ms", "p95_tpot_ms",
-            "median_e2el_ms", "p95_e2el_ms")  # fmt: skip
+HEADLINE = (
+    "median_ttft_ms",
+    "p95_ttft_ms",
+    "median_tpot_ms",
+    "p95_tpot_ms",
+    "median_e2el_ms",
+    "p95_e2el_ms",
+)
 
 
 def vprof(*args: str, timeout_s: float = 1200) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "vprof.cli.main", *args],
-                          capture_output=True, text=True, timeout=timeout_s)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "vprof.cli.main", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+    )
 
 
 def steady(tmp_path: Path, users: int, seconds: int) -> str:
@@ -39,8 +49,15 @@ def runs_of(out: Path) -> list[Path]:
 
 
 def compare_json(*args: str) -> dict[str, dict]:
-    proc = vprof("compare", *args, "--format", "json", "--metric", "request_throughput",
-                 *(a for m in HEADLINE for a in ("--metric", m)))  # fmt: skip
+    proc = vprof(
+        "compare",
+        *args,
+        "--format",
+        "json",
+        "--metric",
+        "request_throughput",
+        *(a for m in HEADLINE for a in ("--metric", m)),
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return {row["metric"]: row for row in json.loads(proc.stdout)}
 
@@ -54,8 +71,20 @@ def test_the_same_configuration_four_times_is_called_no_different(tmp_path, vllm
     )
     out = tmp_path / "aa"
     shape = steady(tmp_path, 8, 5)
-    proc = vprof("bench", "tiny", "--url", vllm_server.url, "--repeat", "4", "--workload",
-                 str(workload), "--traffic", shape, "--out", str(out))  # fmt: skip
+    proc = vprof(
+        "bench",
+        "tiny",
+        "--url",
+        vllm_server.url,
+        "--repeat",
+        "4",
+        "--workload",
+        str(workload),
+        "--traffic",
+        shape,
+        "--out",
+        str(out),
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     runs = runs_of(out)
     assert [r.name[-4:] for r in runs][1:] == ["--r2", "--r3", "--r4"]

@@ -101,11 +101,21 @@ def locust_web(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     try:
         emu_log = tmp_path / "emulator.log"
         emulator = subprocess.Popen(
-            [str(BIN / "vprof"), "emulate", "--port", str(EMULATOR_PORT),
-             "--ttft-ms", str(EMULATED_TTFT_MS), "--itl-ms", str(EMULATED_ITL_MS)],
-            stdout=emu_log.open("w"), stderr=subprocess.STDOUT, env=env,
+            [
+                str(BIN / "vprof"),
+                "emulate",
+                "--port",
+                str(EMULATOR_PORT),
+                "--ttft-ms",
+                str(EMULATED_TTFT_MS),
+                "--itl-ms",
+                str(EMULATED_ITL_MS),
+            ],
+            stdout=emu_log.open("w"),
+            stderr=subprocess.STDOUT,
+            env=env,
             start_new_session=True,
-        )  # fmt: skip
+        )
         procs.append(emulator)
         emulator_url = f"http://127.0.0.1:{EMULATOR_PORT}"
         _wait_http(f"{emulator_url}/v1/models", 60, emulator, emu_log)
@@ -118,12 +128,28 @@ def locust_web(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
             extra = ["--processes", str(workers), "--master-bind-port", port, "--master-port", port]
         locust_log = tmp_path / "locust.log"
         locust = subprocess.Popen(
-            [sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "-H", emulator_url,
-             "--web-host", "127.0.0.1", "--web-port", str(WEB_PORT),
-             "--run-dir", str(tmp_path / "run"), *extra],
-            stdout=locust_log.open("w"), stderr=subprocess.STDOUT, env=env, cwd=tmp_path,
+            [
+                sys.executable,
+                "-m",
+                "locust",
+                "-f",
+                str(LOCUSTFILE),
+                "-H",
+                emulator_url,
+                "--web-host",
+                "127.0.0.1",
+                "--web-port",
+                str(WEB_PORT),
+                "--run-dir",
+                str(tmp_path / "run"),
+                *extra,
+            ],
+            stdout=locust_log.open("w"),
+            stderr=subprocess.STDOUT,
+            env=env,
+            cwd=tmp_path,
             start_new_session=True,  # its forked workers share the group _stop() kills
-        )  # fmt: skip
+        )
         procs.append(locust)
         web_url = f"http://127.0.0.1:{WEB_PORT}"
         _wait_http(f"{web_url}/stats/requests", 120, locust, locust_log)
@@ -253,8 +279,10 @@ def _check_header_rate(samples: list[tuple[float, float]], records, heard) -> No
         highs.append(max(rates))
     header_rps = float(np.median([rps for _, rps in samples]))
     low, high = float(np.median(lows)), float(np.median(highs))
-    print(f"header RPS {header_rps:.2f} (median of {len(samples)} readings) vs records "
-          f"{low:.2f}-{high:.2f} req/s over the windows the readings rest on")  # fmt: skip
+    print(
+        f"header RPS {header_rps:.2f} (median of {len(samples)} readings) vs records "
+        f"{low:.2f}-{high:.2f} req/s over the windows the readings rest on"
+    )
     # Each worker sends the master its counts every 3 s, and the window ends 2 s before the
     # newest request any worker reported: the other worker's last seconds may not have come
     # in yet (more when the machine is busy). Up to 3 s of one worker of two is 15 % of the

@@ -27,9 +27,17 @@ from vprof.workloads.loading import (
 from vprof.workloads.spec import ConversationSpec, Distribution, PrefixSpec, Workload, fixed
 from vprof.workloads.synthesis import HFTokenizer, RequestSynthesizer, load_tokenizer
 
-PRESETS = ("chat", "long-prompt-short-answer", "rag-shared-prefix", "multi-turn",
-           "fixed-800-64", "tiny-smoke", "sample-trace", "chat-sessions",
-           "agent-fanout")  # fmt: skip
+PRESETS = (
+    "chat",
+    "long-prompt-short-answer",
+    "rag-shared-prefix",
+    "multi-turn",
+    "fixed-800-64",
+    "tiny-smoke",
+    "sample-trace",
+    "chat-sessions",
+    "agent-fanout",
+)
 
 
 @pytest.fixture(scope="module")
@@ -152,9 +160,9 @@ def test_fallback_builder_reaches_exact_lengths_without_word_tokens():
     rng = random.Random(0)
     lines = ["".join(rng.choice("abcdefgh") for _ in range(60)) for _ in range(300)]
     tok = _train_bpe(lines)
-    synth = RequestSynthesizer(_workload(prompt_tokens=Distribution("uniform", {"min": 5.0,
-                                                                               "max": 200.0})),
-                               tok)  # fmt: skip
+    synth = RequestSynthesizer(
+        _workload(prompt_tokens=Distribution("uniform", {"min": 5.0, "max": 200.0})), tok
+    )
     assert not synth._builder.exact
     plans = [synth.plan(i) for i in range(40)]
     exact = sum(_server_count(tok, p) == p.expected_prompt_tokens for p in plans)
@@ -224,14 +232,16 @@ def test_chat_prefix_is_the_system_message(tokenizer):
     [
         (Distribution("normal", {"mean": 500.0, "stddev": 50.0}), 500, 50),
         (Distribution("uniform", {"min": 100.0, "max": 300.0}), 200, 200 / math.sqrt(12)),
-        (Distribution("lognormal", {"mean": 300.0, "sigma": 0.5}), 300,
-         300 * math.sqrt(math.exp(0.25) - 1)),
-        (Distribution("lognormal", {"median": 200.0, "sigma": 0.3}), 200 * math.exp(0.045),
-         None),
+        (
+            Distribution("lognormal", {"mean": 300.0, "sigma": 0.5}),
+            300,
+            300 * math.sqrt(math.exp(0.25) - 1),
+        ),
+        (Distribution("lognormal", {"median": 200.0, "sigma": 0.3}), 200 * math.exp(0.045), None),
         (Distribution("empirical", {}, values=(10, 20, 30, 40)), 25, math.sqrt(125)),
         (fixed(64), 64, 0),
     ],
-)  # fmt: skip
+)
 def test_distribution_moments_match_their_parameters(dist, mean, stdev):
     rng = random.Random(11)
     xs = [dist.sample(rng) for _ in range(20000)]
@@ -306,8 +316,12 @@ def test_conversation_history_grows_with_the_actual_replies(tokenizer):
 
 def test_conversation_stops_before_exceeding_its_context_budget(tokenizer):
     conversation = ConversationSpec(turns=fixed(50), max_context_tokens=600)
-    w = _workload(endpoint="chat", conversation=conversation, prompt_tokens=fixed(100),
-                  output_tokens=fixed(40))  # fmt: skip
+    w = _workload(
+        endpoint="chat",
+        conversation=conversation,
+        prompt_tokens=fixed(100),
+        output_tokens=fixed(40),
+    )
     conv = RequestSynthesizer(w, tokenizer).start_conversation(0)
     plans = [conv.next_turn(None)]
     while (plan := conv.next_turn(" ok" * 40)) is not None:
@@ -423,9 +437,19 @@ def test_cli_show_prints_yaml_and_planned_lengths(tiny_model):
     rows = [row.split()[:4] for row in table.splitlines()[2:]]
     assert rows == [[str(i), "-1", "800", "64"] for i in range(3)]
     as_json = CliRunner().invoke(
-        cli, ["workloads", "show", "multi-turn", "-n", "1", "--format", "json",
-              "--tokenizer", str(tiny_model)],
-    )  # fmt: skip
+        cli,
+        [
+            "workloads",
+            "show",
+            "multi-turn",
+            "-n",
+            "1",
+            "--format",
+            "json",
+            "--tokenizer",
+            str(tiny_model),
+        ],
+    )
     turns = json.loads(as_json.output)
     assert [t["turn"] for t in turns] == list(range(len(turns))) and len(turns) >= 3
 
@@ -443,30 +467,72 @@ def test_cli_unknown_workload_is_one_line_and_exit_2():
 @pytest.mark.parametrize(
     ("text", "line", "key", "message"),
     [
-        ("prompt_tokens: 10\noutput_tokens:\n  kind: normal\n  mean: -5\n  stddev: 2\n",
-         4, "output_tokens.mean", "between 1 and 10,000,000, got -5"),
-        ("prompt_tokens: {kind: lognormall, mean: 30, sigma: 1}\noutput_tokens: 3\n",
-         1, "prompt_tokens.kind", "did you mean 'lognormal'"),
-        ("prompt_tokens: 10\noutput_tokens: 3\nprefix:\n  groups: 2\n  length_tokens: 8\n"
-         "  share: 1.5\n", 6, "prefix.share", "between 0 and 1"),
-        ("prompt_tokens: 10\noutput_tokens: 3\nprefix: {groups: 0, length_tokens: 8}\n",
-         3, "prefix.groups", "between 1 and 100,000, got 0"),
-        ("prompt_tokens: 10\noutput_tokens: 3\nprefx: {groups: 2}\n",
-         3, "prefx", "did you mean 'prefix'"),
+        (
+            "prompt_tokens: 10\noutput_tokens:\n  kind: normal\n  mean: -5\n  stddev: 2\n",
+            4,
+            "output_tokens.mean",
+            "between 1 and 10,000,000, got -5",
+        ),
+        (
+            "prompt_tokens: {kind: lognormall, mean: 30, sigma: 1}\noutput_tokens: 3\n",
+            1,
+            "prompt_tokens.kind",
+            "did you mean 'lognormal'",
+        ),
+        (
+            "prompt_tokens: 10\noutput_tokens: 3\nprefix:\n  groups: 2\n  length_tokens: 8\n"
+            "  share: 1.5\n",
+            6,
+            "prefix.share",
+            "between 0 and 1",
+        ),
+        (
+            "prompt_tokens: 10\noutput_tokens: 3\nprefix: {groups: 0, length_tokens: 8}\n",
+            3,
+            "prefix.groups",
+            "between 1 and 100,000, got 0",
+        ),
+        (
+            "prompt_tokens: 10\noutput_tokens: 3\nprefx: {groups: 2}\n",
+            3,
+            "prefx",
+            "did you mean 'prefix'",
+        ),
         ("prompt_tokens: -3\noutput_tokens: 3\n", 1, "prompt_tokens", "got -3"),
-        ("prompt_tokens: {kind: uniform, min: 50, max: 10}\noutput_tokens: 3\n",
-         1, "prompt_tokens.min", "larger than max"),
-        ("prompt_tokens: {kind: normal, mean: 50}\noutput_tokens: 3\n",
-         1, "prompt_tokens", "needs mean+stddev"),
-        ("prompt_tokens: {kind: fixed, value: 5, sigma: 2}\noutput_tokens: 3\n",
-         1, "prompt_tokens.sigma", "take no 'sigma'"),
-        ("endpoint: completions\nprompt_tokens: 10\noutput_tokens: 3\nconversation:\n"
-         "  turns: 3\n", 4, "conversation", "endpoint: chat"),
-        ("endpoint: chatt\nprompt_tokens: 10\noutput_tokens: 3\n",
-         1, "endpoint", "did you mean 'chat'"),
+        (
+            "prompt_tokens: {kind: uniform, min: 50, max: 10}\noutput_tokens: 3\n",
+            1,
+            "prompt_tokens.min",
+            "larger than max",
+        ),
+        (
+            "prompt_tokens: {kind: normal, mean: 50}\noutput_tokens: 3\n",
+            1,
+            "prompt_tokens",
+            "needs mean+stddev",
+        ),
+        (
+            "prompt_tokens: {kind: fixed, value: 5, sigma: 2}\noutput_tokens: 3\n",
+            1,
+            "prompt_tokens.sigma",
+            "take no 'sigma'",
+        ),
+        (
+            "endpoint: completions\nprompt_tokens: 10\noutput_tokens: 3\nconversation:\n"
+            "  turns: 3\n",
+            4,
+            "conversation",
+            "endpoint: chat",
+        ),
+        (
+            "endpoint: chatt\nprompt_tokens: 10\noutput_tokens: 3\n",
+            1,
+            "endpoint",
+            "did you mean 'chat'",
+        ),
         ("prompt_tokens: 10\n", 1, "output_tokens", "missing"),
     ],
-)  # fmt: skip
+)
 def test_malformed_yaml_names_file_line_and_key(tmp_path, text, line, key, message):
     path = tmp_path / "bad.yaml"
     path.write_text(text)
