@@ -108,7 +108,10 @@ def main() -> None:
 
 
 def _exit_at_once() -> None:
-    """End the process now, with exit status 0, once what it printed is out."""
+    """End the process now, with exit status 0, once what it printed is out (not under a
+    profiler or coverage, which write their results at the usual exit)."""
+    if sys.getprofile() is not None or sys.gettrace() is not None:
+        return
     try:
         sys.stdout.flush()
         sys.stderr.flush()
