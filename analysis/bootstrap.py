@@ -52,6 +52,8 @@ def _sample(cols: Any, ok: Any, metric: str, rng: Any) -> _Sample:
             subset[rng.choice(chosen, most, replace=False)] = True
             ok = subset
         values, lengths = cols.gaps(ok)
+        n = lengths.size
+        owner = np.repeat(np.arange(n), lengths)
     else:
         per_request = {  # only the metric asked for is computed
             "ttft": lambda: f["ttft_ms"],
@@ -61,15 +63,12 @@ def _sample(cols: Any, ok: Any, metric: str, rng: Any) -> _Sample:
             "e2el_from_schedule": lambda: (f["last_token_at"] - f["scheduled_at"]) * 1000.0,
         }[metric]()[ok]
         values = per_request[np.isfinite(per_request)]
-        lengths = np.ones(values.size, dtype=np.int64)
-    n = lengths.size
-    owner = np.repeat(np.arange(n), lengths)
-    if n > MAX_BOOT_REQUESTS:
-        chosen = np.zeros(n, dtype=bool)
-        chosen[rng.choice(n, MAX_BOOT_REQUESTS, replace=False)] = True
-        keep = chosen[owner]
-        values, owner = values[keep], np.cumsum(chosen)[owner[keep]] - 1
-        n = MAX_BOOT_REQUESTS
+        if values.size > MAX_BOOT_REQUESTS:
+            chosen = np.zeros(values.size, dtype=bool)
+            chosen[rng.choice(values.size, MAX_BOOT_REQUESTS, replace=False)] = True
+            values = values[chosen]
+        n = values.size
+        owner = np.arange(n)  # one value per request
     # Equal values may come in any order (a resample's percentile among them is their value,
     # its cumulative counts either side of them the same): no stable sort, a third the time.
     order = np.argsort(values)

@@ -145,8 +145,8 @@ class Columns:
         from vprof.records.store import release_file_of
 
         rows = np.flatnonzero(mask)
-        if self.itl_blocks and rows.size * _FEW_ROWS < mask.size:
-            return self._gaps_of_rows(rows)
+        if self.itl_blocks and rows.size * _FEW_ROWS < mask.size:  # read only their gaps
+            return self.gaps_at(mask, np.arange(self.gap_count(mask))), self._gap_places[0][rows]
         values, lengths, row = [], [], 0
         for block_values, block_lengths in self.itl_blocks:
             m = mask[row : row + block_lengths.size]
@@ -205,30 +205,6 @@ class Columns:
         start = np.cumsum(lengths) - lengths  # where each request's gaps start over all blocks
         first = np.cumsum([0, *sizes[:-1]])  # each block's first request
         return lengths, start - start[first][block_of], block_of
-
-    def _gaps_of_rows(self, rows: Any) -> tuple[Any, Any]:
-        """:meth:`gaps` of a few requests (``rows`` ascending): only their gaps are read."""
-        import numpy as np
-
-        from vprof.records.store import release_file_of
-
-        values, lengths, first = [], [], 0
-        for block_values, block_lengths in self.itl_blocks:
-            end = first + block_lengths.size
-            lo, hi = np.searchsorted(rows, [first, end])
-            if hi > lo:
-                mine = rows[lo:hi] - first
-                counts = block_lengths[mine]
-                starts = (np.cumsum(block_lengths) - block_lengths)[mine]
-                # each request's gaps: its start, then one after another
-                step = np.repeat(starts - (np.cumsum(counts) - counts), counts)
-                values.append(block_values[step + np.arange(int(counts.sum()))])
-                lengths.append(counts)
-            first = end
-        if not values:
-            return np.empty(0), np.zeros(0, dtype=np.int64)
-        release_file_of(self.itl_blocks[0][0])  # the pages around those read (read-ahead)
-        return np.concatenate(values), np.concatenate(lengths)
 
 
 # A selection of fewer than one request in this many reads only their gaps.

@@ -271,8 +271,13 @@ RELEASE_BYTES = 8 << 20
 
 def _beside(check: Any, *args: Any) -> Any:
     """Start ``check(*args)`` in a thread when the process may use two CPUs (numpy lets go of
-    the interpreter in its passes), else run it now; returns a function that waits for it
-    and returns (what it returned, None), or (None, the :class:`RunError` it raised)."""
+    the interpreter in its passes) and the caller is the main thread, else run it now;
+    returns a function that waits for it and returns (what it returned, None), or (None, the
+    :class:`RunError` it raised).
+
+    A reader in another thread is one of several reading at once (a report reads two runs at
+    a time, one a core): a third thread beside it would only slow them all.
+    """
     from concurrent.futures import ThreadPoolExecutor
 
     def run() -> tuple[Any, RunError | None]:
@@ -281,7 +286,7 @@ def _beside(check: Any, *args: Any) -> Any:
         except RunError as exc:
             return None, exc
 
-    if usable_cpus() < 2:
+    if usable_cpus() < 2 or threading.current_thread() is not threading.main_thread():
         result = run()
         return lambda: result
     pool = ThreadPoolExecutor(1, thread_name_prefix="vprof-check")

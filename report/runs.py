@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import shlex
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -179,28 +180,36 @@ def _server(run: Run, t0: float) -> dict[str, Any]:
     return out
 
 
-def _series(values: list[dict[str, Any]], name: str) -> Any:
+def _series(values: Sequence[Mapping[str, Any]], name: str) -> Any:
     """Each sample's ``name`` as a float, NaN where it has none (or not a finite number)."""
     import numpy as np
 
     column = [sample.get(name, math.nan) for sample in values]
+    if _NUMBERS.issuperset(map(type, column)):  # as read (numbers only): at once, not each
+        y = np.array(column, dtype=np.float64)
+        y[~np.isfinite(y)] = math.nan
+        return y
     return np.array([float(v) if _finite(v) else math.nan for v in column])
 
 
+_NUMBERS = frozenset((int, float))  # not bool, which _finite leaves out
+
+
 def _loadgen(run: Run, t0: float) -> dict[str, Any]:
-    by_worker: dict[str, list[tuple[float, float]]] = {}
-    for sample in run.loadgen:
-        t, cpu = sample.get("t"), sample.get("cpu_percent")
-        if _finite(t) and _finite(cpu) and 0 <= float(cpu) <= 100_000:
-            by_worker.setdefault(str(sample.get("worker", "")), []).append(
-                (float(t) - t0, float(cpu))
-            )
-    if not by_worker:
+    import numpy as np
+
+    t, cpu = _series(run.loadgen, "t") - t0, _series(run.loadgen, "cpu_percent")
+    kept = np.flatnonzero(np.isfinite(t) & (cpu >= 0) & (cpu <= 100_000))  # NaN fails both
+    if not kept.size:
         return {"empty": "no load-generator samples (loadgen.jsonl is missing or empty)"}
+    by_worker: dict[str, list[int]] = {}
+    for i in kept.tolist():
+        by_worker.setdefault(str(run.loadgen[i].get("worker", "")), []).append(i)
     workers = {}
-    for worker, points in sorted(by_worker.items()):
-        points.sort()
-        workers[worker] = dict(zip(("t_s", "y"), envelope(*zip(*points, strict=True)), strict=True))
+    for worker, rows in sorted(by_worker.items()):
+        mine = np.array(rows)
+        mine = mine[np.lexsort((cpu[mine], t[mine]))]  # in time order (then by CPU)
+        workers[worker] = dict(zip(("t_s", "y"), envelope(t[mine], cpu[mine]), strict=True))
     return {"workers": workers, "saturated_cpu_percent": SATURATED_CPU_PERCENT}
 
 

@@ -146,22 +146,27 @@ def binned_percentiles(
 
     bins = np.minimum((t // interval_s).astype(np.int64), max(n_bins - 1, 0))
     v, edges = sorted_within_groups(bins, v, n_bins)
-    out: dict[str, list[float | None]] = {f"p{q:g}": [] for q in qs}
-    out["max"] = []
-    for lo, hi in zip(edges[:-1], edges[1:], strict=True):
-        chunk = v[lo:hi]  # sorted within the bin
-        for q in qs:
-            out[f"p{q:g}"].append(_linear_sorted(chunk, q) if chunk.size else None)
-        out["max"].append(float(chunk[-1]) if chunk.size else None)
+    # every bin at once (not a call per bin and percentile), as numpy's "linear" reads its
+    # sorted values: position q/100·(k − 1), interpolated
+    filled = np.flatnonzero(edges[1:] > edges[:-1])
+    first, size = edges[filled], (edges[1:] - edges[:-1])[filled]
+    out: dict[str, list[float | None]] = {}
+    for q in qs:
+        position = q / 100.0 * (size - 1)
+        lower = np.floor(position)
+        upper = np.minimum(lower + 1, size - 1).astype(np.int64)
+        a, b = v[first + lower.astype(np.int64)], v[first + upper]
+        out[f"p{q:g}"] = _in_bins(a + (b - a) * (position - lower), filled, n_bins)
+    out["max"] = _in_bins(v[first + size - 1], filled, n_bins)
     return out
 
 
-def _linear_sorted(sorted_values: Any, q: float) -> float:
-    position = q / 100.0 * (sorted_values.size - 1)
-    lower = math.floor(position)
-    upper = min(lower + 1, sorted_values.size - 1)
-    a, b = float(sorted_values[lower]), float(sorted_values[upper])
-    return a + (b - a) * (position - lower)
+def _in_bins(values: Any, filled: Any, n_bins: int) -> list[float | None]:
+    """``values`` of the ``filled`` bins in a list of every bin, None in the empty ones."""
+    out: list[float | None] = [None] * n_bins
+    for i, value in zip(filled.tolist(), values.tolist(), strict=True):
+        out[i] = value
+    return out
 
 
 def significant(values: Any, digits: int = 4) -> list[float | None]:

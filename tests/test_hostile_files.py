@@ -197,6 +197,43 @@ def test_a_bad_column_is_named_before_a_bad_gap_checked_beside_it(tmp_path):
         read_records_file(RunDir(folder).records)
 
 
+def test_a_reader_in_another_thread_checks_the_gaps_itself(tmp_path, monkeypatch):
+    """A report reads two runs at a time, each in a worker thread: such a reader checks the
+    gaps in its own thread (a check thread beside each would be three threads on two cores),
+    with the same verdicts in the same order."""
+    import concurrent.futures
+    import threading
+
+    from vprof.common.errors import RunError
+    from vprof.records import store
+
+    folder = good_run(tmp_path / "a")
+    bad = _with("itl_ms", [1.0, -2.0])(_with("ttft_ms", float("inf"))(records_table(folder)))
+    write_stream(RunDir(folder).records, bad)
+    started: list[str] = []
+
+    class Spy(concurrent.futures.ThreadPoolExecutor):
+        def __init__(self, *args, **kwargs):
+            started.append(kwargs["thread_name_prefix"])
+            super().__init__(*args, **kwargs)
+
+    def verdict() -> str:
+        try:
+            read_records_file(RunDir(folder).records)
+        except RunError as exc:
+            return str(exc)
+        return "read"
+
+    monkeypatch.setattr(store, "usable_cpus", lambda: 2)
+    monkeypatch.setattr(concurrent.futures, "ThreadPoolExecutor", Spy)
+    assert "ttft_ms" in verdict() and started == ["vprof-check"]  # the main thread: beside
+    verdicts: list[str] = []
+    reader = threading.Thread(target=lambda: verdicts.append(verdict()))
+    reader.start()
+    reader.join()
+    assert "ttft_ms" in verdicts[0] and started == ["vprof-check"]  # no other check thread
+
+
 def test_an_arrow_file_format_copy_reads_exactly_what_it_holds(run, tmp_path):  # noqa: F811
     folder = good_run(tmp_path / "a")
     table = records_table(folder)

@@ -365,6 +365,24 @@ def test_cli_writes_the_file_and_says_where(bench, tmp_path):
     assert all(not math.isnan(p["sustainable_rps"]) for p in data["capacity"]["profiles"])
 
 
+def test_the_report_command_ends_at_once_with_its_file_and_line_out(bench, tmp_path):
+    # the process skips the interpreter's teardown (EXIT_AT_ONCE): nothing it wrote is lost
+    import subprocess
+    import sys
+
+    out = tmp_path / "r.html"
+    command = ["report", str(bench), "-o", str(out), "--n-boot", "50"]
+    done = subprocess.run(
+        [sys.executable, "-m", "vprof.cli.main", *command],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith(f"wrote {out} (") and done.stdout.endswith(" MB)\n")
+    assert embedded(out)["runs"]
+
+
 def test_a_run_that_sent_nothing_still_reports(tmp_path):
     empty = tmp_path / "empty"
     empty.mkdir()
