@@ -274,17 +274,29 @@ def prompt_token_warning(head: dict[str, Any], body: dict[str, Any]) -> str:
 
 
 def _gpus(profile: dict[str, Any]) -> int | None:
-    """GPUs one server of the run's profile used (tensor × pipeline × data parallel); None when
-    the run recorded no engine arguments (a server vprof did not launch)."""
-    if not isinstance(profile.get("engine_args"), Mapping):
-        return None  # then the registry (40 ms of imports) has nothing to read
-    from vprof.registry.profile import recorded_gpus_per_server
-
+    """GPUs one server of the run's profile used; None when not known."""
     try:
-        found = recorded_gpus_per_server(profile)
+        found = gpus_per_server_of(profile)
     except ProfileError:
         return None
     return found[0] if found else None
+
+
+def gpus_per_server_of(profile: Mapping[str, Any]) -> tuple[int, str] | None:
+    """GPUs one server of a run's profile (``run.json``'s ``profile``) used (tensor × pipeline ×
+    data parallel), and how that is known; None when it recorded no engine arguments (a server
+    vprof did not launch). A launched server's count is in the run; a run from before vprof
+    recorded it is counted from its engine arguments by the profile registry (its imports and
+    flag table cost ~60 ms, and a vLLM other than the table's, a child process once), whose bad
+    parallel size raises :class:`ProfileError` naming the flag."""
+    gpus, how = profile.get("gpus_per_server"), profile.get("parallelism")
+    if isinstance(gpus, int) and not isinstance(gpus, bool) and isinstance(how, str):
+        return gpus, how
+    if not isinstance(profile.get("engine_args"), Mapping):
+        return None
+    from vprof.registry.profile import recorded_gpus_per_server
+
+    return recorded_gpus_per_server(profile)
 
 
 def _in_flight_cap(traffic: Any) -> int | None:

@@ -47,6 +47,8 @@ def write_run(
             "identity": f"{profile}-synthetic",
             "argv": ["vllm", "serve"],
             "engine_args": {"tensor-parallel-size": 1},
+            "gpus_per_server": 1,  # as `vprof bench` records a launched server's
+            "parallelism": "tensor-parallel-size 1",
         },
         "workload": {"name": "chat"},
         "traffic": {

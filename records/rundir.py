@@ -222,6 +222,9 @@ RUN_FIELDS: dict[str, Check] = {
             "identity": _text(null=True),
             "argv": _items(_text()),
             "env": _values(_text()),
+            # a launched server's GPUs (tensor × pipeline × data parallel), and how counted
+            "gpus_per_server": _number(1, 4096, integer=True, null=True),
+            "parallelism": _text(null=True),
         },
         null=True,
     ),

@@ -162,11 +162,11 @@ def gpus_per_replica(meta: dict[str, Any], where: str) -> tuple[int, str]:
 
     ``meta`` is a run's ``run.json``; ``where`` its path, for errors.
     """
-    from vprof.registry.profile import recorded_gpus_per_server
+    from vprof.analysis.run import gpus_per_server_of
 
     profile = meta.get("profile")
     try:
-        found = recorded_gpus_per_server(profile) if isinstance(profile, dict) else None
+        found = gpus_per_server_of(profile) if isinstance(profile, dict) else None
     except ProfileError as exc:
         raise ReportError(exc.message, path=where, key=f"profile.engine_args.{exc.key}") from None
     return found or (1, "engine arguments unknown: 1 GPU assumed")

@@ -43,6 +43,7 @@ from vprof.runs.measure import (
     Server,
     asdict_deep,
     how_it_ended,
+    launched_gpus,
     summarize_run_folder,
     workload_file,
 )
@@ -455,6 +456,7 @@ class AlternatingBench:
                     "argv": server.argv,
                     "env": dict(server.profile.env),
                     "engine_args": dict(server.profile.engine_args),
+                    **launched_gpus(server.profile),
                 }
             sides.append(
                 {

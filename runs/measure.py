@@ -249,6 +249,7 @@ def _run_meta(
             "argv": server.argv,
             "env": dict(profile.env),
             "engine_args": dict(profile.engine_args),
+            **launched_gpus(profile),
             "host_changes": server.changes,
         }
     return {
@@ -275,6 +276,14 @@ def _run_meta(
         "command": sys.argv,
         **spec.extra_meta,
     }
+
+
+def launched_gpus(profile: Profile) -> dict[str, Any]:
+    """What run.json's ``profile`` records of a launched server's GPUs (see
+    :func:`vprof.analysis.run.gpus_per_server_of`): counted once here, where the flag table is
+    at hand, so reading a run never needs it."""
+    gpus, how = profile.gpus_per_server()
+    return {"gpus_per_server": gpus, "parallelism": how}
 
 
 def _replica_meta(server: Server, spec: BenchSpec) -> dict[str, Any]:

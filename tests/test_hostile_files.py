@@ -480,6 +480,11 @@ JSON_REFUSED = [
         ["run.json:", "created_at: must be between 0 and"],
     ),
     (
+        "run.json",
+        lambda f: _json(f, "run.json", _put("profile.gpus_per_server", 0)),
+        ["run.json:", "profile.gpus_per_server: must be between 1 and 4,096, got 0"],
+    ),
+    (
         "locust.json",
         lambda f: (f / "locust.json").write_text("{bad"),
         ["locust.json:1: not valid JSON"],

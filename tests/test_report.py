@@ -7,6 +7,8 @@ import html as html_lib
 import json
 import math
 import re
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -258,6 +260,41 @@ def test_gpus_per_replica_multiply_every_parallel_size(tmp_path):
     )
     with pytest.raises(ReportError, match="tensor-parallel-size"):
         build_data([bad], slo="ttft_p95=1s", gpu_hour_price=1.0)
+
+
+def test_a_launched_servers_recorded_gpus_are_read_without_the_registry(tmp_path):
+    """`vprof bench` records a launched server's GPUs in run.json; reading a run then takes
+    them as recorded (no profile registry, whose flag table may need a child process), and a
+    run from before is counted from its engine arguments as before."""
+    from vprof.registry import get_profile
+    from vprof.runs.measure import launched_gpus
+
+    profile = get_profile("baseline").with_overrides(
+        set_args={"tensor-parallel-size": 2, "pipeline-parallel-size": 2}
+    )
+    recorded = launched_gpus(profile)
+    assert recorded == {
+        "gpus_per_server": 4,
+        "parallelism": "tensor-parallel-size 2 × pipeline-parallel-size 2",
+    }
+    run = write_level(tmp_path / "r", "big", 2.0, n=40, engine_args={"tensor-parallel-size": 2})
+    meta = json.loads((run / "run.json").read_text())
+    meta["profile"] |= recorded  # the count recorded at launch is the one read
+    (run / "run.json").write_text(json.dumps(meta))
+    code = (
+        "import sys; from vprof.report import build_data; "
+        f"d = build_data([{str(run)!r}], slo='ttft_p95=1s', target_rps=10, gpu_hour_price=1.0); "
+        "(row,) = d['cost']['rows']; print(row['gpus_per_replica'], row['parallelism']); "
+        "print(sorted(m for m in sys.modules if m.startswith('vprof.registry')))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.splitlines() == [
+        "4 tensor-parallel-size 2 × pipeline-parallel-size 2",
+        "[]",
+    ]
+    old = write_level(tmp_path / "old", "old", 2.0, n=40, engine_args={"tensor-parallel-size": 2})
+    data = build_data([old], slo="ttft_p95=1s", target_rps=10, gpu_hour_price=1.0)
+    assert data["cost"]["rows"][0]["gpus_per_replica"] == 2
 
 
 def test_a_sweep_manifest_gives_its_rungs_and_recommendation(tmp_path):
