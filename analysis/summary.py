@@ -605,9 +605,12 @@ _THREADED_GAPS = 8_000_000
 
 
 def _threaded(cols: Columns) -> bool:
-    """Whether a helper thread shares the pass over the gaps (see ``_THREADED_GAPS``)."""
+    """Whether a helper thread shares the pass over the gaps (see ``_THREADED_GAPS``): not
+    for a summary in another thread than the main one, which is one of several made at once
+    (a report summarises two runs at a time, one a core)."""
     return (
         usable_cpus() >= 2
+        and threading.current_thread() is threading.main_thread()
         and len(cols.itl_blocks) >= 2
         and sum(v.size for v, _ in cols.itl_blocks) >= _THREADED_GAPS
     )

@@ -151,15 +151,25 @@ def build_data(
 @contextmanager
 def each_run() -> Iterator[Callable[..., list[Any]]]:
     """``each(fn, items, …)``: ``[fn(*args) for args in zip(items, …)]``, two at a time when
-    the process may use two cores (results in order; the first failure is raised)."""
+    the process may use two cores (results in order; the first failure is raised). A single
+    item is done by the caller, whose reading and summary then use both cores themselves (in
+    a worker thread they keep to one, as two runs at a time do)."""
+
+    def in_turn(fn: Callable[..., Any], *items: Sequence[Any]) -> list[Any]:
+        return [fn(*args) for args in zip(*items, strict=True)]
+
     workers = min(2, usable_cpus())
     if workers < 2:
-        yield lambda fn, *items: [fn(*args) for args in zip(*items, strict=True)]
+        yield in_turn
         return
     from concurrent.futures import ThreadPoolExecutor
 
     with ThreadPoolExecutor(workers, thread_name_prefix="vprof-report") as pool:
-        yield lambda fn, *items: list(pool.map(fn, *items))
+
+        def two_at_a_time(fn: Callable[..., Any], *items: Sequence[Any]) -> list[Any]:
+            return in_turn(fn, *items) if len(items[0]) < 2 else list(pool.map(fn, *items))
+
+        yield two_at_a_time
 
 
 def _reading_order(summaries: Sequence[dict[str, Any]]) -> list[int]:
