@@ -292,11 +292,12 @@ def gpus_per_server_of(profile: Mapping[str, Any]) -> tuple[int, str] | None:
     gpus, how = profile.get("gpus_per_server"), profile.get("parallelism")
     if isinstance(gpus, int) and not isinstance(gpus, bool) and isinstance(how, str):
         return gpus, how
-    if not isinstance(profile.get("engine_args"), Mapping):
+    args = profile.get("engine_args")
+    if not isinstance(args, Mapping):
         return None
-    from vprof.registry.profile import recorded_gpus_per_server
+    from vprof.registry.profile import gpus_per_server
 
-    return recorded_gpus_per_server(profile)
+    return gpus_per_server(args)
 
 
 def _in_flight_cap(traffic: Any) -> int | None:

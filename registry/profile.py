@@ -40,14 +40,6 @@ def gpus_per_server(engine_args: Mapping[str, Any]) -> tuple[int, str]:
     return gpus, (" × ".join(parts) if parts else "no parallelism set: 1 GPU")
 
 
-def recorded_gpus_per_server(recorded: Mapping[str, Any]) -> tuple[int, str] | None:
-    """:meth:`Profile.gpus_per_server` of a profile as a run recorded it (``run.json``'s
-    ``profile``); ``None`` when it recorded no engine arguments (a server vprof did not
-    launch). A bad parallel size raises :class:`ProfileError` naming the flag."""
-    args = recorded.get("engine_args")
-    return gpus_per_server(args) if isinstance(args, Mapping) else None
-
-
 def flag_key(name: str) -> str:
     """A vLLM flag name as profiles spell it: no leading dashes, dashes not underscores."""
     return str(name).lstrip("-").replace("_", "-")

@@ -536,11 +536,11 @@ def test_gpus_per_server_multiplies_tensor_pipeline_and_data_parallel_sizes():
 
 
 def test_a_profile_and_its_recorded_form_answer_how_many_gpus_a_server_takes():
-    from vprof.registry.profile import recorded_gpus_per_server
+    from vprof.analysis.run import gpus_per_server_of
 
     profile = _profile(tp=2, **{"pipeline-parallel-size": 3})  # an alias, as profiles may
     assert profile.gpus_per_server() == (6, "tensor-parallel-size 2 × pipeline-parallel-size 3")
-    assert recorded_gpus_per_server(profile.as_dict()) == profile.gpus_per_server()
-    assert recorded_gpus_per_server({"name": "not launched by vprof"}) is None
+    assert gpus_per_server_of(profile.as_dict()) == profile.gpus_per_server()
+    assert gpus_per_server_of({"name": "not launched by vprof"}) is None
     with pytest.raises(ProfileError, match="not a parallel size"):
-        recorded_gpus_per_server({"engine_args": {"tensor-parallel-size": "two"}})
+        gpus_per_server_of({"engine_args": {"tensor-parallel-size": "two"}})
