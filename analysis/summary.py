@@ -668,17 +668,16 @@ def _gap_groups(
     cols: Columns,
     mask: Any,
     t0: float,
-    size: int | None = None,
     part: tuple[int, int] | None = None,
     buffer: Any = None,
 ):
     """Yield (gaps, per-request lengths, first-chunk s from ``t0``) of the ``mask``ed
-    requests, in steps of whole requests of about ``size`` gaps (``_GROUP_VALUES`` unless
-    given; of the gap blocks in the range ``part``, else all).
+    requests, in steps of whole requests of about ``_GROUP_VALUES`` gaps (of the gap blocks in
+    the range ``part``, else all).
 
     A block of whole requests is yielded as it is (a view of the records file), a larger one
-    in pieces, smaller ones gathered at the start of ``buffer`` (a float array of at least
-    ``size``, else one made here): each yielded array is valid until the next step, and the
+    in pieces, smaller ones gathered at the start of ``buffer`` (a float array of at least a
+    step's length, else one made here): each yielded array is valid until the next step, and the
     caller may overwrite gathered gaps. The pages of the records file are released once their
     blocks have been used.
     """
@@ -688,7 +687,7 @@ def _gap_groups(
 
     first = cols.floats["first_token_at"]
     lo, hi = part if part is not None else (0, len(cols.itl_blocks))
-    size = size or _GROUP_VALUES
+    size = _GROUP_VALUES  # read at each call: tests set smaller steps
     buffer = np.empty(size) if buffer is None else buffer
     pos, row = 0, sum(lengths.size for _, lengths in cols.itl_blocks[:lo])
     pending: list[tuple[Any, Any]] = []  # (lengths, first) of what the buffer holds
