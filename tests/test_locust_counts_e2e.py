@@ -22,58 +22,57 @@ TURNS = 3
 THINK_S = 0.3
 
 
-def test_shared_prefix_run_records_every_request_and_lowers_ttft(vllm_server, tmp_path: Path):
-    # 1024 of ~1100 prompt tokens shared: the prefix cache should serve most of each prompt.
-    # Counted, and one timing whose effect is many-fold (a prefill of 76 tokens against 1100):
-    # it holds beside the unit tests, where one user got 8 plain answers in 12 s (72 alone).
-    shared = workload_file(
+def test_shared_prefix_requests_are_all_recorded_and_answered_sooner(vllm_server, tmp_path: Path):
+    # Half the requests share a 1024-token prefix, the other half carry unique text of the same
+    # length in its place (~1100 prompt tokens each): the prefix cache should serve most of each
+    # shared prompt. Counted, and one timing: the two kinds interleave request by request in one
+    # run, so the unit tests beside it slow both alike (as two runs one after the other, the
+    # first once took 121 ms at the median against the second's 65, where alone they take 12
+    # and 42 ms on an AMX host; on an AVX2 one the plain prefill costs ~9× the shared one's).
+    workload = workload_file(
         tmp_path,
-        "shared",
+        "half-shared",
         "prefix: {groups: 1, length_tokens: 1024, "
-        "popularity: uniform, share: 1.0}\nprompt_tokens: 76\n"
+        "popularity: uniform, share: 0.5}\nprompt_tokens: 76\n"
         "output_tokens: 8\nfixed_output: true\n",
     )
-    plain = workload_file(
-        tmp_path, "plain", "prompt_tokens: 1100\noutput_tokens: 8\nfixed_output: true\n"
+    run_dir = tmp_path / "run"
+    before = counters(vllm_server)
+    run_locust(
+        vllm_server,
+        run_dir,
+        "--workload",
+        str(workload),
+        "-u",
+        "1",
+        "-t",
+        "16s",
+        master_port=MASTER_PORT,
     )
-    results = {}
-    for name, workload in (("shared", shared), ("plain", plain)):
-        run_dir = tmp_path / f"run-{name}"
-        before = counters(vllm_server)
-        run_locust(
-            vllm_server,
-            run_dir,
-            "--workload",
-            str(workload),
-            "-u",
-            "1",
-            "-t",
-            "12s",
-            master_port=MASTER_PORT,
-        )
-        server_delta = delta(before, counters(vllm_server))
-        df = read_records(run_dir)
-        results[name] = df
-        # A record for every request the server completed, and nothing failed.
-        assert (df.status == "ok").all(), df[df.status != "ok"][["status", "error"]]
-        assert len(df) == server_delta["vllm:request_success_total"] >= 4
-        # Token counts: ours come from the server's usage, and match the workload and /metrics.
-        assert (df.prompt_tokens == df.expected_prompt_tokens).all()
-        assert (df.completion_tokens == 8).all()
-        assert df.prompt_tokens.sum() == server_delta["vllm:prompt_tokens_total"]
-        assert df.completion_tokens.sum() == server_delta["vllm:generation_tokens_total"]
-        info = json.loads((run_dir / "locust.json").read_text())
-        assert info["records"] == len(df) and info["salt"] and not info["open_loop"]
-        results[name + "_hits"] = server_delta["vllm:prefix_cache_hits_total"]
-    shared_df, plain_df = results["shared"], results["plain"]
-    assert results["shared_hits"] >= 1024 * (len(shared_df) - 1) * 0.9
-    assert (shared_df.prefix_group == 0).all() and (plain_df.prefix_group == -1).all()
-    assert shared_df.cached_tokens.iloc[1:].median() >= 1008  # whole 16-token blocks
-    shared_ttft, plain_ttft = shared_df.ttft_ms.median(), plain_df.ttft_ms.median()
+    server_delta = delta(before, counters(vllm_server))
+    df = read_records(run_dir)
+    # A record for every request the server completed, and nothing failed.
+    assert (df.status == "ok").all(), df[df.status != "ok"][["status", "error"]]
+    assert len(df) == server_delta["vllm:request_success_total"] >= 8
+    # Token counts: ours come from the server's usage, and match the workload and /metrics.
+    assert (df.prompt_tokens == df.expected_prompt_tokens).all()
+    assert (df.completion_tokens == 8).all()
+    assert df.prompt_tokens.sum() == server_delta["vllm:prompt_tokens_total"]
+    assert df.completion_tokens.sum() == server_delta["vllm:generation_tokens_total"]
+    info = json.loads((run_dir / "locust.json").read_text())
+    assert info["records"] == len(df) and info["salt"] and not info["open_loop"]
+    assert set(df.prefix_group) == {0, -1}
+    shared, plain = df[df.prefix_group == 0], df[df.prefix_group == -1]
+    assert len(shared) >= 3 and len(plain) >= 3
+    hits = server_delta["vllm:prefix_cache_hits_total"]
+    assert hits >= 1024 * (len(shared) - 1) * 0.9
+    assert shared.cached_tokens.iloc[1:].median() >= 1008  # whole 16-token blocks
+    assert plain.cached_tokens.median() < 1008  # unique text in the prefix's place
+    shared_ttft, plain_ttft = shared.ttft_ms.median(), plain.ttft_ms.median()
     print(
-        f"\nTTFT p50 shared prefix {shared_ttft:.1f} ms ({len(shared_df)} requests) vs "
-        f"no prefix {plain_ttft:.1f} ms ({len(plain_df)} requests); prefix cache hits "
-        f"{results['shared_hits']:.0f} tokens"
+        f"\nTTFT p50 shared prefix {shared_ttft:.1f} ms ({len(shared)} requests) vs "
+        f"unique text {plain_ttft:.1f} ms ({len(plain)} requests); prefix cache hits "
+        f"{hits:.0f} tokens"
     )
     assert shared_ttft < plain_ttft
 
