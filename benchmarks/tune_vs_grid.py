@@ -27,7 +27,8 @@ each level's summary only — no per-request records and no server log, so none 
 ``vprof forecast fit`` fits on, nor the server's KV cache size (taken as holding every
 request) — which is what ``forecast/levelfit.py`` fits on. Printed: the guided pick, the staged
 search at the same budget, and the model's ranking of the whole grid fitted on the start alone,
-on the guided tune's trials and (``--fit-all``) on every candidate, with its median error.
+on the guided tune's trials and (``--fit-all``) on every candidate, with its median error, and
+again with each group of twins (candidates the fit runs step for step alike) as one setting.
 With ``--noise N``, the ranking target's noise ceiling: the grid simulated N times by the
 model fitted on every candidate (:func:`replay_noise`).
 
@@ -613,6 +614,9 @@ def replay_guided(
             f"{sum(r >= 0.95 for r in plain)} of {len(plain)}"
         )
     by_label = {e["label"]: e for e in data["candidates"]}
+    rules = {
+        e["label"]: rules_of(Candidate(_key(space, e["settings"]))) for e in data["candidates"]
+    }
     grid_top = sorted(capacities, key=lambda k: -(capacities[k] or 0.0))[:3]
     measured = [t for t in one["trials"] if t.number is not None and t.measurements]
     fits = [("the start alone", measured[:1]), ("the guided tune's trials", measured)]
@@ -641,6 +645,16 @@ def replay_guided(
             f"{statistics.median(errors):.1%} (top five: "
             + ", ".join(f"{c.label('pinned').split('@')[1]} {r or 0:.2f}" for c, r in ranking[:5])
             + ")"
+        )
+        twins = _twins(model, rules, guide.cost, data["ladder"], slo)
+        grid = _as_settings({k: capacities[k] or 0.0 for k in rules}, twins)
+        predicted = _as_settings({c.label("pinned"): r or 0.0 for c, r in ranking}, twins)
+        print(
+            f"    each of the {len(twins)} groups of twins (candidates this fit runs step for step "
+            f"alike) as one setting, its measured capacity its members' mean ({len(grid)} "
+            f"settings): the grid's best three at predicted places "
+            f"{', '.join(str(_top(predicted, len(predicted)).index(k) + 1) for k in _top(grid, 3))}"
+            f" — {_inside(grid, predicted)} of 3 in its top five"
         )
     if noise:  # the last fit is the one on every candidate
         replay_noise(data, slo, model, rules_of, guide.cost, capacities, noise)
@@ -849,6 +863,15 @@ def _twins(
         entry = _simulated_entry(model, r, cost, label, ladder, slo, lambda: 1.0)
         groups.setdefault(json.dumps(entry["levels"], sort_keys=True), []).append(label)
     return [g for g in groups.values() if len(g) > 1]
+
+
+def _as_settings(capacity: dict[str, float], twins: list[list[str]]) -> dict[str, float]:
+    """``capacity`` with each group of ``twins`` as one setting: its members' mean."""
+    merged = dict(capacity)
+    for group in twins:
+        values = [merged.pop(k) for k in group]
+        merged[" = ".join(k.split("@")[1] for k in group)] = statistics.fmean(values)
+    return merged
 
 
 def _quiet_noise(entry: dict, below_rps: float) -> list[float]:
