@@ -12,7 +12,9 @@ predicted from its workload, traffic shape and seed, and set beside what was mea
 the per-run table, the median absolute error per metric (targets: ≤ 10 % on throughput, p50
 TTFT and p50 TPOT, ≤ 20 % on p95 TTFT), and per workload the sustainable rate under ``SLO``
 planned from the measured levels against the one planned from the predicted levels at the
-same rates (target: within 10 %).
+same rates (target: within 10 %). A run whose load generator saturated is left out of both (its
+latencies are the client's); one held back by the shape's in-flight cap is kept, as the replay
+holds arrivals back the same way.
 
     python benchmarks/forecast_accuracy.py --record --runs /work/notes/forecast-runs
     python benchmarks/forecast_accuracy.py --runs /work/notes/forecast-runs
@@ -111,6 +113,7 @@ def analyse(runs: Path) -> None:
     """Fit on chat at FIT_RATES, predict every other run, print the errors against targets."""
     import numpy as np
 
+    from vprof.analysis.keys import SummaryKey as K
     from vprof.analysis.run import summaries_of
     from vprof.forecast.accuracy import compare_summaries
     from vprof.forecast.fit import fit_model
@@ -129,15 +132,25 @@ def analyse(runs: Path) -> None:
     took = time.monotonic() - began
     print(f"fitted on {FIT_WORKLOAD} at {rates} req/s in {took:.1f} s: {config.key.profile}")
     rows: list[dict] = []
-    plans: list[tuple[str, float | None, float | None]] = []
+    plans: list[tuple[str, float | None, float | None, list[str]]] = []
+    saturated: list[str] = []  # held-out runs whose load generator could not keep up
     print(
         f"\n{'run':34} {'metric':22} {'measured':>10} {'predicted':>10} {'error':>8}  "
         "the stalls' draws"
     )
     for workload, rated in by_workload.items():
-        measured_levels, predicted_levels = [], []
+        measured_levels, predicted_levels, left_out = [], [], []
         for rate, path in sorted(rated.items()):
             (measured,) = summaries_of(path, slo=SLO)
+            name = f"{workload}@{rate:g}"
+            if measured.get(K.LOADGEN_SATURATED):
+                # its latencies are the load generator's, not the server's: nothing to compare
+                # (a run held back by the shape's in-flight cap is compared: the replay has it)
+                left_out.append(f"{rate:g}")
+                if not (workload == FIT_WORKLOAD and rate in FIT_RATES):
+                    saturated.append(name)
+                print(f"{name:34} (load generator saturated: left out)")
+                continue
             meta = RunDir(path).meta(strict=True)
             scenario = scenario_of_run(meta, str(path))
             predicted = predict(config, scenario, slo=SLO, spread=True).summary
@@ -145,7 +158,6 @@ def analyse(runs: Path) -> None:
             predicted_levels.append({**predicted, "profile": measured.get("profile")})
             if workload == FIT_WORKLOAD and rate in FIT_RATES:
                 continue  # fitted on: its error is the fit's, not a prediction's
-            name = f"{workload}@{rate:g}"
             for row in compare_summaries(name, measured, predicted):
                 if row["metric"] in TARGETS and row["error_pct"] is not None:
                     rows.append(row)
@@ -157,8 +169,12 @@ def analyse(runs: Path) -> None:
                     print(
                         f"{name:34} {row['metric']:22} {figures} {row['error_pct']:+7.1f}%{draws}"
                     )
-        plans.append((workload, _sustainable(measured_levels), _sustainable(predicted_levels)))
+        plans.append(
+            (workload, _sustainable(measured_levels), _sustainable(predicted_levels), left_out)
+        )
     print("\nmedian absolute error over the held-out runs (target):")
+    if saturated:
+        print(f"  (left out, their load generator saturated: {', '.join(saturated)})")
     for metric, target in TARGETS.items():
         errors = [abs(r["error_pct"]) for r in rows if r["metric"] == metric]
         if errors:
@@ -177,11 +193,13 @@ def analyse(runs: Path) -> None:
                 f"{len(errors)} runs{within})"
             )
     print(f"\nsustainable rate under {SLO}, measured levels against predicted (target ±10 %):")
-    for workload, measured_rps, predicted_rps in plans:
+    for workload, measured_rps, predicted_rps, left_out in plans:
+        # planned on the levels whose load generator kept up, the same for both sides
+        without = f" (without {', '.join(left_out)} req/s: saturated client)" if left_out else ""
         if measured_rps and predicted_rps:
             error = (predicted_rps / measured_rps - 1.0) * 100.0
             shown = f"{measured_rps:6.2f} vs {predicted_rps:6.2f} req/s ({error:+.1f} %)"
-            print(f"  {workload:20} {shown}")
+            print(f"  {workload:20} {shown}{without}")
         else:
             print(f"  {workload:20} measured {measured_rps} / predicted {predicted_rps} req/s")
 
