@@ -18,6 +18,12 @@ holds arrivals back the same way.
 
     python benchmarks/forecast_accuracy.py --record --runs /work/notes/forecast-runs
     python benchmarks/forecast_accuracy.py --runs /work/notes/forecast-runs
+
+A recording made on a 2-core AVX-512/AMX host (2026-12-06) is kept beside this script, so a
+change to the model can be judged on it without a server:
+
+    mkdir /tmp/fa && tar xJf benchmarks/data/forecast/amx-2026-12-06.tar.xz -C /tmp/fa
+    python benchmarks/forecast_accuracy.py --runs /tmp/fa
 """
 
 from __future__ import annotations
