@@ -166,6 +166,24 @@ def test_open_loop_latency_from_the_schedule_includes_the_send_lag(tmp_path):
     assert s["p99_ttft_from_schedule_ms"] > s["p99_ttft_ms"]
 
 
+@pytest.mark.parametrize(("held", "limited"), [(2, False), (40, True)])
+def test_a_few_arrivals_held_by_the_in_flight_cap_do_not_make_the_client_the_limit(held, limited):
+    # A server whose queue touched the shape's cap for moments (2 of 400 arrivals waited) fell
+    # behind on its own: its SLO judges it. A cap that held a tenth of the arrivals held back
+    # the load asked for: the level is the client's.
+    import pandas as pd
+
+    df = pd.DataFrame([r.to_dict() for r in synth_records(400, open_loop=True, seed=3)])
+    late = df.index[50 : 50 + held]
+    for column in ("sent_at", "first_token_at", "last_token_at", "finished_at"):
+        df.loc[late, column] += 0.05
+    df.loc[late, "schedule_lag_ms"] = 50.0
+    s = summarize(df, in_flight_cap=1)
+    assert s["in_flight_cap_reached"] and s["held_back"] == held
+    assert s["client_limited"] is limited
+    assert any("in-flight cap (1)" in why for why in s["client_limited_by"]) is limited
+
+
 def test_open_loop_served_rate_is_the_arrival_rate_times_the_share_answered(tmp_path):
     # 40 arrivals at 4 req/s whose answers take about 2 s (100 tokens at 20 ms): vllm's
     # request_throughput divides by the time to the last answer, drain included
