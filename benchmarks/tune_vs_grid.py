@@ -657,7 +657,7 @@ def replay_guided(
             f" — {_inside(grid, predicted)} of 3 in its top five"
         )
     if noise:  # the last fit is the one on every candidate
-        replay_noise(data, slo, model, rules_of, guide.cost, capacities, noise)
+        replay_noise(data, slo, model, rules, guide.cost, capacities, noise)
 
 
 def level_model(data: dict, slo: Any) -> tuple[Any, Any]:
@@ -709,7 +709,7 @@ def replay_noise(
     data: dict,
     slo: Any,
     model: Any,
-    rules_of: Any,
+    rules: dict[str, Any],
     cost: Any,
     capacities: dict[str, float | None],
     seeds: int,
@@ -725,10 +725,8 @@ def replay_noise(
     recorded, and the grid's own repeats (:func:`_twins`); (b) how often one simulated grid's
     best three are within another's top five; (c) how often the model's expected ranking
     (capacities averaged over the other seeds) has a simulated grid's best three in its top
-    five; (d) that ranking on the recorded grid."""
-    space = space_of(data)
+    five; (d) that ranking on the recorded grid. ``rules``: each candidate's scheduler rules."""
     entries = data["candidates"]
-    rules = {e["label"]: rules_of(Candidate(_key(space, e["settings"]))) for e in entries}
     quiet_below = {e["label"]: QUIET_SHARE * (capacities[e["label"]] or 0.0) for e in entries}
     real = statistics.median(x for e in entries for x in _quiet_noise(e, quiet_below[e["label"]]))
     began = time.perf_counter()
