@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from locust_run import run_headless
-from test_locust_e2e import counters, delta, run_locust, workload_file
+from test_locust_e2e import HALF_SHARED, counters, delta, run_locust, workload_file
 
 from vprof.analysis.summary import summarize
 from vprof.records import read_records
@@ -22,20 +22,11 @@ TURNS = 3
 THINK_S = 0.3
 
 
-def test_shared_prefix_requests_are_all_recorded_and_answered_sooner(vllm_server, tmp_path: Path):
-    # Half the requests share a 1024-token prefix, the other half carry unique text of the same
-    # length in its place (~1100 prompt tokens each): the prefix cache should serve most of each
-    # shared prompt. Counted, and one timing: the two kinds interleave request by request in one
-    # run, so the unit tests beside it slow both alike (as two runs one after the other, the
-    # first once took 121 ms at the median against the second's 65, where alone they take 12
-    # and 42 ms on an AMX host; on an AVX2 one the plain prefill costs ~9× the shared one's).
-    workload = workload_file(
-        tmp_path,
-        "half-shared",
-        "prefix: {groups: 1, length_tokens: 1024, "
-        "popularity: uniform, share: 0.5}\nprompt_tokens: 76\n"
-        "output_tokens: 8\nfixed_output: true\n",
-    )
+def test_shared_prefix_requests_are_all_recorded_with_their_cache_hits(vllm_server, tmp_path: Path):
+    # Half the requests share a 1024-token prefix, half carry unique text in its place: the
+    # prefix cache should serve most of each shared prompt and none of the others. Counted
+    # only: whether sharing answers sooner is test_locust_e2e's, timed in the quiet part.
+    workload = workload_file(tmp_path, "half-shared", HALF_SHARED)
     run_dir = tmp_path / "run"
     before = counters(vllm_server)
     run_locust(
@@ -46,14 +37,14 @@ def test_shared_prefix_requests_are_all_recorded_and_answered_sooner(vllm_server
         "-u",
         "1",
         "-t",
-        "16s",
+        "16s",  # beside the unit tests a run once got 13 answers in 16 s (3 of them shared)
         master_port=MASTER_PORT,
     )
     server_delta = delta(before, counters(vllm_server))
     df = read_records(run_dir)
     # A record for every request the server completed, and nothing failed.
     assert (df.status == "ok").all(), df[df.status != "ok"][["status", "error"]]
-    assert len(df) == server_delta["vllm:request_success_total"] >= 8
+    assert len(df) == server_delta["vllm:request_success_total"] >= 4
     # Token counts: ours come from the server's usage, and match the workload and /metrics.
     assert (df.prompt_tokens == df.expected_prompt_tokens).all()
     assert (df.completion_tokens == 8).all()
@@ -63,18 +54,11 @@ def test_shared_prefix_requests_are_all_recorded_and_answered_sooner(vllm_server
     assert info["records"] == len(df) and info["salt"] and not info["open_loop"]
     assert set(df.prefix_group) == {0, -1}
     shared, plain = df[df.prefix_group == 0], df[df.prefix_group == -1]
-    assert len(shared) >= 3 and len(plain) >= 3
+    assert len(shared) >= 2  # the first puts the prefix in the cache, the next is served from it
     hits = server_delta["vllm:prefix_cache_hits_total"]
     assert hits >= 1024 * (len(shared) - 1) * 0.9
     assert shared.cached_tokens.iloc[1:].median() >= 1008  # whole 16-token blocks
-    assert plain.cached_tokens.median() < 1008  # unique text in the prefix's place
-    shared_ttft, plain_ttft = shared.ttft_ms.median(), plain.ttft_ms.median()
-    print(
-        f"\nTTFT p50 shared prefix {shared_ttft:.1f} ms ({len(shared)} requests) vs "
-        f"unique text {plain_ttft:.1f} ms ({len(plain)} requests); prefix cache hits "
-        f"{hits:.0f} tokens"
-    )
-    assert shared_ttft < plain_ttft
+    assert plain.cached_tokens.max() < 1008  # unique text in the prefix's place
 
 
 def test_processes_2_write_one_records_file_with_both_workers(vllm_server, tmp_path: Path):
