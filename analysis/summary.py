@@ -347,6 +347,8 @@ def _in_flight(
     thought = np.isfinite(idle_s) & np.isfinite(sent) & (think_s > 0)
     previous = (sent - idle_s)[thought]
     thinking = _mean_overlap(previous, previous + np.minimum(think_s, idle_s)[thought], t0, t1)
+    cut_off, longest = _cut_off_thinking(cols, ends, think_s, t1)
+    thinking += _mean_overlap(cut_off, cut_off + longest, t0, t1)
     idle = f["idle_before_ms"][keep & np.isfinite(f["idle_before_ms"])]
     out: dict[str, Any] = {
         K.MEAN_IN_FLIGHT: mean,
@@ -367,6 +369,27 @@ def _in_flight(
         else:
             reasons.append(f"{kept}: the server saw less load")
     return out
+
+
+def _cut_off_thinking(cols: Columns, ends: Any, think_s: Any, t1: float) -> tuple[Any, float]:
+    """The answers after which sessions were still thinking when the run stopped, and the
+    longest think time: a think is read from the send that follows it, and the stop killed
+    those sends (spread over some tens of ms: another user's send can still slip in, and that
+    one is ``t1``). A conversation counts when its last record was answered at most two think
+    times before ``t1`` and has a lower turn than the run's conversations reach (one that ended
+    sends its user's next conversation at once, so it would show)."""
+    import numpy as np
+
+    conversation, turn = cols.ints["conversation_id"], cols.ints["turn"]
+    answered = (conversation >= 0) & np.isfinite(ends) & cols.status.isin(Status.OK.value)
+    longest = float(think_s.max()) if think_s.size else 0.0
+    if not answered.any() or not longest > 0:
+        return np.empty(0), 0.0
+    rows = np.flatnonzero(answered)
+    rows = rows[np.lexsort((turn[rows], conversation[rows]))]
+    last = rows[np.append(conversation[rows][1:] != conversation[rows][:-1], True)]
+    cut = (turn[last] < turn[rows].max()) & (ends[last] > t1 - 2 * longest) & (ends[last] < t1)
+    return ends[last][cut], longest
 
 
 def _mean_overlap(starts: Any, ends: Any, t0: float, t1: float) -> float:

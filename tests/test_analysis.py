@@ -184,6 +184,28 @@ def test_a_few_arrivals_held_by_the_in_flight_cap_do_not_make_the_client_the_lim
     assert any("in-flight cap (1)" in why for why in s["client_limited_by"]) is limited
 
 
+def test_sessions_the_stop_cut_off_while_thinking_still_count_as_thinking():
+    # Two closed-loop users, 3-turn conversations thinking 0.4 s: the stop kills user B in its
+    # think before turn 2 (due at 1.0 s) while user A's turn 2 slips out at 1.0 s. A think is
+    # read from the send after it, so B's last one had no record and the users came out short.
+    import pandas as pd
+
+    df = pd.DataFrame([r.to_dict() for r in synth_records(5)])
+    conversation, turn = [0, 0, 0, 1, 1], [0, 1, 2, 0, 1]
+    sent = np.array([0.0, 0.5, 1.0, 0.0, 0.5]) + T0
+    df["conversation_id"], df["turn"], df["sent_at"] = conversation, turn, sent
+    df["first_token_at"] = sent + 0.05
+    df["last_token_at"] = df["finished_at"] = sent + 0.1
+    df["think_ms"] = [0.0, 400.0, 400.0, 0.0, 400.0]
+    df["idle_before_ms"] = [np.nan, 400.0, 400.0, np.nan, 400.0]
+    df["status"] = "ok"
+    s = summarize(df, users=2)
+    # two answers of 0.1 s each user before 1.0 s; B's cut-off think (0.4 s) counted
+    assert s["mean_in_flight"] == pytest.approx(0.4, rel=1e-5)
+    assert s["mean_thinking"] == pytest.approx(1.6, rel=1e-5)
+    assert not s["client_limited_by"]
+
+
 def test_open_loop_served_rate_is_the_arrival_rate_times_the_share_answered(tmp_path):
     # 40 arrivals at 4 req/s whose answers take about 2 s (100 tokens at 20 ms): vllm's
     # request_throughput divides by the time to the last answer, drain included
