@@ -385,10 +385,13 @@ def _cut_off_thinking(cols: Columns, ends: Any, think_s: Any, t1: float) -> tupl
     longest = float(think_s.max()) if think_s.size else 0.0
     if not answered.any() or not longest > 0:
         return np.empty(0), 0.0
-    rows = np.flatnonzero(answered)
+    # only the answers near the end are sorted: a conversation's later turns end later still
+    rows = np.flatnonzero(answered & (ends > t1 - 2 * longest))
+    if not rows.size:
+        return np.empty(0), longest
     rows = rows[np.lexsort((turn[rows], conversation[rows]))]
     last = rows[np.append(conversation[rows][1:] != conversation[rows][:-1], True)]
-    cut = (turn[last] < turn[rows].max()) & (ends[last] > t1 - 2 * longest) & (ends[last] < t1)
+    cut = (turn[last] < turn[answered].max()) & (ends[last] < t1)
     return ends[last][cut], longest
 
 
