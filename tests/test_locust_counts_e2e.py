@@ -10,7 +10,14 @@ from pathlib import Path
 
 import pytest
 from locust_run import run_headless
-from test_locust_e2e import HALF_SHARED, counters, delta, run_locust, workload_file
+from test_locust_e2e import (
+    HALF_SHARED,
+    HALF_SHARED_SEED,
+    counters,
+    delta,
+    run_locust,
+    workload_file,
+)
 
 from vprof.analysis.summary import summarize
 from vprof.records import read_records
@@ -26,7 +33,7 @@ def test_shared_prefix_requests_are_all_recorded_with_their_cache_hits(vllm_serv
     # Half the requests share a 1024-token prefix, half carry unique text in its place: the
     # prefix cache should serve most of each shared prompt and none of the others. Counted
     # only: whether sharing answers sooner is test_locust_e2e's, timed in the quiet part.
-    workload = workload_file(tmp_path, "half-shared", HALF_SHARED)
+    workload = workload_file(tmp_path, "half-shared", HALF_SHARED, HALF_SHARED_SEED)
     run_dir = tmp_path / "run"
     before = counters(vllm_server)
     run_locust(
@@ -37,14 +44,14 @@ def test_shared_prefix_requests_are_all_recorded_with_their_cache_hits(vllm_serv
         "-u",
         "1",
         "-t",
-        "16s",  # beside the unit tests a run once got 13 answers in 16 s (3 of them shared)
+        "16s",  # beside the unit tests runs got 5-13 answers in 16 s
         master_port=MASTER_PORT,
     )
     server_delta = delta(before, counters(vllm_server))
     df = read_records(run_dir)
     # A record for every request the server completed, and nothing failed.
     assert (df.status == "ok").all(), df[df.status != "ok"][["status", "error"]]
-    assert len(df) == server_delta["vllm:request_success_total"] >= 4
+    assert len(df) == server_delta["vllm:request_success_total"] >= 3  # 2 shared, 1 plain
     # Token counts: ours come from the server's usage, and match the workload and /metrics.
     assert (df.prompt_tokens == df.expected_prompt_tokens).all()
     assert (df.completion_tokens == 8).all()
