@@ -36,7 +36,7 @@ from vprof.analysis.alternation import (
     side_views,
 )
 from vprof.analysis.bootstrap import STAT, all_bootstraps, sized_bootstraps
-from vprof.analysis.keys import CLIENT_FIX, Metric, stat_key
+from vprof.analysis.keys import BOTTLENECK, CLIENT_FIX, Metric, client_limit, stat_key
 from vprof.analysis.keys import SummaryKey as K
 from vprof.analysis.run import Run, damage, display_names, load_run, summarize_loaded
 from vprof.analysis.summary import BACKED_OFF, HELD_BACK
@@ -733,10 +733,13 @@ def _judge(
         )
         outcome = "not judged"
     elif suspect:
-        verdict = (
-            f"{label}: not judged — the load generator was the bottleneck in "
-            f"{', '.join(suspect)} ({CLIENT_FIX})"
-        )
+        limits = {
+            client_limit(s)
+            for s in (*base.summaries, *other.summaries)
+            if str(s.get(K.RUN)) in suspect
+        }
+        what, fix = limits.pop() if len(limits) == 1 else (BOTTLENECK, CLIENT_FIX)
+        verdict = f"{label}: not judged — {what} in {', '.join(suspect)} ({fix})"
         outcome = "not judged"
     elif not row["stable"]:
         outcome = "unstable"

@@ -310,3 +310,26 @@ CLIENT_FIX = (
     "use --processes or fewer users, or, when other processes held its cores, "
     "give the load generator cores of its own"
 )
+
+
+CAP_HELD = "the in-flight cap"  # how a summary's reason says the cap held arrivals back
+BOTTLENECK = "the load generator was the bottleneck"
+
+
+def client_limit(summary: dict) -> tuple[str, str]:
+    """Why a client-limited run's load was not the load asked for, and what to do: other
+    processes held the client's cores, its own loop fell behind, or the traffic's in-flight
+    cap held arrivals back — the server kept that many requests out, past what it answers in
+    time at that rate, which no change to the client fixes."""
+    if summary.get(SummaryKey.LOADGEN_STARVED):
+        return BOTTLENECK, "give the load generator cores of its own"
+    if summary.get(SummaryKey.LOADGEN_SATURATED):
+        return BOTTLENECK, "use --processes N (one per spare core) or fewer users"
+    if any(str(r).startswith(CAP_HELD) for r in summary.get(SummaryKey.CLIENT_LIMITED_BY) or ()):
+        return (
+            f"the server kept the traffic's in-flight cap ({summary.get(SummaryKey.IN_FLIGHT_CAP)})"
+            " full",
+            "the rate is past what it answers in time; raise max_in_flight to measure the queue "
+            "it builds there",
+        )
+    return BOTTLENECK, CLIENT_FIX

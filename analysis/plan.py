@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from vprof.analysis.keys import CLIENT_FIX, stat_key
 from vprof.analysis.keys import SummaryKey as K
+from vprof.analysis.keys import client_limit, stat_key
 from vprof.analysis.slo import Slo, SloError, parse_slo
 from vprof.analysis.stats import pct_key
 from vprof.common.numbers import check_number
@@ -40,7 +40,8 @@ class Level:
     passed: bool
     checks: tuple[dict[str, Any], ...]
     state: str = RunState.COMPLETED.value
-    client_limited: bool = False
+    # why the client, not the server, set the pace, and what to do (None: it did not)
+    client_limit: tuple[str, str] | None = None
     offered: tuple[float, str] | None = None  # (load, unit) the traffic shape asked for
     repeats: int = 1  # runs merged into this level
     servers: int = 1  # replicas the run spread its load over
@@ -252,8 +253,8 @@ def _level(summary: dict[str, Any], slo: Slo) -> Level:
                 }
             )
     state = str(summary.get(K.STATE) or RunState.COMPLETED.value)
-    client_limited = bool(summary.get(K.CLIENT_LIMITED) or summary.get(K.LOADGEN_SATURATED))
-    passed = all(c["met"] for c in checks) and state != RunState.FAILED and not client_limited
+    limited = bool(summary.get(K.CLIENT_LIMITED) or summary.get(K.LOADGEN_SATURATED))
+    passed = all(c["met"] for c in checks) and state != RunState.FAILED and not limited
     rps = level_rate(summary)
     return Level(
         run=str(summary.get(K.RUN, "?")),
@@ -261,7 +262,7 @@ def _level(summary: dict[str, Any], slo: Slo) -> Level:
         passed=passed and not math.isnan(rps),
         checks=tuple(checks),
         state=state,
-        client_limited=client_limited,
+        client_limit=client_limit(summary) if limited else None,
         servers=int(summary.get(K.REPLICAS) or 1),
         gpus_per_replica=summary.get(K.GPUS_PER_REPLICA),
         workload=str(summary[K.WORKLOAD]) if summary.get(K.WORKLOAD) is not None else None,
@@ -451,11 +452,7 @@ def _plan_single(
     if first_fail == 0:
         worst = levels[0]
         missed = "; ".join(_check_text(c) for c in worst.checks if not c["met"])
-        why = missed or (
-            "the load generator was the bottleneck"
-            if worst.client_limited
-            else f"run {worst.state}"
-        )
+        why = missed or (worst.client_limit[0] if worst.client_limit else f"run {worst.state}")
         return ProfilePlan(
             name,
             None,
@@ -481,11 +478,9 @@ def _plan_single(
                 f"failure at {fail.rps:.2f} req/s (conservative)"
             )
     for lv in levels:
-        if lv.client_limited:
-            notes.append(
-                f"the load generator was the bottleneck in {lv.run}: that level is not counted "
-                f"as met (re-run it: {CLIENT_FIX})"
-            )
+        if lv.client_limit:
+            what, fix = lv.client_limit
+            notes.append(f"{what} in {lv.run}: that level is not counted as met ({fix})")
     if sustainable <= 0 or math.isnan(sustainable):
         return ProfilePlan(
             name,
@@ -542,7 +537,7 @@ def _merge_repeats(levels: list[Level]) -> list[Level]:
                 passed=all(lv.passed for lv in group),
                 checks=tuple(checks.values()),
                 state=failed or RunState.COMPLETED.value,
-                client_limited=any(lv.client_limited for lv in group),
+                client_limit=next((lv.client_limit for lv in group if lv.client_limit), None),
                 offered=group[0].offered,
                 repeats=len(group),
             )
@@ -562,12 +557,12 @@ def _closest(level: Level) -> str | None:
 
 def _interpolate(last: Level, fail: Level) -> tuple[float, str | None, str]:
     """Sustainable rate between a passing and a failing level, and the binding constraint."""
-    if fail.client_limited and all(c["met"] for c in fail.checks):
+    if fail.client_limit and all(c["met"] for c in fail.checks):
         return (
             last.rps,
             "client limit",
-            f"last passing level {last.rps:.2f} req/s; the load generator was the bottleneck in "
-            f"the next ({fail.run}), so capacity there is unknown",
+            f"last passing level {last.rps:.2f} req/s; {fail.client_limit[0]} in the next "
+            f"({fail.run}), so capacity there is unknown",
         )
     if fail.state == RunState.FAILED and all(c["met"] for c in fail.checks):
         return (

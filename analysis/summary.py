@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from vprof.analysis.columns import Columns, from_records
-from vprof.analysis.keys import Metric, stat_key
+from vprof.analysis.keys import CAP_HELD, Metric, stat_key
 from vprof.analysis.keys import SummaryKey as K
 from vprof.analysis.samples import PER_REPLICA_SERVER, host_stats, loadgen_stats, server_stats
 from vprof.analysis.slo import Slo, SloTarget, parse_slo
@@ -427,7 +427,7 @@ def _client_limits(out: Mapping[str, Any]) -> list[str]:
     late = out.get(K.HELD_BACK, 0) >= max(5, 0.01 * out.get(K.REQUESTS, 0))
     if out.get(K.IN_FLIGHT_CAP_REACHED) and late:
         reasons.append(
-            f"the in-flight cap ({out[K.IN_FLIGHT_CAP]}) was reached: {out.get(K.HELD_BACK, 0)} "
+            f"{CAP_HELD} ({out[K.IN_FLIGHT_CAP]}) was reached: {out.get(K.HELD_BACK, 0)} "
             f"arrivals waited {out.get(K.HELD_BACK_S, 0.0):.1f} s in all for a free user"
         )
     lag = out.get(K.P99_SCHEDULE_LAG_MS)

@@ -55,6 +55,31 @@ def test_plan_says_so_when_no_level_met_the_slo():
     assert "ttft_p95 900.0 ms > 500 ms" in p.message
 
 
+@pytest.mark.parametrize(
+    ("limit", "what", "fix"),
+    [
+        ({"loadgen_starved": True}, "load generator was the bottleneck", "cores of its own"),
+        ({"loadgen_saturated": True}, "load generator was the bottleneck", "--processes N"),
+        (
+            {"in_flight_cap": 64, "client_limited_by": ["the in-flight cap (64) was reached: …"]},
+            "the server kept the traffic's in-flight cap (64) full",
+            "raise max_in_flight",
+        ),
+    ],
+)
+def test_a_client_limited_level_says_why_and_what_to_do(limit, what, fix):
+    """A level the in-flight cap held back is the server's doing (it kept the cap full), not a
+    client that --processes or fewer users would fix; other processes on the cores and a
+    loop that fell behind each get their own advice."""
+    levels = [_level("a", 2.0, 100), _level("b", 4.0, 200, client_limited=True, **limit)]
+    p = plan(levels, target_rps=10, slo="ttft_p95=500ms").profiles[0]
+    assert p.sustainable_rps == 2.0 and p.binding == "client limit"
+    assert what in p.basis
+    (note,) = [n for n in p.notes if " in b:" in n]
+    assert what in note and fix in note and "not counted as met" in note
+    assert ("--processes" in note) == ("saturated" in str(limit))
+
+
 def test_plan_when_every_level_passed_is_a_lower_bound_on_capacity():
     levels = [_level("a", 2.0, 100), _level("b", 4.0, 200)]
     p = plan(levels, target_rps=10, slo="ttft_p95=500ms", headroom=0.25).profiles[0]
