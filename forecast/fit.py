@@ -110,7 +110,8 @@ def _cost_text(cost: Any) -> str:
         + (f" × decodes^{cost.decode_exponent:g}" if cost.decode_exponent != 1.0 else "")
         + f" + {cost.decode_context_ms_per_1k:.3g} ms/1k context"
         f" + {cost.prefill_attention_ms_per_1m:.3g} ms/1M attention pairs"
-        f" + {cost.prefill_chunk_ms:.3g} ms/prefill chunk; front end "
+        f" + {cost.prefill_chunk_ms:.3g} ms/prefill chunk"
+        f" + {cost.prefill_prompt_ms:.3g} ms/prompt prefilled; front end "
         f"{cost.frontend_ms:.3g} ms + {cost.frontend_ms_per_1k_prompt:.3g} ms/1k prompt + "
         f"{cost.frontend_ms_per_in_flight:.3g} ms/request in flight; "
         f"an arrival {cost.arrival_ms:.3g} ms + {cost.arrival_ms_per_1k_prompt:.3g} ms/1k prompt; "

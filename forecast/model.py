@@ -28,8 +28,10 @@ KIND = "vprof-forecast-model"
 # ``arrival_ms_per_1k_prompt``); a version-1 file has neither, which is what they read as (0)
 # 3: the front end's delay per request in flight (``step_cost.frontend_ms_per_in_flight``);
 # older files have none (0)
-VERSION = 3
-READS = (1, 2, 3)
+# 4: the step's cost per prompt whose prefill ends in it (``step_cost.prefill_prompt_ms``);
+# older files have none (0)
+VERSION = 4
+READS = (1, 2, 3, 4)
 MAX_MODEL_BYTES = 64 * 2**20
 
 
@@ -258,6 +260,7 @@ _COST = _obj(
         "arrival_ms": _number(0, 1e4),
         "arrival_ms_per_1k_prompt": _number(0, 1e4),
         "frontend_ms_per_in_flight": _number(0, 1e4),
+        "prefill_prompt_ms": _number(0, 1e4),
     },
     # a model written before the cost per prefill chunk (or the decode exponent, or the cost
     # of an arrival) was fitted has none

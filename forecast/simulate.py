@@ -373,6 +373,7 @@ class _State:
         self.c_ctx = cost.decode_context_ms_per_1k * 1e-6
         self.c_att = cost.prefill_attention_ms_per_1m * 1e-9
         self.c_chunk = cost.prefill_chunk_ms * 1e-3
+        self.c_prompt = cost.prefill_prompt_ms * 1e-3
         arrival = np.asarray(cost.arrival_s(prompt.astype(np.float64)), dtype=np.float64)
         self.arrival_cost: list[float] | None = arrival.tolist() if arrival.any() else None
         self.landed: list[int] = []  # arrivals a step took in (and was charged for)
@@ -758,9 +759,11 @@ class _State:
             return
         prefill_tokens = 0
         attention = 0.0
+        ending = 0  # prompts whose last chunk this is
         for i, chunk in scheduled:
             prefill_tokens += chunk
             attention += chunk * (computed[i] + chunk / 2)
+            ending += computed[i] + chunk >= P[i] + generated[i]
         dt = (
             self.c0
             + self.c_tok * prefill_tokens
@@ -768,6 +771,7 @@ class _State:
             + self.c_ctx * context
             + self.c_att * attention
             + self.c_chunk * len(scheduled)
+            + self.c_prompt * ending
         )
         if self.noise is not None:
             dt *= self._factor()

@@ -2,15 +2,17 @@
 
 A step's time is a constant plus a cost per prefill token, per decoding sequence, per context
 token the decodes read, per query × key pair of the prefill chunks (attention, which grows
-with the context a chunk attends to) and per prefill chunk (a prompt's share of the step's
-work that does not grow with its length)::
+with the context a chunk attends to), per prefill chunk and per prompt whose prefill ends in
+the step (its first token sampled: a prompt's share of the work that does not grow with its
+length, once per chunk or once per prompt; the fit judges which the steps show)::
 
     step_ms = base + prefill_token · P + decode_seq · D^γ + decode_context · C / 1e3
-              + prefill_attention · A / 1e6 + prefill_chunk · N
+              + prefill_attention · A / 1e6 + prefill_chunk · N + prefill_prompt · E
 
 where P is the prefill tokens computed in the step, D the sequences decoding, C the context
 tokens those decodes attend to, A the pairs a chunk's tokens attend to (chunk × (tokens
-before it + chunk / 2)) and N the prompts the step computes a chunk of; γ
+before it + chunk / 2)), N the prompts the step computes a chunk of and E those whose last
+chunk it is; γ
 (``decode_exponent``, 1 unless the fit finds the decodes' cost flattening with the batch)
 bends the cost per decode. A request reaching the engine also lengthens the step it arrives
 in by ``arrival_ms`` + ``arrival_ms_per_1k_prompt`` per 1,000 prompt tokens (taking it in —
@@ -59,6 +61,8 @@ class StepCost:
     arrival_ms_per_1k_prompt: float = 0.0
     # the front end's delay per request in flight at the send (fitted, not calibrated)
     frontend_ms_per_in_flight: float = 0.0
+    # per prompt whose prefill ends in the step (fitted, not calibrated)
+    prefill_prompt_ms: float = 0.0
 
     def step_ms(
         self,
@@ -67,6 +71,7 @@ class StepCost:
         context: float,
         attention: float,
         chunks: float = 0.0,
+        prompts: float = 0.0,
     ) -> float:
         """The time of one step holding these (see the module's formula)."""
         return (
@@ -76,6 +81,7 @@ class StepCost:
             + self.decode_context_ms_per_1k * context * 1e-3
             + self.prefill_attention_ms_per_1m * attention * 1e-6
             + self.prefill_chunk_ms * chunks
+            + self.prefill_prompt_ms * prompts
         )
 
     def arrival_s(self, prompt_tokens: Any) -> Any:

@@ -16,10 +16,11 @@ decoding request is one step, and what it held is seen in the other requests' to
 decodes that got a token in it, the prompts whose chunks it computed: the last where the
 prompt's first token came, the earlier ones in the steps just before). The steps that computed
 prompts (each counted once), less the constant and decodes the windows give, price the prompts
-(per token, and by the same BIC rule per chunk and per attention pair). The decode-only steps
-also show whether the cost per decode flattens with the batch (decodes^γ) and whether it grows
-with the context the decodes read (a step's decodes read contexts of their own lengths, so
-varied prompts tell that cost from the batch's), both judged together by the same rule; if
+(per token, and by the same BIC rule per prompt or per chunk and per attention pair). The
+decode-only steps also show whether the cost per decode flattens with the batch (decodes^γ)
+and whether it grows with the context the decodes read (a step's decodes read contexts of
+their own lengths, so varied prompts tell that cost from the batch's), both judged together by
+the same rule; if
 either joins, the constant and the decode costs are fitted on those steps, a window's decodes
 summing steps of different batches. The server's prefill
 times span more than the prompt's own steps (the README's forecast section has the
@@ -155,26 +156,31 @@ def linear_estimate(
         steps = float(prefill[2].sum())  # each prompt's step counted once
         chosen: tuple[float, tuple[int, ...], Any] | None = None
         plain = 0.0
-        for extra in ((), (4,), (CHUNKS,), (4, CHUNKS)):
+        # per prompt before per chunk: where most prompts are one chunk the two are one
+        # column, and per chunk must then win by the rule's margin (on the AMX recording's
+        # long-prompt runs, which chat's fit does not see, per prompt explains the steps
+        # 17-29 BIC points better)
+        for extra in ((), (4,), (PROMPTS,), (CHUNKS,), (4, PROMPTS), (4, CHUNKS)):
             x_extra, _, sse = _alternate(a, y, *prefill, (*columns, *extra))
             bic = steps * math.log(max(sse, 1e-12) / steps) + len(extra) * math.log(steps)
             if not extra:
                 plain = bic
             else:
-                names = " and ".join(COEFFICIENTS[c] for c in extra)
+                names = " and ".join(COLUMNS[c] for c in extra)
                 say(f"{names} on {steps:.0f} prompts' steps: BIC {bic - plain:+.1f}")
             if chosen is None or bic < chosen[0] - (EVIDENCE if extra else 0.0):
                 chosen = (bic, (*columns, *extra), x_extra)
         assert chosen is not None
         _, columns, x = chosen
-    values = [0.0] * (CHUNKS + 1)
+    values = [0.0] * len(COLUMNS)
     for column, value in zip(columns, x, strict=True):
         values[column] = float(value)
-    cost = StepCost(*values, decode_exponent=gamma)
+    cost = StepCost(*values[:PROMPTS], decode_exponent=gamma, prefill_prompt_ms=values[PROMPTS])
     if prefill is not None:
         say(
             f"prefill token cost from the {source}: {cost.prefill_token_ms * 1e3:.3g} µs"
             + (f" + {cost.prefill_chunk_ms:.3g} ms per chunk" if CHUNKS in columns else "")
+            + (f" + {cost.prefill_prompt_ms:.3g} ms per prompt" if PROMPTS in columns else "")
         )
     fronts: list[float] = []
     for o in runs:
@@ -203,6 +209,8 @@ def linear_estimate(
 
 
 CHUNKS = 5  # the column of prefill chunks (after those of :func:`_decode_windows`)
+PROMPTS = 6  # the column of prompts whose last chunk the step computed
+COLUMNS = (*COEFFICIENTS[:PROMPTS], "prefill_prompt_ms")  # the step rows' columns, by name
 EXPONENTS = (0.9, 0.8, 0.7, 0.6, 0.5)  # γ the fit may choose for the cost per decode
 
 
@@ -260,7 +268,7 @@ def _decode_terms(
     return gamma, False, (a, y, w)
 
 
-PREFILL_COLUMNS = (1, 4, CHUNKS)  # what the prefill evidence fits; the windows the rest
+PREFILL_COLUMNS = (1, 4, CHUNKS, PROMPTS)  # what the prefill evidence fits; the windows the rest
 
 
 def _prefill_evidence(runs: Sequence[Observed]) -> tuple[tuple[Any, Any, Any] | None, str]:
@@ -279,7 +287,8 @@ def _prefill_evidence(runs: Sequence[Observed]) -> tuple[tuple[Any, Any, Any] | 
     intervals = [(b, yb) for b, yb in intervals if b.size]
     if intervals:
         b = np.vstack([p[0] for p in intervals])
-        b = np.column_stack([b, np.zeros(len(b))])  # no chunk column: never fitted on these
+        # no chunk or prompt column: never fitted on these
+        b = np.column_stack([b, np.zeros((len(b), 2))])
         yb = np.concatenate([p[1] for p in intervals])
         return (b, yb, np.ones_like(yb)), "server's prefill times"
     return None, ""
@@ -383,7 +392,8 @@ def _step_gaps(o: Observed) -> tuple[Any, Any, Any]:
 
 def _timed_step_gaps(o: Observed) -> tuple[Any, Any, Any, Any]:
     """One row per gap between two tokens of a decoding request (one step): what the step
-    held (the columns of :func:`_decode_windows`, then the prompts it computed a chunk of),
+    held (the columns of :func:`_decode_windows`: then the prompts it computed a chunk of and
+    those whose last chunk it was),
     its time (ms), a weight (1 / the decodes it held, so that each step counts once) and its
     bounds (the two tokens' times, s).
     Left out: gaps over a stall, gaps in which no decode shows (the request's next token came
@@ -392,7 +402,7 @@ def _timed_step_gaps(o: Observed) -> tuple[Any, Any, Any, Any]:
     is not known). Empty without token times."""
     import numpy as np
 
-    empty = (np.empty((0, 6)), np.empty(0), np.empty(0), np.empty((0, 2)))
+    empty = (np.empty((0, len(COLUMNS))), np.empty(0), np.empty(0), np.empty((0, 2)))
     times = o.token_s
     if times is None:
         return empty
@@ -430,7 +440,7 @@ def _timed_step_gaps(o: Observed) -> tuple[Any, Any, Any, Any]:
         d1 = np.searchsorted(dec_t, hi, side="right")
         decodes = (d1 - d0).astype(np.float64)
         n = decodes.size
-        tokens, pairs, chunks = np.zeros(n), np.zeros(n), np.zeros(n)
+        tokens, pairs, chunks, ends = np.zeros(n), np.zeros(n), np.zeros(n), np.zeros(n)
         j0 = int(np.searchsorted(first, lo[0], side="right"))
         j1 = int(np.searchsorted(first, hi[-1], side="right"))
         if j1 > j0:
@@ -450,6 +460,7 @@ def _timed_step_gaps(o: Observed) -> tuple[Any, Any, Any, Any]:
             at = np.repeat(last, count) - (count_c - 1) + c
             seen = at >= 0
             np.add.at(chunks, at[seen], 1.0)
+            np.add.at(ends, last, 1.0)  # a prompt's last chunk: the step of its first token
             np.add.at(tokens, at[seen], size[seen])
             before = np.repeat(cached_j, count) + c * room_c
             np.add.at(pairs, at[seen], (size * (before + size / 2))[seen])
@@ -462,6 +473,7 @@ def _timed_step_gaps(o: Observed) -> tuple[Any, Any, Any, Any]:
                     (ctx_cum[d1] - ctx_cum[d0]) * 1e-3,
                     pairs * 1e-6,
                     chunks,
+                    ends,
                 ]
             )
         )
@@ -497,7 +509,8 @@ def _nnls(a: Any, y: Any) -> tuple[Any, float]:
 
 
 def _decode_windows(o: Observed) -> tuple[Any, Any]:
-    """One row per decoding request: what its steps held, and how long they took (ms)."""
+    """One row per decoding request: what its steps held (the columns of :data:`COLUMNS`),
+    and how long they took (ms)."""
     import numpy as np
 
     m = o.measured
@@ -511,7 +524,7 @@ def _decode_windows(o: Observed) -> tuple[Any, Any]:
     dec = ok & (output > 1)
     counts = (output[dec] - 1).astype(np.int64)
     if not counts.sum():
-        return np.empty((0, CHUNKS + 1)), np.empty(0)
+        return np.empty((0, len(COLUMNS))), np.empty(0)
     offsets = np.repeat(np.cumsum(counts) - counts, counts)
     k = np.arange(counts.sum()) - offsets + 1  # token number 1 … output-1
     span = np.repeat((last[dec] - first[dec]) / np.maximum(output[dec] - 1, 1), counts)
@@ -553,6 +566,7 @@ def _decode_windows(o: Observed) -> tuple[Any, Any]:
             (ctx_cum[hi] - ctx_cum[lo]) * 1e-3,
             (pair_cum[phi] - pair_cum[plo]) * 1e-6,
             chunk_cum[phi] - chunk_cum[plo],
+            (phi - plo).astype(np.float64),
         ]
     )
     y = (a_hi - a_lo) * 1000.0
@@ -810,6 +824,7 @@ def _frontend_residuals(o: Observed, cost: StepCost) -> list[float]:
     budget = float(o.rules.max_num_batched_tokens)
     chunks = np.ceil(own / budget) if o.rules.chunked_prefill else np.ones_like(own)
     step = chunks * (cost.base_ms + cost.prefill_chunk_ms) + cost.prefill_token_ms * own
+    step += cost.prefill_prompt_ms
     step += cost.prefill_attention_ms_per_1m * own * (cached + own / 2) * 1e-6
     return list((m["ttft_ms"] - step)[ok])
 
@@ -934,6 +949,7 @@ def calibrate(
             arrival_ms=start.arrival_ms,
             arrival_ms_per_1k_prompt=start.arrival_ms_per_1k_prompt,
             frontend_ms_per_in_flight=start.frontend_ms_per_in_flight,
+            prefill_prompt_ms=start.prefill_prompt_ms,
         )
 
     def solve(z: Any, jitter: float) -> tuple[Any, Any]:

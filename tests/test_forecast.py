@@ -224,16 +224,21 @@ def _fit_synthetic_chat(folder: Path, **changes: float) -> tuple[Any, Any, Any, 
     return cost, fitted, active, said
 
 
-def test_the_steps_in_the_token_times_recover_a_cost_per_prefill_chunk(tmp_path):
-    cost, fitted, active, said = _fit_synthetic_chat(
-        tmp_path, prefill_token_ms=0.01, prefill_chunk_ms=2.0
-    )
-    assert fitted.prefill_chunk_ms == pytest.approx(2.0, rel=0.1)
+@pytest.mark.parametrize(
+    ("term", "other"),
+    [("prefill_chunk_ms", "prefill_prompt_ms"), ("prefill_prompt_ms", "prefill_chunk_ms")],
+)
+def test_the_steps_in_the_token_times_recover_a_cost_per_chunk_or_per_prompt(tmp_path, term, other):
+    """Once per chunk, or once per prompt on the step of its first token however many chunks
+    it took: the fit tells them apart where prompts span several chunks."""
+    cost, fitted, active, said = _fit_synthetic_chat(tmp_path, prefill_token_ms=0.01, **{term: 2.0})
+    assert getattr(fitted, term) == pytest.approx(2.0, rel=0.1)
+    assert getattr(fitted, other) == 0.0
     assert fitted.prefill_token_ms == pytest.approx(0.01, rel=0.2)
     assert fitted.base_ms == pytest.approx(cost.base_ms, rel=0.1)
     assert fitted.prefill_attention_ms_per_1m == 0.0
-    assert "prefill_chunk_ms" not in active  # measured on the steps: the replay leaves it
-    assert any("prefill_chunk_ms on" in line for line in said)
+    assert term not in active  # measured on the steps: the replay leaves it
+    assert any(f"{term} on" in line for line in said)
 
 
 def test_a_server_without_a_cost_per_chunk_is_not_given_one(cpu_runs):
@@ -246,6 +251,7 @@ def test_a_server_without_a_cost_per_chunk_is_not_given_one(cpu_runs):
     fitted, _ = linear_estimate(runs)
     truth = cpu_truth().cost
     assert fitted.prefill_chunk_ms == 0.0 and fitted.prefill_attention_ms_per_1m == 0.0
+    assert fitted.prefill_prompt_ms == 0.0
     assert fitted.prefill_token_ms == pytest.approx(truth.prefill_token_ms, rel=0.1)
 
 
@@ -425,7 +431,7 @@ def test_a_model_file_reads_back_as_it_was_written(model_file):
     ("edit", "key", "words"),
     [
         (lambda d: d.update(kind="something-else"), "kind", "not a vprof forecast model"),
-        (lambda d: d.update(version=99), "version", "this vprof reads versions 1, 2 and 3"),
+        (lambda d: d.update(version=99), "version", "this vprof reads versions 1, 2, 3 and 4"),
         (lambda d: d["configs"][0]["step_cost"].update(base_ms=-1), "step_cost.base_ms", "range"),
         (lambda d: d["configs"][0]["rules"].update(block_size="16"), "rules.block_size", "number"),
         (lambda d: d["configs"][0].pop("rules"), "configs[0].rules", "missing"),
@@ -467,7 +473,7 @@ def test_an_arrival_cost_is_kept_in_the_model_file_and_version_1_files_read_as_n
     costly = dataclasses.replace(truth.cost, arrival_ms=3.5, arrival_ms_per_1k_prompt=2.0)
     write_model(ForecastModel((dataclasses.replace(truth, cost=costly).config,)), path)
     data = json.loads(path.read_text())
-    assert data["version"] == 3
+    assert data["version"] == 4
     assert read_model(path).configs[0].cost == costly
     for key in ("arrival_ms", "arrival_ms_per_1k_prompt"):
         del data["configs"][0]["step_cost"][key]
@@ -477,17 +483,24 @@ def test_an_arrival_cost_is_kept_in_the_model_file_and_version_1_files_read_as_n
     assert cost.arrival_ms == 0.0 and cost.arrival_ms_per_1k_prompt == 0.0
 
 
-def test_a_front_end_that_grows_with_load_is_kept_and_version_2_files_read_as_none(tmp_path):
+@pytest.mark.parametrize(
+    ("term", "value", "before"),
+    [
+        ("frontend_ms_per_in_flight", 0.4, 2),  # a front end that grows with load
+        ("prefill_prompt_ms", 1.9, 3),  # a cost per prompt
+    ],
+)
+def test_a_later_term_is_kept_and_files_from_before_it_read_as_none(tmp_path, term, value, before):
     path = tmp_path / "model.json"
     truth = cpu_truth()
-    loaded = dataclasses.replace(truth.cost, frontend_ms_per_in_flight=0.4)
-    write_model(ForecastModel((dataclasses.replace(truth, cost=loaded).config,)), path)
+    cost = dataclasses.replace(truth.cost, **{term: value})
+    write_model(ForecastModel((dataclasses.replace(truth, cost=cost).config,)), path)
     data = json.loads(path.read_text())
-    assert read_model(path).configs[0].cost == loaded
-    del data["configs"][0]["step_cost"]["frontend_ms_per_in_flight"]
-    data["version"] = 2  # what this vprof wrote before it fitted the term
+    assert read_model(path).configs[0].cost == cost
+    del data["configs"][0]["step_cost"][term]
+    data["version"] = before  # what this vprof wrote before it fitted the term
     path.write_text(json.dumps(data))
-    assert read_model(path).configs[0].cost.frontend_ms_per_in_flight == 0.0
+    assert getattr(read_model(path).configs[0].cost, term) == 0.0
 
 
 def test_a_model_file_that_is_not_json_is_refused_with_its_line(model_file):
