@@ -157,9 +157,9 @@ def linear_estimate(
         chosen: tuple[float, tuple[int, ...], Any] | None = None
         plain = 0.0
         # per prompt before per chunk: where most prompts are one chunk the two are one
-        # column, and per chunk must then win by the rule's margin (on the AMX recording's
-        # long-prompt runs, which chat's fit does not see, per prompt explains the steps
-        # 17-29 BIC points better)
+        # column, and per chunk must then win by the rule's margin (held-out prompts of
+        # several chunks favoured per prompt: the README's forecast section has the
+        # measurement)
         for extra in ((), (4,), (PROMPTS,), (CHUNKS,), (4, PROMPTS), (4, CHUNKS)):
             x_extra, _, sse = _alternate(a, y, *prefill, (*columns, *extra))
             bic = steps * math.log(max(sse, 1e-12) / steps) + len(extra) * math.log(steps)
