@@ -47,6 +47,7 @@ class Level:
     servers: int = 1  # replicas the run spread its load over
     gpus_per_replica: int | None = None
     workload: str | None = None
+    predicted: bool = False  # by a capacity model (``vprof forecast``), not measured
 
 
 @dataclass(frozen=True)
@@ -266,6 +267,7 @@ def _level(summary: dict[str, Any], slo: Slo) -> Level:
         servers=int(summary.get(K.REPLICAS) or 1),
         gpus_per_replica=summary.get(K.GPUS_PER_REPLICA),
         workload=str(summary[K.WORKLOAD]) if summary.get(K.WORKLOAD) is not None else None,
+        predicted=bool(summary.get(K.PREDICTED)),
         offered=(
             (float(summary[K.OFFERED_LOAD]), str(summary.get(K.OFFERED_LOAD_UNIT, "")))
             if summary.get(K.OFFERED_LOAD) is not None
@@ -447,6 +449,9 @@ def _plan_single(
         levels = sorted(levels, key=lambda lv: (math.isnan(lv.rps), lv.rps))
     measured = [lv.rps for lv in levels if not math.isnan(lv.rps)]
     max_rps = max(measured) if measured else math.nan
+    # a model's levels were predicted: the plan's words say so
+    predicted = bool(levels) and all(lv.predicted for lv in levels)
+    seen, seek = ("predicted", "predict") if predicted else ("measured", "measure")
     notes: list[str] = []
     first_fail = next((i for i, lv in enumerate(levels) if not lv.passed), None)
     if first_fail == 0:
@@ -458,17 +463,17 @@ def _plan_single(
             None,
             None,
             None,
-            "no measured level met the SLO",
+            f"no {seen} level met the SLO",
             max_rps,
             tuple(levels),
             (f"lowest level {worst.rps:.2f} req/s ({worst.run}) missed: {why}",),
-            f"{name}: no measured level met {slo_text} (lowest, {worst.rps:.2f} req/s, missed "
-            f"{why}); replicas unknown: measure lower load levels",
+            f"{name}: no {seen} level met {slo_text} (lowest, {worst.rps:.2f} req/s, missed "
+            f"{why}); replicas unknown: {seek} lower load levels",
         )
     if first_fail is None:
         last = levels[-1]
         sustainable, binding = last.rps, _closest(last)
-        basis = "highest measured level; every level met the SLO, so capacity may be higher"
+        basis = f"highest {seen} level; every level met the SLO, so capacity may be higher"
     else:
         last, fail = levels[first_fail - 1], levels[first_fail]
         sustainable, binding, basis = _interpolate(last, fail)
@@ -487,16 +492,16 @@ def _plan_single(
             None,
             None,
             binding,
-            "no positive sustainable rate measured",
+            f"no positive sustainable rate {seen}",
             max_rps,
             tuple(levels),
             tuple(notes),
-            f"{name}: no positive sustainable rate measured",
+            f"{name}: no positive sustainable rate {seen}",
         )
     replicas = math.ceil(target / (sustainable * efficiency) * (1.0 + headroom) - 1e-9)
     if target > max_rps and efficiency == 1.0:
         notes.append(
-            f"one replica was measured up to {max_rps:.2f} req/s; {target:g} req/s assumes "
+            f"one replica was {seen} up to {max_rps:.2f} req/s; {target:g} req/s assumes "
             "replicas scale linearly behind a load balancer"
         )
     message = (
@@ -540,6 +545,7 @@ def _merge_repeats(levels: list[Level]) -> list[Level]:
                 client_limit=next((lv.client_limit for lv in group if lv.client_limit), None),
                 offered=group[0].offered,
                 repeats=len(group),
+                predicted=all(lv.predicted for lv in group),
             )
         )
     return merged

@@ -80,6 +80,17 @@ def test_a_client_limited_level_says_why_and_what_to_do(limit, what, fix):
     assert ("--processes" in note) == ("saturated" in str(limit))
 
 
+def test_a_plan_over_predicted_levels_says_predicted_where_it_would_say_measured():
+    levels = [_level("a", 2.0, 900, predicted=True), _level("b", 4.0, 1500, predicted=True)]
+    p = plan(levels, target_rps=10, slo="ttft_p95=500ms").profiles[0]
+    assert p.basis == "no predicted level met the SLO"
+    assert "predict lower load levels" in p.message and "measure" not in p.message
+    levels = [_level("a", 2.0, 100, predicted=True), _level("b", 4.0, 200, predicted=True)]
+    p = plan(levels, target_rps=10, slo="ttft_p95=500ms").profiles[0]
+    assert p.basis.startswith("highest predicted level")
+    assert any(n.startswith("one replica was predicted up to 4.00 req/s") for n in p.notes)
+
+
 def test_plan_when_every_level_passed_is_a_lower_bound_on_capacity():
     levels = [_level("a", 2.0, 100), _level("b", 4.0, 200)]
     p = plan(levels, target_rps=10, slo="ttft_p95=500ms", headroom=0.25).profiles[0]

@@ -590,6 +590,9 @@ def test_plan_takes_predicted_runs_as_levels(model_file, tmp_path):
     answer = plan(expand_runs([tmp_path / "p"]), target_rps=20, slo="ttft_p95=300ms")
     (profile,) = answer.profiles
     assert profile.sustainable_rps is not None and len(profile.levels) == 3
+    # the levels were predicted, and the plan's words say so
+    words = " ".join((profile.basis, *profile.notes))
+    assert "measured level" not in words and "was measured up to" not in words
 
 
 def test_plan_for_an_unmeasured_workload_prints_the_models_error_beside_the_answer(model_file):
