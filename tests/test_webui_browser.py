@@ -285,9 +285,11 @@ def _check_header_rate(samples: list[tuple[float, float]], records, heard) -> No
     )
     # Each worker sends the master its counts every 3 s, and the window ends 2 s before the
     # newest request any worker reported: the other worker's last seconds may not have come
-    # in yet (more when the machine is busy). Up to 3 s of one worker of two is 15 % of the
-    # window short; a request counted twice (or not at all) is far outside either bound.
-    assert 0.85 * low <= header_rps <= 1.03 * high, (header_rps, low, high)
+    # in yet (more when the machine is busy). 3 s of one worker of two is 15 % of the window
+    # short, and a report delivered late on a busy machine a little more (a fresh-clone run:
+    # 5.2 against 6.15-6.85 req/s, 15.4 % short); up to 4 s (20 %) passes. A request counted
+    # twice (or not at all) is far outside either bound.
+    assert 0.80 * low <= header_rps <= 1.03 * high, (header_rps, low, high)
 
 
 @pytest.mark.parametrize("locust_web", ["processes-2"], indirect=True)
