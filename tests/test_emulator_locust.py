@@ -1,9 +1,13 @@
 """Must show: against the emulator at low load, a real headless Locust run measures the
-configured TTFT within 3 ms and inter-token gaps within 2 ms at p50; and the emulator's
-true-TTFT header is what a client on this host reads, within 1 ms."""
+configured TTFT within 3 ms and inter-token gaps within 2 ms at p50; the emulator's
+true-TTFT header is what a client on this host reads, within 1 ms; and a minimal client sees
+the configured TTFT and gaps within a millisecond."""
 
 from __future__ import annotations
 
+import json
+import math
+import socket
 import statistics
 import time
 from pathlib import Path
@@ -106,3 +110,61 @@ def test_a_response_names_its_true_ttft_and_keeps_it():
     assert truth_ms == pytest.approx(true_ttft_ms(config, 5), abs=1e-6)
     assert truth_ms != 20.0  # the offset is in it
     assert abs(statistics.median(errors)) < 1.0, errors
+
+
+def timed_stream(sock: socket.socket, body: dict) -> tuple[float, float, list[float]]:
+    """One request on a raw keep-alive socket: (sent, headers arrived, each content event)."""
+    payload = json.dumps(body).encode()
+    request = (
+        b"POST /v1/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+        b"content-length: %d\r\n\r\n%b" % (len(payload), payload)
+    )
+    sent = time.perf_counter()
+    sock.sendall(request)
+    headers_at = math.nan
+    stamps: list[float] = []
+    received = b""
+    while not received.endswith(b"\r\n0\r\n\r\n"):
+        data = sock.recv(65536)
+        now = time.perf_counter()
+        received += data
+        if math.isnan(headers_at) and b"\r\n\r\n" in received:
+            headers_at = now
+        stamps += [now] * data.count(b"data: {")
+    return sent, headers_at, stamps
+
+
+def test_timing_matches_the_configuration_within_a_millisecond():
+    """TTFT and gaps as a minimal client sees them, to a millisecond: here with the quiet tests
+    (beside a vLLM start-up in CI the median header-to-first-token error once came out 2.25 ms).
+
+    The emulator sends its headers as it takes the request (as uvicorn does), so "first
+    token minus headers" is its own TTFT with the request's trip and the client's wake-ups
+    cancelled out; on a shared machine those trips alone can take milliseconds.
+    """
+    config = EmulatorConfig(ttft_ms=40, itl_ms=8)
+    ttft_errors, server_ttft_errors, itl_errors, span_errors = [], [], [], []
+    body = {"prompt": "x", "max_tokens": 25, "stream": True}
+    with (
+        Emulator(config) as emulator,
+        socket.create_connection(("127.0.0.1", emulator.port), timeout=10) as sock,
+    ):
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        for _ in range(12):
+            sent, headers_at, stamps = timed_stream(sock, body)
+            assert len(stamps) == 25
+            ttft_errors.append((stamps[0] - sent) * 1000 - config.ttft_ms)
+            server_ttft_errors.append((stamps[0] - headers_at) * 1000 - config.ttft_ms)
+            itl_errors += [
+                (b - a) * 1000 - config.itl_ms for a, b in zip(stamps, stamps[1:], strict=False)
+            ]
+            # absolute deadlines: token 24 is due 24·itl after token 0, whatever came between
+            span_errors.append((stamps[-1] - stamps[0]) * 1000 - 24 * config.itl_ms)
+    assert min(ttft_errors) >= 0  # never early
+    assert statistics.median(ttft_errors) < 5.0, ttft_errors
+    assert abs(statistics.median(server_ttft_errors)) < 1.0, server_ttft_errors
+    assert abs(statistics.median(itl_errors)) < 1.0, itl_errors
+    # Twelve spans, each read at two of the client's wake-ups: beside vLLM start-ups in CI
+    # their median once came out 1.27 ms (spans from -5 to +84 ms). Relative deadlines would
+    # add every token's wake-up delay: 24 of them.
+    assert abs(statistics.median(span_errors)) < 2.0, span_errors
