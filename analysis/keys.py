@@ -305,7 +305,10 @@ REPLICA_TABLE_KEYS: tuple[str, ...] = (
 )
 
 
-# What to do about a client-limited run (its loadgen_verdict says which applies).
+# What to do about a load generator other processes held back, one whose own loop fell behind,
+# and a client-limited run when it is not known which (its loadgen_verdict says).
+STARVED_FIX = "give the load generator cores of its own"
+SATURATED_FIX = "use --processes N (one per spare core) or fewer users"
 CLIENT_FIX = (
     "use --processes or fewer users, or, when other processes held its cores, "
     "give the load generator cores of its own"
@@ -322,9 +325,9 @@ def client_limit(summary: dict) -> tuple[str, str]:
     cap held arrivals back — the server kept that many requests out, past what it answers in
     time at that rate, which no change to the client fixes."""
     if summary.get(SummaryKey.LOADGEN_STARVED):
-        return BOTTLENECK, "give the load generator cores of its own"
+        return BOTTLENECK, STARVED_FIX
     if summary.get(SummaryKey.LOADGEN_SATURATED):
-        return BOTTLENECK, "use --processes N (one per spare core) or fewer users"
+        return BOTTLENECK, SATURATED_FIX
     if any(str(r).startswith(CAP_HELD) for r in summary.get(SummaryKey.CLIENT_LIMITED_BY) or ()):
         return (
             f"the server kept the traffic's in-flight cap ({summary.get(SummaryKey.IN_FLIGHT_CAP)})"

@@ -12,6 +12,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from vprof.analysis.keys import SATURATED_FIX
 from vprof.analysis.keys import SummaryKey as K
 from vprof.records.schema import LOOP_LAG_BUCKETS_MS
 
@@ -250,9 +251,7 @@ def loadgen_stats(
     p99 = _pooled_quantile(histograms, 0.99)
     machine = [float(v) for s in everything if (v := s.get("machine_cpu_percent")) is not None]
     steal = [float(v) for s in everything if (v := s.get("steal_percent")) is not None]
-    fix = (
-        "its latencies include its own delay; use --processes N (one per spare core) or fewer users"
-    )
+    fix = f"its latencies include its own delay; {SATURATED_FIX}"
     starved = has_lag and bool(busy) and all(per_worker[w]["starved"] for w in busy)
     if starved:
         worst = max(per_worker[w]["typical_lag_p99_ms"] or 0.0 for w in busy)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from vprof.analysis.keys import CLIENT_FIX
+from vprof.analysis.keys import CLIENT_FIX, STARVED_FIX
 from vprof.analysis.samples import LAG_P99_LIMIT_MS, worker_health
 from vprof.records.rundir import LOADGEN_ANSWERED, LOADGEN_FAILED, RunDir, read_json
 
@@ -98,6 +98,6 @@ def _advice(late: list[dict]) -> str:
     if worker_health(late)["starved"]:
         return (
             "other processes on this machine held its core (it waited for one longer than it "
-            "ran): give the load generator cores of its own"
+            f"ran): {STARVED_FIX}"
         )
     return CLIENT_FIX
