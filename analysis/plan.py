@@ -171,7 +171,7 @@ def plan(
     def planned(name: str, levels: list[Level]) -> ProfilePlan:
         made = _plan_profile(name, levels, target_rps, headroom, str(slo))
         if name in forecasts:
-            made = _predicted(made, forecasts[name])
+            made = _predicted(made, forecasts[name], target_rps, headroom)
         return dataclasses.replace(made, warnings=tuple(damaged[name]))
 
     plans = [planned(name, levels) for name, levels in by_profile.items()]
@@ -186,11 +186,19 @@ def plan_label(summary: dict[str, Any]) -> str:
     return f"{name} (predicted)" if summary.get(K.PREDICTED) else name
 
 
-def _predicted(answer: ProfilePlan, forecasts: list[dict[str, Any]]) -> ProfilePlan:
-    """A plan over predicted levels says so, with the model's error beside the answer, and
-    names every way the predictions reach past the runs the model was fitted on."""
+def _predicted(
+    answer: ProfilePlan, forecasts: list[dict[str, Any]], target: float, headroom: float
+) -> ProfilePlan:
+    """A plan over predicted levels says so, with the model's error beside the answer, what
+    steps a little slower or faster would make of it, and every way the predictions reach
+    past the runs the model was fitted on."""
     error = next((f.get("error") for f in forecasts if f.get("error")), "error unknown")
     notes = list(answer.notes)
+    band = next(
+        (f["pace"] for f in forecasts if (f.get("pace") or {}).get("sustainable_rps")), None
+    )
+    if band and answer.sustainable_rps is not None:
+        notes.append(_band_note(band, target, headroom))
     for forecast in forecasts:
         for note in forecast.get("notes") or []:
             if note not in notes:
@@ -200,6 +208,26 @@ def _predicted(answer: ProfilePlan, forecasts: list[dict[str, Any]]) -> ProfileP
     message = f"{answer.message} — {by}, not measured; {error}"
     basis = f"{answer.basis} ({by})"
     return dataclasses.replace(answer, message=message, notes=tuple(notes), basis=basis)
+
+
+def _band_note(band: dict[str, Any], target: float, headroom: float) -> str:
+    """What the plan would be with steps ``step_time_pct`` slower or faster: the sustainable
+    rate of each (None: no level met the SLO) and the replicas it needs."""
+    pct = f"{float(band.get('step_time_pct', 0)):g} %"
+    rates = [r for r in band["sustainable_rps"] if isinstance(r, (int, float)) and r > 0]
+    if len(rates) < len(band["sustainable_rps"]):
+        return f"with steps {pct} slower no predicted level met the SLO: measure before buying"
+    low, high = min(rates), max(rates)
+    fewest, most = (replicas_for(target, r, headroom) for r in (high, low))
+    needs = (
+        f"{fewest} replica{'s' if fewest != 1 else ''}"
+        if fewest == most
+        else (f"{fewest} to {most} replicas")
+    )
+    return (
+        f"with steps {pct} faster or slower (what a model's step times may miss by) one replica "
+        f"sustains {low:.2f}–{high:.2f} req/s: {needs}"
+    )
 
 
 def _summaries(item: Any, slo: Slo) -> list[dict[str, Any]]:
@@ -498,7 +526,7 @@ def _plan_single(
             tuple(notes),
             f"{name}: no positive sustainable rate {seen}",
         )
-    replicas = math.ceil(target / (sustainable * efficiency) * (1.0 + headroom) - 1e-9)
+    replicas = replicas_for(target, sustainable, headroom, efficiency)
     if target > max_rps and efficiency == 1.0:
         notes.append(
             f"one replica was {seen} up to {max_rps:.2f} req/s; {target:g} req/s assumes "
@@ -514,6 +542,14 @@ def _plan_single(
     return ProfilePlan(
         name, replicas, sustainable, binding, basis, max_rps, tuple(levels), tuple(notes), message
     )
+
+
+def replicas_for(
+    target: float, sustainable: float, headroom: float, efficiency: float = 1.0
+) -> int:
+    """Replicas that serve ``target`` req/s with ``headroom`` when each sustains
+    ``sustainable`` (``efficiency`` of it together)."""
+    return math.ceil(target / (sustainable * efficiency) * (1.0 + headroom) - 1e-9)
 
 
 def _merge_repeats(levels: list[Level]) -> list[Level]:

@@ -123,7 +123,7 @@ def analyse(runs: Path) -> None:
     from vprof.analysis.run import summaries_of
     from vprof.forecast.accuracy import compare_summaries
     from vprof.forecast.fit import fit_model
-    from vprof.forecast.predict import predict
+    from vprof.forecast.predict import PACE, predict
     from vprof.forecast.scenario import scenario_of_run
     from vprof.records.rundir import RunDir
 
@@ -140,9 +140,10 @@ def analyse(runs: Path) -> None:
     rows: list[dict] = []
     plans: list[tuple[str, float | None, float | None, list[str]]] = []
     saturated: list[str] = []  # held-out runs whose load generator could not keep up
+    knees: list[str] = []  # levels the prediction calls near the knee
     print(
         f"\n{'run':34} {'metric':22} {'measured':>10} {'predicted':>10} {'error':>8}  "
-        "the stalls' draws"
+        f"{'the stalls draws':24} steps {PACE * 100:g} % faster to slower"
     )
     for workload, rated in by_workload.items():
         measured_levels, predicted_levels, left_out = [], [], []
@@ -159,7 +160,11 @@ def analyse(runs: Path) -> None:
                 continue
             meta = RunDir(path).meta(strict=True)
             scenario = scenario_of_run(meta, str(path))
-            predicted = predict(config, scenario, slo=SLO, spread=True).summary
+            predicted = predict(config, scenario, slo=SLO, spread=True, pace=True).summary
+            notes = (predicted.get(K.FORECAST) or {}).get("notes") or []
+            if any("near the knee" in n for n in notes):
+                name += " (knee)"
+                knees.append(name)
             measured_levels.append(measured)
             predicted_levels.append({**predicted, "profile": measured.get("profile")})
             if workload == FIT_WORKLOAD and rate in FIT_RATES:
@@ -168,12 +173,11 @@ def analyse(runs: Path) -> None:
                 if row["metric"] in TARGETS and row["error_pct"] is not None:
                     rows.append(row)
                     figures = f"{row['measured']:10.3g} {row['predicted']:10.3g}"
-                    draws = ""
-                    if "draws_low" in row:
-                        inside = "measured within" if row["within_draws"] else "measured outside"
-                        draws = f"  {row['draws_low']:.3g}–{row['draws_high']:.3g} ({inside})"
+                    ranges = "".join(
+                        f"  {_range(row, side):24}" for side in ("draws", "pace")
+                    ).rstrip()
                     print(
-                        f"{name:34} {row['metric']:22} {figures} {row['error_pct']:+7.1f}%{draws}"
+                        f"{name:34} {row['metric']:22} {figures} {row['error_pct']:+7.1f}%{ranges}"
                     )
         plans.append(
             (workload, _sustainable(measured_levels), _sustainable(predicted_levels), left_out)
@@ -186,18 +190,22 @@ def analyse(runs: Path) -> None:
         if errors:
             median = float(np.median(errors))
             verdict = "met" if median <= target else "missed"
-            inside = [
-                r["within_draws"] for r in rows if r["metric"] == metric and "within_draws" in r
-            ]
-            within = (
-                f"; measured within the stalls' draws in {sum(inside)} of {len(inside)}"
-                if inside
-                else ""
-            )
+            within = ""
+            for side, words in (("draws", "the stalls' draws"), ("pace", "the step-time band")):
+                inside = [
+                    r[f"within_{side}"]
+                    for r in rows
+                    if r["metric"] == metric and f"within_{side}" in r
+                ]
+                if inside:
+                    within += f"; within {words} in {sum(inside)} of {len(inside)}"
             print(
                 f"  {metric:22} {median:6.1f} %  (≤ {target:g} %: {verdict}; "
                 f"{len(errors)} runs{within})"
             )
+    if knees:
+        print(f"  (near the knee by the prediction's step-time band: {', '.join(knees)})")
+    _step_times(config, by_workload)
     print(f"\nsustainable rate under {SLO}, measured levels against predicted (target ±10 %):")
     for workload, measured_rps, predicted_rps, left_out in plans:
         # planned on the levels whose load generator kept up, the same for both sides
@@ -208,6 +216,40 @@ def analyse(runs: Path) -> None:
             print(f"  {workload:20} {shown}{without}")
         else:
             print(f"  {workload:20} measured {measured_rps} / predicted {predicted_rps} req/s")
+
+
+def _step_times(config, by_workload: dict[str, dict[float, Path]]) -> None:
+    """Per run, the fitted step costs' time for the steps its token times show over the time
+    they took, and the server's step count beside the replay's of the run's own requests: a
+    step cost that is right (near 1) leaves a prediction's error to the scheduling, the
+    stalls and the queue."""
+    from vprof.forecast.observed import load_observed
+    from vprof.forecast.simulate import simulate
+    from vprof.forecast.stepfit import step_time_ratio
+
+    print("\nthe fitted step costs on each run's own steps (model / measured time) and steps:")
+    print(f"  {'run':24} {'all':>6} {'prefill':>8} {'decode':>7}  server steps / replayed")
+    for workload, rated in by_workload.items():
+        for rate, path in sorted(rated.items()):
+            o = load_observed(path)
+            ratio = step_time_ratio(o, config.cost)
+            replayed = simulate(o.requests, o.client, o.rules, config.cost, stalls=config.stalls)
+            steps = o.server.get("steps")
+            counted = f"{steps:.0f} / {replayed.steps}" if steps else f"- / {replayed.steps}"
+            figures = " ".join(
+                f"{ratio[k]:{w}.3f}" if k in ratio else f"{'-':>{w}}"
+                for k, w in (("all", 6), ("prefill", 8), ("decode", 7))
+            )
+            print(f"  {workload + '@' + format(rate, 'g'):24} {figures}  {counted}")
+
+
+def _range(row: dict, side: str) -> str:
+    """A row's range of one kind (``draws``, ``pace``), marked * where the measured value lies
+    within it."""
+    if f"{side}_low" not in row:
+        return ""
+    star = "*" if row[f"within_{side}"] else " "
+    return f"{row[f'{side}_low']:.3g}–{row[f'{side}_high']:.3g}{star}"
 
 
 def main() -> None:

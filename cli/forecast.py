@@ -145,14 +145,16 @@ def predict(
     fitted = read_model(model)
     config = fitted.pick(profile)
     s = scenario(workload, traffic, seed=seed)
-    predictions = predict_rates(config, s, wanted, slo=parsed, model_path=str(model), spread=True)
+    predictions = predict_rates(
+        config, s, wanted, slo=parsed, model_path=str(model), spread=True, pace=True
+    )
     summaries = [p.summary for p in predictions]
     click.echo(f"predicted by {model} ({config.label}); {config.error_text()}", err=True)
     for p in predictions:
         for note in p.summary.get(K.FORECAST, {}).get("notes") or []:
             echo_note(f"warning: {p.summary[K.RUN]}: {note}")
-        if spread := _spread_line(p.summary):
-            echo_note(f"note: {_short(p.summary)}: {spread}")
+        for line in _range_lines(p.summary):
+            echo_note(f"note: {_short(p.summary)}: {line}")
     if out is not None:
         for p in predictions:
             click.echo(f"wrote {write_prediction(p, out)}", err=True)
@@ -160,18 +162,34 @@ def predict(
     emit_parts([("summaries", summary_rows(names, summaries, fmt), None)], fmt)
 
 
-def _spread_line(summary: dict) -> str:
+def _range_lines(summary: dict) -> list[str]:
     """How far the server's stalls alone move the prediction's tail and pace, when the model
-    replays them (each a random draw; a measured run is one such draw)."""
+    replays them (each a random draw; a measured run is one such draw), and how far steps a
+    little faster or slower move its latencies."""
     from vprof.analysis.keys import SummaryKey as K
 
-    spread = (summary.get(K.FORECAST) or {}).get("spread") or {}
-    parts = [
-        f"{words} {spread[key][0]:.3g}–{spread[key][1]:.3g} ms"
-        for key, words in ((K.P95_TTFT_MS, "p95 TTFT"), (K.MEDIAN_TPOT_MS, "median TPOT"))
-        if key in spread
-    ]
-    return "across the stalls' draws " + ", ".join(parts) if parts else ""
+    forecast = summary.get(K.FORECAST) or {}
+    pace = forecast.get("pace") or {}
+    median_ttft = (K.MEDIAN_TTFT_MS, "median TTFT")
+    p95_ttft = (K.P95_TTFT_MS, "p95 TTFT")
+    median_tpot = (K.MEDIAN_TPOT_MS, "median TPOT")
+    lines = []
+    for ranges, keys, heading in (
+        (forecast.get("spread") or {}, (p95_ttft, median_tpot), "across the stalls' draws"),
+        (
+            pace.get("range") or {},
+            (median_ttft, p95_ttft, median_tpot),
+            f"with steps {pace.get('step_time_pct', 0):g} % faster to slower",
+        ),
+    ):
+        parts = [
+            f"{words} {ranges[key][0]:.3g}–{ranges[key][1]:.3g} ms"
+            for key, words in keys
+            if key in ranges
+        ]
+        if parts:
+            lines.append(f"{heading} " + ", ".join(parts))
+    return lines
 
 
 def _short(summary: dict) -> str:
@@ -201,12 +219,14 @@ def check(model: str, runs: tuple[str, ...], fmt: str) -> None:
     fitted = read_model(model)
     rows, report = check_runs(fitted, runs)
     within = report.get("within_draws") or {}
+    within_pace = report.get("within_pace") or {}
     medians = [
         {
             "metric": k,
             "median_abs_error_pct": v,
             "runs": report["runs"],
             **({"within_draws_share": within[k]} if k in within else {}),
+            **({"within_pace_share": within_pace[k]} if k in within_pace else {}),
         }
         for k, v in report["median_abs_pct"].items()
     ]

@@ -454,7 +454,7 @@ def plan(
         fitted = read_model(model)
         chosen = fitted.pick(config)
         _, predicted = sustainable(
-            chosen, scenario(workload, traffic), parsed, model_path=str(model)
+            chosen, scenario(workload, traffic), parsed, model_path=str(model), pace=True
         )
     parts = plan_parts(
         runs,

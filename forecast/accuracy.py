@@ -35,11 +35,15 @@ def compare_summaries(
 ) -> list[dict[str, Any]]:
     """One row per metric both summaries have: measured, predicted, error in % of measured;
     with the range of the stalls' draws when the prediction has one (``predict(spread=
-    True)``): ``draws_low``, ``draws_high`` and whether the measured value lies within."""
+    True)``): ``draws_low``, ``draws_high`` and whether the measured value lies within; and
+    the same of the step-time band (``predict(pace=True)``): ``pace_low``, ``pace_high``,
+    ``within_pace``."""
     keys = list(CHECK_METRICS)
     if measured.get(K.OPEN_LOOP):
         keys += OPEN_LOOP_METRICS
-    spread = (predicted.get(K.FORECAST) or {}).get("spread") or {}
+    forecast = predicted.get(K.FORECAST) or {}
+    spread = forecast.get("spread") or {}
+    paced = (forecast.get("pace") or {}).get("range") or {}
     rows = []
     for key in keys:
         m, p = _value(measured, key), _value(predicted, key)
@@ -50,6 +54,9 @@ def compare_summaries(
         if key in spread:
             low, high = spread[key]
             row.update(draws_low=low, draws_high=high, within_draws=low <= m <= high)
+        if key in paced:
+            low, high = paced[key]
+            row.update(pace_low=low, pace_high=high, within_pace=low <= m <= high)
         rows.append(row)
     return rows
 
@@ -63,12 +70,14 @@ def error_report(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         if row.get("error_pct") is not None:
             by_metric.setdefault(str(row["metric"]), []).append(abs(float(row["error_pct"])))
     medians = {k: float(np.median(v)) for k, v in by_metric.items()}
-    within: dict[str, list[bool]] = {}
-    for row in rows:
-        if "within_draws" in row:
-            within.setdefault(str(row["metric"]), []).append(bool(row["within_draws"]))
     report: dict[str, Any] = {"runs": len({row["run"] for row in rows}), "median_abs_pct": medians}
-    if within:  # per metric, the share of runs whose measured value lay within the draws
-        report["within_draws"] = {k: sum(v) / len(v) for k, v in within.items()}
+    # per metric, the share of runs whose measured value lay within the draws, the band
+    for name in ("within_draws", "within_pace"):
+        within: dict[str, list[bool]] = {}
+        for row in rows:
+            if name in row:
+                within.setdefault(str(row["metric"]), []).append(bool(row[name]))
+        if within:
+            report[name] = {k: sum(v) / len(v) for k, v in within.items()}
     report["rows"] = [dict(r) for r in rows]
     return report

@@ -8,8 +8,9 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from vprof.analysis.keys import SummaryKey as K
 from vprof.forecast.model import ConfigModel
-from vprof.forecast.predict import predict
+from vprof.forecast.predict import PACE, predict
 from vprof.forecast.rules import SchedulerRules
 from vprof.forecast.scenario import Scenario
 
@@ -47,18 +48,34 @@ def sustainable(
     rules: SchedulerRules | None = None,
     label: str | None = None,
     model_path: str = "",
+    pace: bool = False,
 ) -> tuple[float | None, list[dict[str, Any]]]:
     """The predicted sustainable rate of ``s`` under ``slo`` (the capacity plan's, over a
-    predicted ladder that climbs ×1.5 until the SLO is missed, then bisects), and the ladder."""
+    predicted ladder that climbs ×1.5 until the SLO is missed, then bisects), and the ladder.
+
+    With ``pace``, the rate is also found with every step ``PACE`` slower and faster, and each
+    level's ``forecast`` says both (``pace``: ``sustainable_rps``, None where no level met the
+    SLO), which the plan prints beside its answer."""
     # what the server sustains: arrivals are not held back by the load generator's users
     s = dataclasses.replace(s, shape=dataclasses.replace(s.shape, max_in_flight=UNCAPPED))
 
-    def level(r: float) -> dict[str, Any]:
-        return predict(
-            config, s.at_rate(r), slo=slo, rules=rules, label=label, model_path=model_path
-        ).summary
+    def at(model: ConfigModel) -> Callable[[float], dict[str, Any]]:
+        def level(r: float) -> dict[str, Any]:
+            return predict(
+                model, s.at_rate(r), slo=slo, rules=rules, label=label, model_path=model_path
+            ).summary
 
-    return climb(level, slo, start_rps or _start_rate(config))
+        return level
+
+    rate, levels = climb(at(config), slo, start_rps or _start_rate(config))
+    if pace and rate is not None:
+        band = [
+            climb(at(dataclasses.replace(config, cost=config.cost.paced(f))), slo, rate)[0]
+            for f in (1.0 + PACE, 1.0 - PACE)
+        ]
+        for summary in levels:
+            summary[K.FORECAST]["pace"] = {"step_time_pct": PACE * 100.0, "sustainable_rps": band}
+    return rate, levels
 
 
 def climb(

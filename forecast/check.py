@@ -74,6 +74,8 @@ def check_runs(
     for o, config in zip(observed, configs, strict=True):
         s = scenario_of_run(o.meta, str(RunDir(o.path).run_json))
         slo = o.summary.get(K.SLO)
-        predicted = predict(config, s, slo=slo, model_path=model.path, spread=True).summary
+        predicted = predict(
+            config, s, slo=slo, model_path=model.path, spread=True, pace=True
+        ).summary
         rows.extend(compare_summaries(o.name, o.summary, predicted))
     return rows, error_report(rows)

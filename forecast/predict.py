@@ -26,6 +26,15 @@ DRAWS = 5  # replays of a model with stalls, of which the median one is kept
 EPOCH_S = 1.7e9  # predicted runs are dated here (only differences of times are read)
 # A scenario this far beyond what a model was fitted on (×) is named in the prediction.
 FAR = 1.5
+# The band of step time a prediction is also replayed at (±, a share): what a model's step
+# costs miss by. On the AMX recording (benchmarks/forecast_accuracy.py) the fitted runs' steps
+# summed to 0.97–1.05 of the measured steps' time, the held-out runs' to 0.80–1.06.
+PACE = 0.05
+# A level whose median TTFT or TPOT moves by more than KNEE × PACE when the steps do is near
+# the knee: there queueing multiplies any error in the step time (fixed-800-64 at 15 req/s on
+# that recording: ±5 % moved the predicted median TTFT from 293 ms to 179 and 640 ms;
+# measured 129).
+KNEE = 4.0
 
 
 @dataclass(frozen=True)
@@ -49,9 +58,10 @@ def replay(
 
 
 def _replay_draws(
-    config: ConfigModel, s: Scenario, rules: SchedulerRules
+    config: ConfigModel, s: Scenario, rules: SchedulerRules, seed: int | None = None
 ) -> tuple[Replayed, Stream, list[Replayed]]:
-    """:func:`replay`, with every draw of the stalls beside the one it keeps."""
+    """:func:`replay`, with every draw of the stalls beside the one it keeps (only the draw of
+    ``seed``, when given)."""
     n = None
     while True:
         stream = build_stream(
@@ -60,22 +70,26 @@ def _replay_draws(
             chat_template_tokens=config.chat_template_tokens,
             gap_ms=config.closed_loop_gap_ms,
         )
-        draws = _draws(config, stream, rules)
+        draws = _draws(config, stream, rules, seed)
         replayed = _median_draw(draws)
         if stream.open_loop or not _asked_for_more(replayed, stream):
             return replayed, stream, draws
         n = stream.requests.n * 4
 
 
-def _draws(config: ConfigModel, stream: Stream, rules: SchedulerRules) -> list[Replayed]:
-    """The replays of ``stream``: one, or with stalls (a random process) ``DRAWS`` of them."""
+def _draws(
+    config: ConfigModel, stream: Stream, rules: SchedulerRules, seed: int | None = None
+) -> list[Replayed]:
+    """The replays of ``stream``: one, or with stalls (a random process) ``DRAWS`` of them (or
+    the one of ``seed``)."""
     if config.stalls is None:
         return [simulate(stream.requests, stream.client, rules, config.cost, seed=SEED)]
+    seeds = range(SEED, SEED + DRAWS) if seed is None else (seed,)
     return [
         simulate(
             stream.requests, stream.client, rules, config.cost, seed=seed, stalls=config.stalls
         )
-        for seed in range(SEED, SEED + DRAWS)
+        for seed in seeds
     ]
 
 
@@ -105,6 +119,7 @@ def predict(
     rules: SchedulerRules | None = None,
     label: str | None = None,
     spread: bool = False,
+    pace: bool = False,
 ) -> Prediction:
     """The predicted summary of scenario ``s`` on ``config`` (keys as ``vprof summarize``).
 
@@ -112,22 +127,29 @@ def predict(
     draw is summarised too, and the prediction's ``forecast`` says the range of the draws'
     values of each checked metric (``spread``: metric → [lowest, highest]): how far the
     stalls alone move a run's figures, which a measured run is one draw of.
+
+    With ``pace``, the scenario is also replayed with every step ``PACE`` faster and slower,
+    and ``forecast`` says the range of each checked metric over the three (``pace``:
+    ``step_time_pct`` and ``range``); a level that the band moves by more than ``KNEE`` ×
+    ``PACE`` gets a note that it is near the knee.
     """
     from vprof.analysis.run import Run, summarize_loaded
 
     replayed, stream, draws = _replay_draws(config, s, rules or config.rules)
-    ctx = RecordContext(
-        epoch_s=EPOCH_S,
-        open_loop=stream.open_loop,
-        scheduled_s=stream.scheduled_s,
-        endpoint=stream.endpoint,
-        prefix_group=stream.prefix_group,
-        expected_prompt_tokens=stream.expected_prompt_tokens,
-    )
     meta = predicted_meta(config, s, model_path=model_path, rules=rules, label=label)
     meta["forecast"]["notes"] = outside_span(config, stream, replayed, rules)
 
-    def run_of(draw: Replayed) -> tuple[Run, Any, list[dict[str, Any]], dict[str, Any]]:
+    def run_of(
+        draw: Replayed, stream: Stream = stream
+    ) -> tuple[Run, Any, list[dict[str, Any]], dict[str, Any]]:
+        ctx = RecordContext(
+            epoch_s=EPOCH_S,
+            open_loop=stream.open_loop,
+            scheduled_s=stream.scheduled_s,
+            endpoint=stream.endpoint,
+            prefix_group=stream.prefix_group,
+            expected_prompt_tokens=stream.expected_prompt_tokens,
+        )
         table = replay_table(draw, stream.requests, ctx)
         metrics = replay_metrics(draw, stream.requests, EPOCH_S)
         locust = {
@@ -155,7 +177,22 @@ def predict(
     summary = summaries[kept]
     if ranged:
         meta["forecast"]["spread"] = _spread(summaries)
-        summary[K.FORECAST] = meta["forecast"]  # the range is known only after the summaries
+    if pace:
+        # the kept draw's stalls again, so that only the pace differs
+        seed = SEED + next(i for i, d in enumerate(draws) if d is replayed)
+        paced = []
+        for factor in (1.0 - PACE, 1.0 + PACE):
+            faster_or_slower = dataclasses.replace(config, cost=config.cost.paced(factor))
+            draw, its_stream, _ = _replay_draws(faster_or_slower, s, rules or config.rules, seed)
+            paced.append(summarize_loaded(run_of(draw, its_stream)[0], slo=slo))
+        meta["forecast"]["pace"] = {
+            "step_time_pct": PACE * 100.0,
+            "range": _spread([paced[0], summary, paced[1]]),
+        }
+        if note := _knee_note(summary, *paced):
+            meta["forecast"]["notes"].append(note)
+    if ranged or pace:
+        summary[K.FORECAST] = meta["forecast"]  # the ranges are known only after the summaries
     summary[K.PATH] = None
     return Prediction(summary, table, metrics, {**meta, "locust": locust}, replayed)
 
@@ -168,6 +205,29 @@ def _spread(summaries: Sequence[Mapping[str, Any]]) -> dict[str, list[float]]:
         if values:
             out[str(key)] = [min(values), max(values)]
     return out
+
+
+def _knee_note(
+    kept: Mapping[str, Any], faster: Mapping[str, Any], slower: Mapping[str, Any]
+) -> str:
+    """The note of a level near the knee: where a median latency moves by more than ``KNEE``
+    × ``PACE`` with the steps' pace (empty where none does; the tail is the stalls' more than
+    the pace's)."""
+    for key, words in ((K.MEDIAN_TTFT_MS, "median TTFT"), (K.MEDIAN_TPOT_MS, "median TPOT")):
+        values = [kept.get(key), faster.get(key), slower.get(key)]
+        if not all(_finite(v) for v in values):
+            continue
+        middle, low, high = (float(v) for v in values if v is not None)
+        if middle <= 0:
+            continue
+        if max(abs(low / middle - 1.0), abs(high / middle - 1.0)) > KNEE * PACE:
+            pct = f"{PACE * 100:g} %"
+            return (
+                f"near the knee: steps {pct} faster or slower would make the {words} "
+                f"{low:.3g} or {high:.3g} ms (predicted {middle:.3g} ms); here the answer "
+                "is only as good as the step time: measure this level"
+            )
+    return ""
 
 
 def _finite(value: Any) -> bool:
@@ -285,12 +345,20 @@ def predict_rates(
     rules: SchedulerRules | None = None,
     label: str | None = None,
     spread: bool = False,
+    pace: bool = False,
 ) -> list[Prediction]:
     """One prediction per open-loop rate (or the scenario as it is, when ``rates`` is empty)."""
     scenarios = [s.at_rate(r) for r in rates] if rates else [s]
     return [
         predict(
-            config, one, slo=slo, model_path=model_path, rules=rules, label=label, spread=spread
+            config,
+            one,
+            slo=slo,
+            model_path=model_path,
+            rules=rules,
+            label=label,
+            spread=spread,
+            pace=pace,
         )
         for one in scenarios
     ]

@@ -43,6 +43,15 @@ COEFFICIENTS = (
     "frontend_ms_per_1k_prompt",
 )
 
+# The terms of the engine's step time: the coefficients before the front end's, and what a
+# prompt and an arrival add (an arrival lengthens the step it lands in).
+STEP_TERMS = (
+    *COEFFICIENTS[: COEFFICIENTS.index("frontend_ms")],
+    "prefill_prompt_ms",
+    "arrival_ms",
+    "arrival_ms_per_1k_prompt",
+)
+
 
 @dataclass(frozen=True)
 class StepCost:
@@ -103,6 +112,11 @@ class StepCost:
         """From the calibration's vector; ``fixed``: the fitted terms it does not move."""
         named = {name: float(v) for name, v in zip(COEFFICIENTS, values, strict=True)}
         return cls(**named, jitter=jitter, decode_exponent=decode_exponent, **fixed)
+
+    def paced(self, factor: float) -> StepCost:
+        """Every step of the engine taking ``factor`` × its time (the front end's delay, the
+        jitter and γ as they are)."""
+        return replace(self, **{name: getattr(self, name) * factor for name in STEP_TERMS})
 
     def with_jitter(self, jitter: float) -> StepCost:
         return replace(self, jitter=float(jitter))

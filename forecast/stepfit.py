@@ -488,6 +488,29 @@ def _timed_step_gaps(o: Observed) -> tuple[Any, Any, Any, Any]:
     return a, y, 1.0 / np.maximum(a[:, 2], 1.0), np.vstack(spans)[good]
 
 
+def step_time_ratio(o: Observed, cost: StepCost) -> dict[str, float]:
+    """The time ``cost`` gives the steps seen in ``o``'s token times (each counted once, as
+    :func:`_step_gaps` places what they held) over the time they took: over all of them
+    (``all``), those that computed prompts (``prefill``) and the decode-only ones
+    (``decode``). Near 1, the step costs are right for what the steps held, and a
+    prediction's error lies in the scheduling, the stalls or the queue. Empty without token
+    times."""
+    import numpy as np
+
+    a, y, w = _step_gaps(o)
+    if not y.size:
+        return {}
+    model = cost.step_ms(
+        a[:, 1], a[:, 2], a[:, 3] * 1e3, a[:, 4] * 1e6, a[:, CHUNKS], a[:, PROMPTS]
+    )
+    prefill = a[:, 1] > 0
+    out = {}
+    for name, pick in (("all", np.ones_like(prefill)), ("prefill", prefill), ("decode", ~prefill)):
+        if pick.any():
+            out[name] = float(np.sum(w[pick] * model[pick]) / np.sum(w[pick] * y[pick]))
+    return out
+
+
 def _nnls(a: Any, y: Any) -> tuple[Any, float]:
     """Non-negative least squares on scaled columns: (coefficients, sum of squared errors)."""
     import numpy as np

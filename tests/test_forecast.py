@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -140,6 +141,48 @@ def test_a_request_sent_while_others_are_out_reaches_the_engine_later_by_each():
     assert late[:4] == pytest.approx([0.0] * 4, abs=1e-9)
     # four out: 12 ms later at the engine, and it waits there for the step then running
     assert 4 * 3.0 <= late[4] < 4 * 3.0 + 2 * (2.0 + 5 * 0.5)
+
+
+def test_a_paced_step_cost_scales_the_engines_steps_and_not_the_front_end():
+    cost = StepCost(3.0, 0.02, 0.5, 0.1, 0.2, 0.3, frontend_ms=2.0, jitter=0.1, decode_exponent=0.8)
+    cost = dataclasses.replace(cost, arrival_ms=1.0, prefill_prompt_ms=2.0)
+    slower = cost.paced(1.05)
+    assert slower.base_ms == pytest.approx(3.15)
+    assert slower.prefill_prompt_ms == pytest.approx(2.1)
+    assert slower.arrival_ms == pytest.approx(1.05)
+    assert slower.decode_context_ms_per_1k == pytest.approx(0.105)
+    assert (slower.frontend_ms, slower.jitter, slower.decode_exponent) == (2.0, 0.1, 0.8)
+    # a replay with every step 5 % slower ends its answers later
+    fast = once([300] * 20, [50] * 20, np.arange(20) * 0.05, rules(), cost)
+    slow = once([300] * 20, [50] * 20, np.arange(20) * 0.05, rules(), slower)
+    assert np.all(slow.last_s >= fast.last_s) and np.any(slow.last_s > fast.last_s)
+
+
+def test_a_prediction_near_the_knee_says_so_with_its_step_time_band():
+    from vprof.forecast.capacity import sustainable
+    from vprof.forecast.predict import predict
+    from vprof.forecast.scenario import Scenario
+    from vprof.workloads import get_workload
+
+    config = cpu_truth().config
+    s = Scenario(get_workload("fixed-800-64"), shape(5.0), 0)
+    knee, _ = sustainable(config, s, "ttft_p95=1000ms")
+    assert knee is not None
+
+    def at(rate: float) -> tuple[float, list[float], list[str]]:
+        summary = predict(config, s.at_rate(rate), pace=True).summary
+        forecast = summary["forecast"]
+        assert forecast["pace"]["step_time_pct"] == 5.0
+        band = forecast["pace"]["range"]["median_ttft_ms"]
+        return summary["median_ttft_ms"], band, forecast["notes"]
+
+    light, band, notes = at(0.3 * knee)
+    assert band[0] <= light <= band[1] and band[1] / band[0] < 1.2
+    assert not [n for n in notes if "knee" in n]
+    near, band, notes = at(0.9 * knee)
+    assert band[0] <= near <= band[1] and band[1] / band[0] > 1.4
+    (note,) = [n for n in notes if "near the knee" in n]
+    assert f"{band[1]:.3g} ms" in note and "measure this level" in note
 
 
 def test_jitter_varies_steps_around_their_mean():
@@ -616,6 +659,11 @@ def test_plan_for_an_unmeasured_workload_prints_the_models_error_beside_the_answ
     ]
     assert answer and "(predicted)" in answer[0] and "not measured" in answer[0]
     assert "error" in answer[0]
+    # beside it, the answer with every step 5 % slower and faster
+    (band,) = [line for line in result.output.splitlines() if "5 % faster or slower" in line]
+    low, high = (float(x) for x in re.search(r"sustains ([\d.]+)–([\d.]+) req/s", band).groups())
+    each = float(re.search(r"\(([\d.]+) req/s each", answer[0]).group(1))
+    assert low < each < high and "replica" in band
 
 
 def test_the_report_draws_predicted_curves_beside_the_measured_levels(cpu_runs, tmp_path):
@@ -628,3 +676,26 @@ def test_the_report_draws_predicted_curves_beside_the_measured_levels(cpu_runs, 
     assert {c["workload"] for c in curves} == {"fixed-800-64", "rag-shared-prefix"}
     assert all(len(c["levels"]) == 12 and c["error"].startswith("median error") for c in curves)
     assert all(lv["median_ttft_ms"] > 0 for c in curves for lv in c["levels"])
+
+
+def test_a_check_says_whether_each_measured_value_lies_within_the_step_time_band(tmp_path):
+    """A run of a server 2 % slower per step than the model lies within its ±5 % band; one
+    whose steps take three times as long lies outside it; the command counts both."""
+    config = cpu_truth().config
+    traffic = shape(4.0, duration_s=10.0)
+    model = ForecastModel((config,))
+    write_model(model, tmp_path / "model.json")
+    for factor, inside in ((1.02, True), (3.0, False)):
+        server = dataclasses.replace(config, cost=config.cost.paced(factor))
+        run = measured_run(tmp_path / f"x{factor}", cpu_truth(), "chat", traffic, config=server)
+        rows, report = check_runs(model, [run])
+        tpot = {row["metric"]: row for row in rows}["median_tpot_ms"]
+        assert tpot["pace_low"] < tpot["predicted"] < tpot["pace_high"]
+        assert tpot["within_pace"] is inside, tpot
+        assert report["within_pace"]["median_tpot_ms"] == float(inside)
+        result = CliRunner().invoke(
+            cli, ["forecast", "check", str(tmp_path / "model.json"), str(run), "--format", "json"]
+        )
+        assert result.exit_code == 0, result.output
+        errors = {row["metric"]: row for row in json.loads(result.stdout)["errors"]}
+        assert errors["median_tpot_ms"]["within_pace_share"] == float(inside)
