@@ -212,18 +212,18 @@ def _predicted(
 
 def _band_note(band: dict[str, Any], target: float, headroom: float) -> str:
     """What the plan would be with steps ``step_time_pct`` slower or faster: the sustainable
-    rate of each (None: no level met the SLO) and the replicas it needs."""
+    rate of each (``sustainable_rps``: [slower, faster], None where no level met the SLO) and
+    the replicas it needs."""
     pct = f"{float(band.get('step_time_pct', 0)):g} %"
-    rates = [r for r in band["sustainable_rps"] if isinstance(r, (int, float)) and r > 0]
-    if len(rates) < len(band["sustainable_rps"]):
+    slower, faster = band["sustainable_rps"]
+    if not (isinstance(slower, (int, float)) and slower > 0):
         return f"with steps {pct} slower no predicted level met the SLO: measure before buying"
-    low, high = min(rates), max(rates)
+    low, high = sorted((float(slower), float(faster or slower)))
     fewest, most = (replicas_for(target, r, headroom) for r in (high, low))
-    needs = (
-        f"{fewest} replica{'s' if fewest != 1 else ''}"
-        if fewest == most
-        else (f"{fewest} to {most} replicas")
-    )
+    if fewest == most:
+        needs = f"{fewest} replica" + ("s" if fewest != 1 else "")
+    else:
+        needs = f"{fewest} to {most} replicas"
     return (
         f"with steps {pct} faster or slower (what a model's step times may miss by) one replica "
         f"sustains {low:.2f}–{high:.2f} req/s: {needs}"
