@@ -91,6 +91,27 @@ def test_a_plan_over_predicted_levels_says_predicted_where_it_would_say_measured
     assert any(n.startswith("one replica was predicted up to 4.00 req/s") for n in p.notes)
 
 
+@pytest.mark.parametrize(
+    ("band", "words"),
+    [
+        ([2.0, 3.0], "sustains 2.00–3.00 req/s: 5 to 8 replicas"),
+        ([2.4, 2.6], "sustains 2.40–2.60 req/s: 6 replicas"),
+        ([None, 3.0], "with steps 5 % slower no predicted level met the SLO"),
+    ],
+)
+def test_a_plan_over_predicted_levels_says_what_steps_5_pct_off_would_make_of_it(band, words):
+    forecast = {"error": "e", "pace": {"step_time_pct": 5.0, "sustainable_rps": band}}
+    levels = [
+        _level(run, rps, ttft, predicted=True, forecast=forecast)
+        for run, rps, ttft in (("a", 2.0, 300), ("b", 3.0, 700))
+    ]
+    p = plan(levels, target_rps=12, slo="ttft_p95=500ms", headroom=0.2).profiles[0]
+    assert p.sustainable_rps == pytest.approx(2.5) and p.replicas == 6
+    (note,) = [n for n in p.notes if n.startswith("with steps 5 %")]
+    assert words in note
+    assert "not measured" in p.message
+
+
 def test_plan_when_every_level_passed_is_a_lower_bound_on_capacity():
     levels = [_level("a", 2.0, 100), _level("b", 4.0, 200)]
     p = plan(levels, target_rps=10, slo="ttft_p95=500ms", headroom=0.25).profiles[0]
