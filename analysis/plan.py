@@ -161,8 +161,7 @@ def plan(
     by_profile: dict[str, list[Level]] = {}
     damaged: dict[str, list[str]] = {}
     forecasts: dict[str, list[dict[str, Any]]] = {}
-    for summary in summaries:
-        name = plan_label(summary)
+    for summary, name in zip(summaries, plan_labels(summaries), strict=True):
         by_profile.setdefault(name, []).append(_level(summary, slo))
         damaged.setdefault(name, []).extend(damage([summary]))
         if isinstance(summary.get(K.FORECAST), dict):
@@ -179,11 +178,36 @@ def plan(
     return Plan(target_rps, str(slo), headroom, tuple(plans))
 
 
-def plan_label(summary: dict[str, Any]) -> str:
-    """The name a summary's levels are planned under: its profile, and apart from the
-    measured levels when it was predicted (``vprof forecast``)."""
-    name = str(summary.get(K.PROFILE) or summary.get(K.RUN))
+def plan_label(summary: dict[str, Any], detail: str = "") -> str:
+    """The name a summary's levels are planned under: its profile (and ``detail``), and apart
+    from the measured levels when it was predicted (``vprof forecast``)."""
+    name = str(summary.get(K.PROFILE) or summary.get(K.RUN)) + detail
     return f"{name} (predicted)" if summary.get(K.PREDICTED) else name
+
+
+def plan_labels(summaries: Sequence[dict[str, Any]]) -> list[str]:
+    """:func:`plan_label` of each summary, with its workload where one profile ran several,
+    and its traffic shape where one profile ran one workload under several (a load ladder's
+    levels are one shape): levels of other traffic are never one plan's."""
+    from vprof.traffic.shape import ladder_name
+
+    def traffic(s: dict[str, Any]) -> tuple[str, str]:
+        return str(s.get(K.WORKLOAD) or ""), ladder_name(str(s.get(K.TRAFFIC) or ""))
+
+    seen: dict[str, set[tuple[str, str]]] = {}
+    for s in summaries:
+        seen.setdefault(plan_label(s), set()).add(traffic(s))
+    labels = []
+    for s in summaries:
+        workload, shape = traffic(s)
+        kinds = seen[plan_label(s)]
+        detail = ""
+        if len({w for w, _ in kinds}) > 1:
+            detail += f" × {workload or '(workload unknown)'}"
+        if len({t for w, t in kinds if w == workload}) > 1:
+            detail += f" × {shape or '(traffic unknown)'}"
+        labels.append(plan_label(s, detail))
+    return labels
 
 
 def _predicted(

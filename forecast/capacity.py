@@ -29,11 +29,19 @@ def ladder(
     model_path: str = "",
     rules: SchedulerRules | None = None,
     label: str | None = None,
+    pace: bool = False,
 ) -> list[dict[str, Any]]:
-    """Predicted summaries of ``s`` at each open-loop rate."""
+    """Predicted summaries of ``s`` at each open-loop rate (with the step-time band of
+    :func:`~vprof.forecast.predict.predict`, given ``pace``)."""
     return [
         predict(
-            config, s.at_rate(r), slo=slo, model_path=model_path, rules=rules, label=label
+            config,
+            s.at_rate(r),
+            slo=slo,
+            model_path=model_path,
+            rules=rules,
+            label=label,
+            pace=pace,
         ).summary
         for r in rates
     ]

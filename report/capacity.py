@@ -43,6 +43,14 @@ def _stats(summary: dict[str, Any], metric: str) -> dict[str, Any]:
     return out
 
 
+def _band(summary: dict[str, Any], metrics: Sequence[str]) -> dict[str, Any]:
+    """A predicted level's step-time band (``forecast.pace``): [low, high] of each of the
+    metrics' statistics the curves draw."""
+    ranges = ((summary.get(K.FORECAST) or {}).get("pace") or {}).get("range") or {}
+    drawn = {key for metric in metrics for key in _stats(summary, metric)}
+    return {key: value for key, value in ranges.items() if key in drawn}
+
+
 def _level(run_id: str | None, summary: dict[str, Any], metrics: Sequence[str]) -> dict[str, Any]:
     """One load level as the curves draw it."""
     from vprof.analysis.plan import level_rate
@@ -65,7 +73,7 @@ def capacity(
     curves (``report.forecast``: a model's summaries over the measured rates) are drawn
     beside them."""
     from vprof.analysis import plan
-    from vprof.analysis.plan import plan_label
+    from vprof.analysis.plan import plan_labels
     from vprof.analysis.run import json_safe
 
     metrics = list(LATENCY_METRICS)
@@ -73,14 +81,16 @@ def capacity(
     if slo is not None and any(t.metric == "itl" for t in slo.targets):
         metrics.append("itl")
     by_profile: dict[str, list[dict[str, Any]]] = {}
-    for run_id, summary in zip(run_ids, summaries, strict=True):
-        level = _level(run_id, summary, metrics)
-        by_profile.setdefault(plan_label(summary), []).append(level)
+    labels = plan_labels(summaries)
+    for run_id, summary, label in zip(run_ids, summaries, labels, strict=True):
+        by_profile.setdefault(label, []).append(_level(run_id, summary, metrics))
     out: dict[str, Any] = {"metrics": metrics, "profiles": [], "plan": None, "why": None}
     out["predicted"] = []
     for curve in predicted:
         drawn = {k: v for k, v in curve.items() if k != "summaries"}
-        drawn["levels"] = json_safe([_level(None, s, metrics) for s in curve["summaries"]])
+        drawn["levels"] = json_safe(
+            [_level(None, s, metrics) | {"band": _band(s, metrics)} for s in curve["summaries"]]
+        )
         out["predicted"].append(drawn)
     result = None
     if (

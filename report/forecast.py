@@ -13,24 +13,21 @@ def predicted_curves(runs: Sequence[Any], summaries: Sequence[dict[str, Any]], m
     """``{"curves": [...], "notes": [...]}``: one curve per measured profile, workload and
     traffic shape (open loop) whose configuration the model holds; a note for each profile it
     does not."""
+    from vprof.analysis.plan import plan_labels
     from vprof.forecast.capacity import around, ladder
     from vprof.forecast.rules import config_key
     from vprof.forecast.scenario import scenario_of_run
     from vprof.records.rundir import RunDir
 
-    groups: dict[tuple[str, str, str], list[tuple[Any, dict[str, Any]]]] = {}
-    for run, summary in zip(runs, summaries, strict=True):
-        if summary.get(K.PREDICTED) or not summary.get(K.OPEN_LOOP):
-            continue
-        key = (
-            str(summary.get(K.PROFILE)),
-            str(summary.get(K.WORKLOAD)),
-            str(summary.get(K.TRAFFIC)),
-        )
-        groups.setdefault(key, []).append((run, summary))
+    # the plan's groups (one profile's levels of one workload and traffic), measured ones only
+    groups: dict[str, list[tuple[Any, dict[str, Any]]]] = {}
+    for run, summary, label in zip(runs, summaries, plan_labels(summaries), strict=True):
+        if not summary.get(K.PREDICTED) and summary.get(K.OPEN_LOOP):
+            groups.setdefault(label, []).append((run, summary))
     curves, notes = [], []
-    for (profile, workload, traffic), members in groups.items():
-        run = members[0][0]
+    for label, members in groups.items():
+        run, first = members[0]
+        profile, workload = str(first.get(K.PROFILE)), str(first.get(K.WORKLOAD))
         config = model.find(config_key(run.meta))
         if config is None:
             notes.append(
@@ -40,7 +37,7 @@ def predicted_curves(runs: Sequence[Any], summaries: Sequence[dict[str, Any]], m
             continue
         s = scenario_of_run(run.meta, str(RunDir(run.path).run_json))
         rates = around([float(m[1][K.OFFERED_LOAD]) for m in members if m[1].get(K.OFFERED_LOAD)])
-        predicted = ladder(config, s, rates, model_path=model.path)
+        predicted = ladder(config, s, rates, model_path=model.path, pace=True)
         curve_notes: list[str] = []
         for p in predicted:
             for note in (p.get(K.FORECAST) or {}).get("notes") or []:
@@ -48,10 +45,10 @@ def predicted_curves(runs: Sequence[Any], summaries: Sequence[dict[str, Any]], m
                     curve_notes.append(note)
         curves.append(
             {
-                "profile": profile,
-                "name": f"{profile} × {workload} (predicted)",
+                "profile": label,  # the measured levels' group: its colour
+                "name": (label if label != profile else f"{profile} × {workload}") + " (predicted)",
                 "workload": workload,
-                "traffic": traffic,
+                "traffic": s.shape.name,
                 "error": config.error_text(),
                 "notes": curve_notes,
                 "summaries": predicted,

@@ -26,6 +26,7 @@ from vprof.common.numbers import MAX_TOKENS, check_number, parse_number_list
 from vprof.records.rundir import RunState, read_json, sweep_manifest, write_json_atomic
 from vprof.runs.spec import MEASURED, NOT_STARTED, SKIPPED, level_cut_s, nested
 from vprof.server.logparse import mentions_oom
+from vprof.traffic.shape import level_name
 
 if TYPE_CHECKING:
     from vprof.registry import Profile
@@ -138,7 +139,7 @@ def load_ladder(traffic: str | TrafficShape, levels: Sequence[float]) -> list[Tr
             shapes.append(
                 replace(
                     shape,
-                    name=f"{shape.name}@{field}={value:g}",
+                    name=level_name(shape.name, field, value),
                     description=f"{shape.description} (at {field}={value:g})",
                     **{field: value},
                 )

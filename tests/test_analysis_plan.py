@@ -112,6 +112,27 @@ def test_a_plan_over_predicted_levels_says_what_steps_5_pct_off_would_make_of_it
     assert "not measured" in p.message
 
 
+def test_levels_of_other_workloads_or_traffic_are_planned_apart_and_a_ladder_is_one():
+    """Two workloads' sweeps of one profile are two plans (their 15 req/s levels are not
+    repeats of one load), and so are two traffic shapes of one workload; a load ladder's
+    levels (poisson@rate_rps=N) are one."""
+    levels = [
+        _offered(f"{w}@{x}", x, x, ttft, workload=w, traffic=f"poisson@rate_rps={x}")
+        for w, ttft_of in (("rag", (100, 200, 900)), ("fixed", (100, 600, 900)))
+        for x, ttft in zip((5, 10, 15), ttft_of, strict=True)
+    ]
+    plans = {p.profile: p for p in plan(levels, target_rps=20, slo="ttft_p95=500ms").profiles}
+    assert set(plans) == {"p × rag", "p × fixed"}
+    assert plans["p × rag"].sustainable_rps == pytest.approx(10 + 300 / 700 * 5)
+    assert plans["p × fixed"].sustainable_rps == pytest.approx(5 + 400 / 500 * 5)
+    shapes = [
+        _offered("a", 5, 5, 100, workload="chat", traffic="poisson"),
+        _offered("b", 5, 5, 100, workload="chat", traffic="burst"),
+    ]
+    names = {p.profile for p in plan(shapes, target_rps=20, slo="ttft_p95=500ms").profiles}
+    assert names == {"p × poisson", "p × burst"}
+
+
 def test_plan_when_every_level_passed_is_a_lower_bound_on_capacity():
     levels = [_level("a", 2.0, 100), _level("b", 4.0, 200)]
     p = plan(levels, target_rps=10, slo="ttft_p95=500ms", headroom=0.25).profiles[0]
@@ -250,9 +271,14 @@ def test_scaling_is_not_checked_outside_the_single_replica_levels_or_across_work
     assert any(
         "no single-replica run at that load" in n and "span 2–8 req/s" in n for n in far.notes
     )
-    other = _scaling(_offered("a×2@8", 8, 6.0, 300, replicas=2, workload="rag"))
-    assert other.scaling_efficiency is None
-    assert any("there are none of its workload" in n for n in other.notes)
+    # a level of another workload is planned apart, never against this one's levels
+    single = [_offered(f"a@{x}", x, x * 0.9, 100 * x, workload="chat") for x in (2, 4, 8)]
+    multi = _offered("a×2@8", 8, 6.0, 300, replicas=2, workload="rag")
+    plans = plan([*single, multi], target_rps=20, slo="ttft_p95=500ms").profiles
+    by_name = {p.profile: p for p in plans}
+    assert set(by_name) == {"p × chat", "p × rag"}
+    assert by_name["p × rag"].scaling_efficiency is None
+    assert [lv.run for lv in by_name["p × chat"].levels] == ["a@2", "a@4", "a@8"]
 
 
 def test_only_multi_replica_levels_plan_on_the_rate_per_replica():

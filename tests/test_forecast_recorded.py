@@ -107,3 +107,25 @@ def test_the_level_below_the_knee_is_called_near_it_and_light_levels_are_not(hel
     low, high = predicted["forecast"]["pace"]["range"]["median_ttft_ms"]
     assert high / low > 2.0
     assert np.isfinite(measured["median_ttft_ms"])
+
+
+def test_the_report_predicts_one_curve_per_swept_workload_with_its_band(recorded, fitted, tmp_path):
+    """A load sweep names each level's shape poisson-40s@rate_rps=N: its levels are one curve,
+    planned apart from the other workload's sweep of the same profile."""
+    from vprof.forecast.model import ForecastModel, write_model
+    from vprof.report import build_data
+
+    write_model(ForecastModel((fitted,)), tmp_path / "model.json")
+    sweeps = sorted({path.parent for (w, _), path in recorded.items() if w != FIT[0]})
+    data = build_data(sweeps, slo=SLO, model=str(tmp_path / "model.json"))
+    capacity = data["capacity"]
+    measured = {p["profile"] for p in capacity["profiles"]}
+    assert measured == {"chunked-512 × fixed-800-64", "chunked-512 × rag-shared-prefix"}
+    curves = {c["name"]: c for c in capacity["predicted"]}
+    assert len(capacity["predicted"]) == 2  # unique names: the chart's series ids
+    assert set(curves) == {f"{name} (predicted)" for name in measured}
+    for curve in curves.values():
+        assert curve["profile"] in measured and len(curve["levels"]) == 12
+        for level in curve["levels"]:
+            low, high = level["band"]["p95_ttft_ms"]
+            assert low <= level["p95_ttft_ms"] <= high

@@ -12,6 +12,7 @@ Time ``t_s`` counts from the start of the test and includes the warm-up: a shape
 from __future__ import annotations
 
 import random
+import re
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -247,3 +248,17 @@ def check_pairing(shape: TrafficShape, workload: Any) -> None:
 def partition(n: int, worker_index: int, workers: int) -> range:
     """The schedule indices one of ``workers`` processes sends: i with i % workers == index."""
     return range(worker_index, n, workers)
+
+
+def level_name(name: str, field: str, value: float) -> str:
+    """The name of a load ladder's level made from shape ``name``: ``poisson@rate_rps=5``."""
+    return f"{name}@{field}={value:g}"
+
+
+_LEVEL = re.compile(r"@(?:rate_rps|users)=[0-9.eE+-]+$")
+
+
+def ladder_name(name: str) -> str:
+    """The shape a load ladder's level was made from (``poisson@rate_rps=5`` → ``poisson``;
+    any other name as it is)."""
+    return _LEVEL.sub("", name)

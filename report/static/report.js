@@ -59,6 +59,8 @@
       const y = num(Array.isArray(d) ? d[1] : d && d.value ? d.value[1] : null);
       if (y !== null) top = Math.max(top, y);
     }));
+    // a stacked band's data are differences: its tops are kept beside them
+    series.forEach((s) => (s.tops || []).forEach((y) => { if (num(y) !== null) top = Math.max(top, y); }));
     const need = Math.max(0, ...levels.filter((v) => num(v) !== null)) * 1.1;
     if (!(need > top)) return undefined;
     const step = Math.pow(10, Math.floor(Math.log10(need)));
@@ -144,6 +146,23 @@
       showSymbol: false, smooth: true, lineStyle: { type: [6, 4], width: 1.5, opacity: 0.8 } };
   }
 
+  // The band a prediction moves within when every step of the server runs 5 % faster or
+  // slower (forecast.pace): a shaded area under the curve's name, so the legend toggles both;
+  // where it widens, the level is near the knee.
+  function bandSeries(curve, line, key) {
+    const rows = curve.levels.map((lv) => [num(lv.rate), lv.band && lv.band[key]])
+      .filter((r) => r[0] !== null && Array.isArray(r[1]) && num(r[1][0]) !== null && num(r[1][1]) !== null);
+    if (rows.length < 2) return [];
+    const stack = "band " + line.id;
+    const common = { name: curve.name, type: "line", stack: stack, symbol: "none", silent: true,
+      smooth: true, lineStyle: { opacity: 0 }, tooltip: { show: false }, z: 1 };
+    return [
+      Object.assign({ id: "band low " + line.id, data: rows.map((r) => [r[0], num(r[1][0])]) }, common),
+      Object.assign({ id: "band " + line.id, data: rows.map((r) => [r[0], num(r[1][1]) - num(r[1][0])]),
+        tops: rows.map((r) => num(r[1][1])), areaStyle: { color: line.color, opacity: 0.12 } }, common),
+    ];
+  }
+
   function latencyChart(el) {
     const metric = el.dataset.metric;
     const plan = DATA.capacity.plan;
@@ -181,7 +200,10 @@
         const key = pctKey(q) + "_" + metric + "_ms";
         const points = c.levels.map((lv) => [num(lv.rate), num(lv[key]), lv.run])
           .filter((pt) => pt[0] !== null && pt[1] !== null);
-        if (points.length) series.push(predictedSeries(c, c.name + " p" + q, points));
+        if (!points.length) return;
+        const line = predictedSeries(c, c.name + " p" + q, points);
+        series.push(line);
+        bandSeries(c, line, key).forEach((b) => series.push(b));
       });
     });
     if (targets.length) {
@@ -194,7 +216,7 @@
     const key = qs.map((q) => "p" + q + " " + ({ 50: "dotted", 95: "solid", 99: "dashed" }[q] || "solid")).join(" · ");
     const option = base(METRIC[metric] + " against the rate served", {
       tooltip: { trigger: "axis", confine: true, axisPointer: { type: "cross" },
-        formatter: (items) => [fmt(items[0] && items[0].value[0], "req/s")].concat(items.filter((it) => it.seriesId && it.value[1] !== null)
+        formatter: (items) => [fmt(items[0] && items[0].value[0], "req/s")].concat(items.filter((it) => it.seriesId && !it.seriesId.startsWith("band ") && it.value[1] !== null)
           .map((it) => it.marker + it.seriesId + ": " + fmt(it.value[1], "ms") + " (" + it.value[2] + ")")).join("<br>") },
       xAxis: axis("served req/s"),
       yAxis: axis(METRIC[metric] + " (ms)", { nameGap: 44, max: reach(series, targets.map((t) => t.threshold_ms)) }),
