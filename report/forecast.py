@@ -18,6 +18,7 @@ def predicted_curves(runs: Sequence[Any], summaries: Sequence[dict[str, Any]], m
     from vprof.forecast.rules import config_key
     from vprof.forecast.scenario import scenario_of_run
     from vprof.records.rundir import RunDir
+    from vprof.traffic.shape import ladder_name
 
     # the plan's groups (one profile's levels of one workload and traffic), measured ones only
     groups: dict[str, list[tuple[Any, dict[str, Any]]]] = {}
@@ -48,7 +49,7 @@ def predicted_curves(runs: Sequence[Any], summaries: Sequence[dict[str, Any]], m
                 "profile": label,  # the measured levels' group: its colour
                 "name": (label if label != profile else f"{profile} × {workload}") + " (predicted)",
                 "workload": workload,
-                "traffic": s.shape.name,
+                "traffic": ladder_name(s.shape.name),
                 "error": config.error_text(),
                 "notes": curve_notes,
                 "summaries": predicted,
