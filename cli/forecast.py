@@ -230,5 +230,12 @@ def check(model: str, runs: tuple[str, ...], fmt: str) -> None:
         }
         for k, v in report["median_abs_pct"].items()
     ]
+    steps = [
+        {"run": run, **{f"step_time_{k}": v for k, v in ratio.items()}}
+        for run, ratio in (report.get("step_time") or {}).items()
+    ]
     parts: list[Part] = [("checks", json_safe(rows), None), ("errors", json_safe(medians), None)]
+    if steps:
+        # model / measured time of the steps each run showed: near 1 the step costs hold there
+        parts.append(("steps", json_safe(steps), None))
     emit_parts(parts, fmt)

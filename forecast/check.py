@@ -15,6 +15,7 @@ from vprof.forecast.model import ConfigModel, ForecastModel
 from vprof.forecast.observed import Observed, load_observed
 from vprof.forecast.predict import predict
 from vprof.forecast.scenario import scenario_of_run
+from vprof.forecast.stepfit import step_time_ratio
 from vprof.records.rundir import RunDir
 
 
@@ -31,7 +32,23 @@ def check_observed(
     medians = report["median_abs_pct"]
     shown = ", ".join(f"{k} {v:.1f} %" for k, v in medians.items() if k in HEADLINE_KEYS)
     say(f"  median abs error over {report['runs']} runs: {shown}")
+    report["step_time"] = step_times(config, runs)
+    if report["step_time"]:
+        ratios = ", ".join(f"{r['all']:.2f}" for r in report["step_time"].values())
+        say(f"  its step costs on each run's own steps, over their measured time: {ratios}")
     return report
+
+
+def step_times(config: ConfigModel, runs: Sequence[Observed]) -> dict[str, dict[str, float]]:
+    """Per run with token times, the time ``config``'s step costs give the steps the run
+    showed, over the time they took (:func:`~vprof.forecast.stepfit.step_time_ratio`): near 1
+    the step is right for that run, and a miss lies in the queue, the stalls or the
+    scheduling; far from 1 the step costs themselves miss."""
+    out = {}
+    for o in runs:
+        if ratio := step_time_ratio(o, config.cost):
+            out[o.name] = ratio
+    return out
 
 
 def matching_config(model: ForecastModel, o: Observed) -> ConfigModel:
@@ -78,4 +95,10 @@ def check_runs(
             config, s, slo=slo, model_path=model.path, spread=True, pace=True
         ).summary
         rows.extend(compare_summaries(o.name, o.summary, predicted))
-    return rows, error_report(rows)
+    report = error_report(rows)
+    report["step_time"] = {
+        o.name: ratio
+        for o, config in zip(observed, configs, strict=True)
+        if (ratio := step_time_ratio(o, config.cost))
+    }
+    return rows, report

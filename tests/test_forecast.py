@@ -693,9 +693,14 @@ def test_a_check_says_whether_each_measured_value_lies_within_the_step_time_band
         assert tpot["pace_low"] < tpot["predicted"] < tpot["pace_high"]
         assert tpot["within_pace"] is inside, tpot
         assert report["within_pace"]["median_tpot_ms"] == float(inside)
+        # the step costs on the run's own steps: the server's are `factor` × the model's
+        (ratio,) = report["step_time"].values()
+        assert ratio["all"] == pytest.approx(1.0 / factor, rel=0.06), ratio
         result = CliRunner().invoke(
             cli, ["forecast", "check", str(tmp_path / "model.json"), str(run), "--format", "json"]
         )
         assert result.exit_code == 0, result.output
-        errors = {row["metric"]: row for row in json.loads(result.stdout)["errors"]}
+        parts = json.loads(result.stdout)
+        errors = {row["metric"]: row for row in parts["errors"]}
         assert errors["median_tpot_ms"]["within_pace_share"] == float(inside)
+        assert parts["steps"][0]["step_time_all"] == pytest.approx(ratio["all"])
