@@ -646,12 +646,12 @@ def sweep() -> None:
 
 
 def _rows_part(rows: list[dict[str, Any]], fmt: str) -> Part:
-    """A sweep's rows; terminal tables leave out the (long) run folder names."""
+    """A sweep's rows; terminal tables leave out the (long) run folder names and why a
+    client-limited rung was (the recommendation says it)."""
     columns = None
     if fmt in HUMAN:
-        columns = [
-            c for c in dict.fromkeys(k for row in rows for k in row) if c not in ("run", "runs")
-        ]
+        hidden = ("run", "runs", "client_limit")
+        columns = [c for c in dict.fromkeys(k for row in rows for k in row) if c not in hidden]
     return ("rungs", rows, columns)
 
 

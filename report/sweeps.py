@@ -45,13 +45,26 @@ _LEVEL_COLUMNS = (
 )
 
 
-def plan_answer(capacity_data: dict[str, Any], profile: str) -> str | None:
-    """What the capacity plan says for ``profile`` (None without a plan or without the profile)."""
+def plan_answer(
+    capacity_data: dict[str, Any], profile: str, run_ids: Sequence[str | None] = ()
+) -> str | None:
+    """What the capacity plan says for ``profile``, or for the plan that holds the runs
+    ``run_ids`` (a profile that ran several workloads is planned once per workload; None
+    without a plan or without either)."""
     if capacity_data.get("plan") is None:
         return None
-    entry = next((p for p in capacity_data["profiles"] if p["profile"] == profile), None)
+    mine = {r for r in run_ids if r}
+    entry = next((p for p in capacity_data["profiles"] if p["profile"] == profile), None) or next(
+        (
+            p
+            for p in capacity_data["profiles"]
+            if mine & {lv.get("run_id") for lv in p.get("levels") or ()}
+        ),
+        None,
+    )
     if entry is None:
         return None
+    profile = str(entry["profile"])
     if entry.get("message"):
         return str(entry["message"])
     if entry.get("sustainable_rps") is not None:
@@ -90,7 +103,8 @@ def from_manifests(
         units = {r.get(K.OFFERED_LOAD_UNIT) for r in rows if r.get(K.OFFERED_LOAD) is not None}
         recommendation = sweep.recommendation
         if not recommendation and sweep.kind == "load":
-            recommendation = plan_answer(capacity_data, sweep.profile) or _NO_PLAN
+            ids = [r.get("run_id") for r in rows]
+            recommendation = plan_answer(capacity_data, sweep.profile, ids) or _NO_PLAN
         out.append(
             {
                 "source": "manifest",
@@ -148,6 +162,6 @@ def from_load_levels(capacity_data: dict[str, Any], covered: set[str]) -> list[d
 
 def _columns(rows: Sequence[dict[str, Any]]) -> list[str]:
     present = list(dict.fromkeys(k for row in rows for k in row))
-    hidden = {"run_id"}
+    hidden = {"run_id", "client_limit"}  # the recommendation says why a rung was left out
     lead = [k for k in _LEAD if k in present]
     return lead + [k for k in present if k not in lead and k not in hidden]

@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from vprof.analysis.keys import CLIENT_FIX, SummaryKey
+from vprof.analysis.keys import BOTTLENECK, CLIENT_FIX, SummaryKey, client_limit
 from vprof.common.errors import ProfileError, RunError, WorkloadError
 from vprof.common.numbers import MAX_TOKENS, check_number, parse_number_list
 from vprof.records.rundir import RunState, read_json, sweep_manifest, write_json_atomic
@@ -205,6 +205,7 @@ def _mean_row(rung: Rung, rows: list[dict[str, Any]]) -> dict[str, Any]:
     for key in ROW_KEYS:
         if key == SummaryKey.CLIENT_LIMITED:
             out[key] = any(r.get(key) for r in rows)
+            out["client_limit"] = next((r["client_limit"] for r in rows if r.get(key)), None)
             continue
         values = [r[key] for r in rows if isinstance(r.get(key), (int, float))]
         values = [v for v in values if not math.isnan(v)]
@@ -222,6 +223,8 @@ def _one_row(rung: Rung, outcome: RunOutcome | None) -> dict[str, Any]:
     summary = read_json(outcome.run.summary_json, strict=False)
     for key in ROW_KEYS:
         row[key] = summary.get(key)
+    if summary.get(SummaryKey.CLIENT_LIMITED):
+        row["client_limit"] = list(client_limit(summary))  # why, and what to do
     row["oom"] = (
         outcome.state == NOT_STARTED
         and "memory" in outcome.reason.lower()
@@ -281,17 +284,17 @@ def recommend(rows: Sequence[Mapping[str, Any]], *, prefer: str = "throughput") 
         and isinstance(r.get(tp), (int, float))
         and r[tp] > 0
     ]
-    # a rung whose requests failed is left out for that (its users backed off after failures)
-    suspect = [
-        str(r["rung"])
-        for r in rows
-        if r.get(SummaryKey.CLIENT_LIMITED) and not (r.get(SummaryKey.FAILED) or 0)
-    ]
-    caveat = (
-        f" Left out because the load generator was the bottleneck: {', '.join(suspect)} "
-        f"(re-run them: {CLIENT_FIX})."
-        if suspect
-        else ""
+    # a rung whose requests failed is left out for that (its users backed off after failures);
+    # the others client-limited, by why (a row without it: the generic advice)
+    suspect: dict[tuple[str, str], list[str]] = {}
+    for r in rows:
+        if r.get(SummaryKey.CLIENT_LIMITED) and not (r.get(SummaryKey.FAILED) or 0):
+            what, fix = r.get("client_limit") or (BOTTLENECK, CLIENT_FIX)
+            suspect.setdefault((str(what), str(fix)), []).append(str(r["rung"]))
+    caveat = "".join(
+        f" Left out because {what}: {', '.join(rungs)} "
+        + (f"(re-run them: {fix})." if what == BOTTLENECK else f"({fix}).")
+        for (what, fix), rungs in suspect.items()
     )
     failing = [
         f"{r['rung']} ({r[SummaryKey.FAILED]:.0f})"

@@ -124,6 +124,11 @@ def test_the_report_predicts_one_curve_per_swept_workload_with_its_band(recorded
     curves = {c["name"]: c for c in capacity["predicted"]}
     assert len(capacity["predicted"]) == 2  # unique names: the chart's series ids
     assert set(curves) == {f"{name} (predicted)" for name in measured}
+    # each sweep's own answer is its workload's plan
+    answers = {s["path"].split("/")[-1]: s["recommendation"] for s in data["sweeps"]}
+    assert answers.keys() == {"fixed-800-64", "rag-shared-prefix"}
+    for workload, answer in answers.items():
+        assert answer.startswith(f"chunked-512 × {workload}: sustainable"), answer
     for curve in curves.values():
         assert curve["profile"] in measured and len(curve["levels"]) == 12
         for level in curve["levels"]:

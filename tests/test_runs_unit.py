@@ -75,6 +75,32 @@ def test_a_rung_whose_requests_failed_is_not_recommended():
     assert text.endswith("Left out because requests failed: r2 (14).")
 
 
+def test_a_client_limited_rung_is_left_out_with_its_own_reason():
+    """A rung whose load generator fell behind is the client's to fix; one whose in-flight
+    cap the server kept full is not, and the caveat says which."""
+    from vprof.analysis.keys import SATURATED_FIX
+
+    done = {"state": "completed", "failed": 0}
+    rows = [
+        {"rung": "r1", "request_throughput": 5.0, **done},
+        {"rung": "r2", "request_throughput": 9.0, "client_limited": True, **done},
+        {"rung": "r3", "request_throughput": 9.5, "client_limited": True, **done},
+    ]
+    rows[1]["client_limit"] = ["the load generator was the bottleneck", SATURATED_FIX]
+    rows[2]["client_limit"] = [
+        "the server kept the traffic's in-flight cap (64) full",
+        "the rate is past what it answers in time; raise max_in_flight to measure it",
+    ]
+    text = recommend(rows)
+    assert text.startswith("Recommended: r1")
+    assert f"the load generator was the bottleneck: r2 (re-run them: {SATURATED_FIX})." in text
+    assert "in-flight cap (64) full: r3 (the rate is past what it answers in time" in text
+    assert "re-run them" not in text.split("r3")[1]
+    # a row from before the reason was kept gets the generic advice
+    del rows[1]["client_limit"]
+    assert "bottleneck: r2 (re-run them: use --processes or fewer users" in recommend(rows)
+
+
 def test_recommendation_is_honest_when_nothing_completed():
     text = recommend([{"rung": "r1", "state": "not-started"}])
     assert "nothing to recommend" in text
