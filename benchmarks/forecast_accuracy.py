@@ -14,7 +14,12 @@ TTFT and p50 TPOT, ≤ 20 % on p95 TTFT), and per workload the sustainable rate 
 planned from the measured levels against the one planned from the predicted levels at the
 same rates (target: within 10 %). A run whose load generator saturated is left out of both (its
 latencies are the client's); one held back by the shape's in-flight cap is kept, as the replay
-holds arrivals back the same way.
+holds arrivals back the same way. Beside each figure: the range of the stalls' five draws and
+of the step-time band (every step 5 % faster to slower), a star where the measured value lies
+within; the levels the band calls near the knee; and per run the fitted step costs' time for
+the steps its token times show over their measured time, with the server's step count beside
+the replay's: where that is near 1 and the prediction still misses, the step is right and the
+miss lies in the queue, the stalls or the scheduling.
 
     python benchmarks/forecast_accuracy.py --record --runs /work/notes/forecast-runs
     python benchmarks/forecast_accuracy.py --runs /work/notes/forecast-runs
