@@ -122,6 +122,8 @@ def _sustainable(summaries: list[dict]) -> float | None:
 
 def analyse(runs: Path) -> None:
     """Fit on chat at FIT_RATES, predict every other run, print the errors against targets."""
+    import dataclasses
+
     import numpy as np
 
     from vprof.analysis.keys import SummaryKey as K
@@ -152,6 +154,7 @@ def analyse(runs: Path) -> None:
     )
     for workload, rated in by_workload.items():
         measured_levels, predicted_levels, left_out = [], [], []
+        paced_levels: dict[float, list[dict]] = {1.0 - PACE: [], 1.0 + PACE: []}
         for rate, path in sorted(rated.items()):
             (measured,) = summaries_of(path, slo=SLO)
             name = f"{workload}@{rate:g}"
@@ -172,6 +175,10 @@ def analyse(runs: Path) -> None:
                 knees.append(name)
             measured_levels.append(measured)
             predicted_levels.append({**predicted, "profile": measured.get("profile")})
+            for factor, levels in paced_levels.items():  # the plan with every step 5 % off
+                paced = dataclasses.replace(config, cost=config.cost.paced(factor))
+                summary = predict(paced, scenario, slo=SLO).summary
+                levels.append({**summary, "profile": measured.get("profile")})
             if workload == FIT_WORKLOAD and rate in FIT_RATES:
                 continue  # fitted on: its error is the fit's, not a prediction's
             for row in compare_summaries(name, measured, predicted):
@@ -184,8 +191,15 @@ def analyse(runs: Path) -> None:
                     print(
                         f"{name:34} {row['metric']:22} {figures} {row['error_pct']:+7.1f}%{ranges}"
                     )
+        band = [_sustainable(levels) for levels in paced_levels.values()]
         plans.append(
-            (workload, _sustainable(measured_levels), _sustainable(predicted_levels), left_out)
+            (
+                workload,
+                _sustainable(measured_levels),
+                _sustainable(predicted_levels),
+                band,
+                left_out,
+            )
         )
     print("\nmedian absolute error over the held-out runs (target):")
     if saturated:
@@ -212,12 +226,18 @@ def analyse(runs: Path) -> None:
         print(f"  (near the knee by the prediction's step-time band: {', '.join(knees)})")
     _step_times(config, by_workload)
     print(f"\nsustainable rate under {SLO}, measured levels against predicted (target ±10 %):")
-    for workload, measured_rps, predicted_rps, left_out in plans:
+    for workload, measured_rps, predicted_rps, band, left_out in plans:
         # planned on the levels whose load generator kept up, the same for both sides
         without = f" (without {', '.join(left_out)} req/s: saturated client)" if left_out else ""
         if measured_rps and predicted_rps:
             error = (predicted_rps / measured_rps - 1.0) * 100.0
             shown = f"{measured_rps:6.2f} vs {predicted_rps:6.2f} req/s ({error:+.1f} %)"
+            if all(band):
+                low, high = sorted(band)
+                inside = "within" if low <= measured_rps <= high else "outside"
+                shown += (
+                    f"; steps {PACE * 100:g} % faster to slower {low:.2f}–{high:.2f} ({inside})"
+                )
             print(f"  {workload:20} {shown}{without}")
         else:
             print(f"  {workload:20} measured {measured_rps} / predicted {predicted_rps} req/s")
