@@ -127,6 +127,9 @@ def predict(
 ) -> None:
     """Summaries predicted by MODEL, with the keys `vprof summarize` gives a measured run.
 
+    Each is also replayed with every server step 5 % faster and slower: the notes give the
+    range, and a level that range moves by more than 20 % is named near the knee (measure it).
+
     \b
     Example:
       vprof forecast predict model.json -w fixed-800-64 -t poisson --rate 4,8,16
@@ -206,7 +209,8 @@ def _short(summary: dict) -> str:
 @format_option
 def check(model: str, runs: tuple[str, ...], fmt: str) -> None:
     """Each of RUNS predicted by MODEL from its own workload, traffic and seed, beside what it
-    measured, and the median absolute error per metric.
+    measured, and the median absolute error per metric; per run, the model's step costs on the
+    run's own steps over their measured time (near 1: a miss lies in the queue, not the step).
 
     \b
     Example:
