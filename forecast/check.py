@@ -3,7 +3,7 @@ traffic shape and seed), beside what it measured."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -32,23 +32,19 @@ def check_observed(
     medians = report["median_abs_pct"]
     shown = ", ".join(f"{k} {v:.1f} %" for k, v in medians.items() if k in HEADLINE_KEYS)
     say(f"  median abs error over {report['runs']} runs: {shown}")
-    report["step_time"] = step_times(config, runs)
+    report["step_time"] = step_times((o, config) for o in runs)
     if report["step_time"]:
         ratios = ", ".join(f"{r['all']:.2f}" for r in report["step_time"].values())
         say(f"  its step costs on each run's own steps, over their measured time: {ratios}")
     return report
 
 
-def step_times(config: ConfigModel, runs: Sequence[Observed]) -> dict[str, dict[str, float]]:
-    """Per run with token times, the time ``config``'s step costs give the steps the run
-    showed, over the time they took (:func:`~vprof.forecast.stepfit.step_time_ratio`): near 1
-    the step is right for that run, and a miss lies in the queue, the stalls or the
+def step_times(pairs: Iterable[tuple[Observed, ConfigModel]]) -> dict[str, dict[str, float]]:
+    """Per run with token times, the time its configuration's step costs give the steps the
+    run showed, over the time they took (:func:`~vprof.forecast.stepfit.step_time_ratio`):
+    near 1 the step is right for that run, and a miss lies in the queue, the stalls or the
     scheduling; far from 1 the step costs themselves miss."""
-    out = {}
-    for o in runs:
-        if ratio := step_time_ratio(o, config.cost):
-            out[o.name] = ratio
-    return out
+    return {o.name: r for o, config in pairs if (r := step_time_ratio(o, config.cost))}
 
 
 def matching_config(model: ForecastModel, o: Observed) -> ConfigModel:
@@ -96,9 +92,5 @@ def check_runs(
         ).summary
         rows.extend(compare_summaries(o.name, o.summary, predicted))
     report = error_report(rows)
-    report["step_time"] = {
-        o.name: ratio
-        for o, config in zip(observed, configs, strict=True)
-        if (ratio := step_time_ratio(o, config.cost))
-    }
+    report["step_time"] = step_times(zip(observed, configs, strict=True))
     return rows, report
