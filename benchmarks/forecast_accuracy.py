@@ -122,8 +122,6 @@ def _sustainable(summaries: list[dict]) -> float | None:
 
 def analyse(runs: Path) -> None:
     """Fit on chat at FIT_RATES, predict every other run, print the errors against targets."""
-    import dataclasses
-
     import numpy as np
 
     from vprof.analysis.keys import SummaryKey as K
@@ -154,7 +152,7 @@ def analyse(runs: Path) -> None:
     )
     for workload, rated in by_workload.items():
         measured_levels, predicted_levels, left_out = [], [], []
-        paced_levels: dict[float, list[dict]] = {1.0 - PACE: [], 1.0 + PACE: []}
+        paced_levels: tuple[list[dict], list[dict]] = ([], [])
         for rate, path in sorted(rated.items()):
             (measured,) = summaries_of(path, slo=SLO)
             name = f"{workload}@{rate:g}"
@@ -168,17 +166,17 @@ def analyse(runs: Path) -> None:
                 continue
             meta = RunDir(path).meta(strict=True)
             scenario = scenario_of_run(meta, str(path))
-            predicted = predict(config, scenario, slo=SLO, spread=True, pace=True).summary
+            prediction = predict(config, scenario, slo=SLO, spread=True, pace=True)
+            predicted = prediction.summary
             notes = (predicted.get(K.FORECAST) or {}).get("notes") or []
             if any("near the knee" in n for n in notes):
                 name += " (knee)"
                 knees.append(name)
             measured_levels.append(measured)
             predicted_levels.append({**predicted, "profile": measured.get("profile")})
-            for factor, levels in paced_levels.items():  # the plan with every step 5 % off
-                paced = dataclasses.replace(config, cost=config.cost.paced(factor))
-                summary = predict(paced, scenario, slo=SLO).summary
-                levels.append({**summary, "profile": measured.get("profile")})
+            for levels, paced in zip(paced_levels, prediction.paced, strict=True):
+                # the plan with every step 5 % faster, then slower
+                levels.append({**paced, "profile": measured.get("profile")})
             if workload == FIT_WORKLOAD and rate in FIT_RATES:
                 continue  # fitted on: its error is the fit's, not a prediction's
             for row in compare_summaries(name, measured, predicted):
@@ -191,7 +189,7 @@ def analyse(runs: Path) -> None:
                     print(
                         f"{name:34} {row['metric']:22} {figures} {row['error_pct']:+7.1f}%{ranges}"
                     )
-        band = [_sustainable(levels) for levels in paced_levels.values()]
+        band = [_sustainable(levels) for levels in paced_levels]
         plans.append(
             (
                 workload,

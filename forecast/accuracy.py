@@ -23,7 +23,9 @@ CHECK_METRICS = (
 OPEN_LOOP_METRICS = (K.SERVED_RATE, K.MEDIAN_TTFT_FROM_SCHEDULE_MS, K.P95_TTFT_FROM_SCHEDULE_MS)
 
 
-def _value(summary: Mapping[str, Any], key: str) -> float | None:
+def finite_value(summary: Mapping[str, Any], key: str) -> float | None:
+    """A summary's number at ``key``, or None where it is missing, not a number or not
+    finite."""
     value = summary.get(key)
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
@@ -46,7 +48,7 @@ def compare_summaries(
     paced = (forecast.get("pace") or {}).get("range") or {}
     rows = []
     for key in keys:
-        m, p = _value(measured, key), _value(predicted, key)
+        m, p = finite_value(measured, key), finite_value(predicted, key)
         if m is None or p is None:
             continue
         error = (p - m) / m * 100.0 if m else None

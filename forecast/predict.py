@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from vprof.analysis.keys import SummaryKey as K
-from vprof.forecast.accuracy import CHECK_METRICS, OPEN_LOOP_METRICS
+from vprof.forecast.accuracy import CHECK_METRICS, OPEN_LOOP_METRICS, finite_value
 from vprof.forecast.model import ConfigModel
 from vprof.forecast.replayrecords import RecordContext, replay_metrics, replay_table
 from vprof.forecast.rules import SchedulerRules
@@ -46,6 +46,8 @@ class Prediction:
     metrics: list[dict[str, Any]]
     meta: dict[str, Any]
     replayed: Replayed
+    # with ``pace``: the summaries with every step PACE faster, then slower
+    paced: tuple[dict[str, Any], ...] = ()
 
 
 def replay(
@@ -172,18 +174,20 @@ def predict(
     ranged = spread and len(draws) > 1  # each draw summarised once; the kept one among them
     built = [run_of(d) for d in draws] if ranged else [run_of(replayed)]
     summaries = [summarize_loaded(b[0], slo=slo) for b in built]
-    kept = next(i for i, d in enumerate(draws) if d is replayed) if ranged else 0
+    index = next(i for i, d in enumerate(draws) if d is replayed)  # the kept draw's
+    kept = index if ranged else 0
     run, table, metrics, locust = built[kept]
     summary = summaries[kept]
     if ranged:
         meta["forecast"]["spread"] = _spread(summaries)
+    paced: list[dict[str, Any]] = []
     if pace:
-        # the kept draw's stalls again, so that only the pace differs
-        seed = SEED + next(i for i, d in enumerate(draws) if d is replayed)
-        paced = []
         for factor in (1.0 - PACE, 1.0 + PACE):
+            # the kept draw's stalls again, so that only the pace differs
             faster_or_slower = dataclasses.replace(config, cost=config.cost.paced(factor))
-            draw, its_stream, _ = _replay_draws(faster_or_slower, s, rules or config.rules, seed)
+            draw, its_stream, _ = _replay_draws(
+                faster_or_slower, s, rules or config.rules, SEED + index
+            )
             paced.append(summarize_loaded(run_of(draw, its_stream)[0], slo=slo))
         meta["forecast"]["pace"] = {
             "step_time_pct": PACE * 100.0,
@@ -194,14 +198,14 @@ def predict(
     if ranged or pace:
         summary[K.FORECAST] = meta["forecast"]  # the ranges are known only after the summaries
     summary[K.PATH] = None
-    return Prediction(summary, table, metrics, {**meta, "locust": locust}, replayed)
+    return Prediction(summary, table, metrics, {**meta, "locust": locust}, replayed, tuple(paced))
 
 
 def _spread(summaries: Sequence[Mapping[str, Any]]) -> dict[str, list[float]]:
     """Per checked metric, the lowest and highest of the draws' values (finite ones)."""
     out = {}
     for key in (*CHECK_METRICS, *OPEN_LOOP_METRICS):
-        values = [float(s[key]) for s in summaries if _finite(s.get(key))]
+        values = [v for s in summaries if (v := finite_value(s, key)) is not None]
         if values:
             out[str(key)] = [min(values), max(values)]
     return out
@@ -214,11 +218,8 @@ def _knee_note(
     × ``PACE`` with the steps' pace (empty where none does; the tail is the stalls' more than
     the pace's)."""
     for key, words in ((K.MEDIAN_TTFT_MS, "median TTFT"), (K.MEDIAN_TPOT_MS, "median TPOT")):
-        values = [kept.get(key), faster.get(key), slower.get(key)]
-        if not all(_finite(v) for v in values):
-            continue
-        middle, low, high = (float(v) for v in values if v is not None)
-        if middle <= 0:
+        middle, low, high = (finite_value(m, key) for m in (kept, faster, slower))
+        if middle is None or low is None or high is None or middle <= 0:
             continue
         if max(abs(low / middle - 1.0), abs(high / middle - 1.0)) > KNEE * PACE:
             pct = f"{PACE * 100:g} %"
@@ -228,10 +229,6 @@ def _knee_note(
                 "is only as good as the step time: measure this level"
             )
     return ""
-
-
-def _finite(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and np.isfinite(value)
 
 
 def predicted_meta(
