@@ -194,13 +194,14 @@ def plan_labels(summaries: Sequence[dict[str, Any]]) -> list[str]:
     def traffic(s: dict[str, Any]) -> tuple[str, str]:
         return str(s.get(K.WORKLOAD) or ""), ladder_name(str(s.get(K.TRAFFIC) or ""))
 
+    bases = [plan_label(s) for s in summaries]
     seen: dict[str, set[tuple[str, str]]] = {}
-    for s in summaries:
-        seen.setdefault(plan_label(s), set()).add(traffic(s))
+    for s, base in zip(summaries, bases, strict=True):
+        seen.setdefault(base, set()).add(traffic(s))
     labels = []
-    for s in summaries:
+    for s, base in zip(summaries, bases, strict=True):
         workload, shape = traffic(s)
-        kinds = seen[plan_label(s)]
+        kinds = seen[base]
         detail = ""
         if len({w for w, _ in kinds}) > 1:
             detail += f" × {workload or '(workload unknown)'}"
