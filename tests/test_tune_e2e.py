@@ -36,6 +36,7 @@ pytestmark = pytest.mark.e2e
 
 SLO = "ttft_p95=1500ms"
 ATTEMPTS = 3  # independent checks of one claim (see the claim's test)
+RETRY_AFTER_S = 45  # between two checks: the host's slow spells last minutes
 
 
 def vprof(*args: str, timeout_s: float = 900) -> subprocess.CompletedProcess[str]:
@@ -185,8 +186,12 @@ def test_the_written_profile_validates_launches_and_holds_its_claim(tuned, files
     and a server's rate follows: within one 10 s level it went from about 2.5 to 3.3 req/s.
     In a CI run a claim and its check came out 14 % and then 21 % apart on two launches, and
     10 % apart in a run that passed. So a disagreement is checked again, by a new independent
-    sweep of the launched server, up to ``ATTEMPTS`` times: the host's drift passes in minutes,
-    while a claim that is really wrong (a bias) misses in every attempt."""
+    sweep of the launched server, up to ``ATTEMPTS`` times and ``RETRY_AFTER_S`` apart: the
+    host's drift passes in minutes, while a claim that is really wrong (a bias) misses in every
+    attempt. (In one CI run the claim's two levels ran while the runs' host probe read 0.79 ms
+    and the three checks, back to back, at 0.77–0.91 ms: each missed the SLO at 0.91 × the
+    claim. Judging each check against the claim scaled by that probe was tried and dropped: in
+    the next run it read the host 3 % faster while the server served 9 % less.)"""
     _, state, _ = tuned
     dirs = ["--profiles-dir", str(files / "profiles")]
     path = Path(state["profile_path"])
@@ -199,6 +204,8 @@ def test_the_written_profile_validates_launches_and_holds_its_claim(tuned, files
     assert best, state["best"]
     with _launched(path, dirs, files, int(best.group(1))) as url:
         for attempt in range(1, ATTEMPTS + 1):
+            if attempt > 1:
+                time.sleep(RETRY_AFTER_S)
             measured, basis = _sweep(url, path, dirs, files, claim, f"confirm-{attempt}")
             attempts.append(f"claim {claim:.3f}, measured {measured}: {basis}")
             if measured is not None and abs(measured - claim) <= 0.10 * claim:
