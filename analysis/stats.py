@@ -194,6 +194,23 @@ class BlockQuantiles:
         if self._guessed:  # take and compress: a third faster than indexing by arrays
             self._parts.append(x.compress(self._wanted.take(keys)))
 
+    def buckets(self) -> tuple[Any, Any, int]:
+        """For a compiled pass that does :meth:`add`'s work itself (``gapkernel.py``): the
+        bucket counts it adds to, the wanted buckets whose values it keeps (None before a
+        guess) and the shift that makes a value's bucket of its bits."""
+        return self.counts, self._wanted if self._guessed else None, self.SHIFT
+
+    def added(self, n: int, total: float, total_sq: float, kept: list, negative: bool) -> None:
+        """Take in what a compiled pass found in ``n`` values (see :meth:`buckets`): their sum
+        and sum of squares, the values of the wanted buckets, and whether it met a negative
+        value (then, as in :meth:`add`, the counts no longer count)."""
+        self.n += n
+        self.total += total
+        self.total_sq += total_sq
+        self.fallback = self.fallback or negative
+        if self._guessed and not self.fallback:
+            self._parts += kept
+
     def guess(self, sample, qs) -> None:
         """Before any ``add``: pick buckets from a sample so ``add`` keeps candidates at once.
 

@@ -23,6 +23,7 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from vprof.analysis import gapkernel
 from vprof.analysis.columns import Columns, from_records
 from vprof.analysis.keys import CAP_HELD, Metric, stat_key
 from vprof.analysis.keys import SummaryKey as K
@@ -565,6 +566,8 @@ def _itl(
         return lambda: (quantiles, bins)
     wanted = [50.0, *percentiles]
     quantiles.guess(_gap_sample(cols), wanted)
+    compiled = gapkernel.load()
+    first_s = first - t0 if compiled is not None else None
 
     local = threading.local()
     states: list[tuple[BlockQuantiles, Any]] = []  # one per thread, added to piece by piece
@@ -576,12 +579,15 @@ def _itl(
             local.workspace = np.empty(2 * _GROUP_VALUES + _RunningSum.WIDTH)
             states.append(local.state)
         mine, counts = local.state
-        for gaps, lengths, first_s in _gap_groups(
+        if compiled is not None:
+            _compiled_part(compiled, cols, mask, first_s, part, mine, counts, local.workspace)
+            return local.state
+        for gaps, lengths, first_s_of in _gap_groups(
             cols, mask, t0, part=part, buffer=local.workspace
         ):
             mine.add(gaps)
             if n_bins:
-                _bin_chunks(counts, gaps, lengths, first_s, local.workspace)
+                _bin_chunks(counts, gaps, lengths, first_s_of, local.workspace)
         return local.state
 
     def finish(done: list[tuple[BlockQuantiles, Any]]) -> tuple[BlockQuantiles, Any]:
@@ -624,6 +630,55 @@ def _itl(
         return finish(states)
 
     return done
+
+
+def _compiled_part(
+    gap_pass: gapkernel.GapPass,
+    cols: Columns,
+    mask: Any,
+    first_s: Any,
+    part: tuple[int, int],
+    quantiles: BlockQuantiles,
+    bins: Any,
+    workspace: Any,
+) -> None:
+    """The gap blocks in the range ``part`` through the compiled pass (:mod:`gapkernel`): what
+    :func:`_gap_groups` into ``quantiles.add`` and :func:`_bin_chunks` give, in one pass per
+    block (``first_s``: every request's first chunk, s from the bins' start). The pages of the
+    records file are handed back as the blocks are used."""
+    import numpy as np
+
+    from vprof.records.store import Releaser
+
+    lo, hi = part
+    row = sum(lengths.size for _, lengths in cols.itl_blocks[:lo])
+    counts, wanted, shift = quantiles.buckets()
+    sums, state = np.zeros(2), np.array([0, int(quantiles.fallback)], dtype=np.int64)
+    kept: list[Any] = []
+    pages = Releaser()
+    for values, lengths in cols.itl_blocks[lo:hi]:
+        k = lengths.size
+        room = workspace[: values.size] if workspace.size >= values.size else np.empty(values.size)
+        rows = slice(row, row + k)
+        found = gap_pass(
+            values,
+            lengths,
+            first_s[rows],
+            mask[rows],
+            wanted,
+            counts,
+            shift,
+            bins,
+            room,
+            sums,
+            state,
+        )
+        if found:
+            kept.append(room[:found].copy())
+        row += k
+        pages.add(values)
+    pages.close()
+    quantiles.added(int(state[0]), float(sums[0]), float(sums[1]), kept, bool(state[1]))
 
 
 # Above this many gaps, with two CPUs to run on, a helper thread shares their pass with the

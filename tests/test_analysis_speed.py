@@ -23,9 +23,11 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return out
 
 
-def test_the_gap_pass_in_two_threads_gives_the_one_thread_summary(runs, monkeypatch):
-    from vprof.analysis import summary
+@pytest.mark.parametrize("compiled", ["1", "0"])
+def test_the_gap_pass_in_two_threads_gives_the_one_thread_summary(runs, monkeypatch, compiled):
+    from vprof.analysis import gapkernel, summary
 
+    monkeypatch.setenv(gapkernel.DISABLE, compiled)
     path = runs["synthetic-open-a"]
     one = summarize_loaded(load_run(path), slo=golden.SLO)
     monkeypatch.setattr(summary, "_THREADED_GAPS", 1)
@@ -41,6 +43,145 @@ def test_the_gap_pass_in_two_threads_gives_the_one_thread_summary(runs, monkeypa
             assert math.isclose(value, two[key], rel_tol=1e-12), key
         else:
             assert value == two[key] or (value != value and two[key] != two[key]), key
+
+
+def test_the_install_built_the_compiled_gap_pass():
+    from vprof.analysis import gapkernel
+
+    assert gapkernel.load() is not None, (
+        "analysis/_gappass.c was not compiled: `pip install -e .` builds it where a C compiler is"
+    )
+
+
+@pytest.mark.parametrize("guess", ["sampled", "missed"])
+@pytest.mark.parametrize("name", ["synthetic-open-a", "synthetic-open-b"])
+def test_the_compiled_gap_pass_gives_the_numpy_passes_summary(runs, monkeypatch, name, guess):
+    """Every figure of a summary alike with the compiled pass and without (numpy's passes),
+    the gap pass shared by two threads in small pieces, with the sample's guess of the
+    percentiles' buckets as it comes and made to miss (a second pass then collects them)."""
+    import numpy as np
+
+    from vprof.analysis import gapkernel, summary
+
+    if guess == "missed":
+        monkeypatch.setattr(summary, "_gap_sample", lambda cols: np.full(1000, 0.5))
+    monkeypatch.setattr(summary, "_THREADED_GAPS", 1)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    monkeypatch.setattr(summary, "_PIECE_GAPS", 4000)
+    monkeypatch.setattr(summary, "_GROUP_VALUES", 512)
+    out = {}
+    for compiled in ("0", "1"):
+        monkeypatch.setenv(gapkernel.DISABLE, compiled)
+        out[compiled] = summarize_loaded(load_run(runs[name]), slo=golden.SLO)
+    numpy_passes, compiled_pass = out["0"], out["1"]
+    assert numpy_passes.keys() == compiled_pass.keys()
+    assert compiled_pass["max_output_tokens_per_s"] > 0
+    for key, value in numpy_passes.items():
+        if key in ("mean_itl_ms", "std_itl_ms"):  # sums added in another order
+            assert math.isclose(value, compiled_pass[key], rel_tol=1e-12), key
+        else:
+            assert value == compiled_pass[key] or (
+                value != value and compiled_pass[key] != compiled_pass[key]
+            ), key
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_compiled_pass_counts_keeps_and_bins_as_numpy_does(seed):
+    """One call of the compiled pass against numpy on the same requests: the gaps of the kept
+    requests counted per bucket, the wanted buckets' values kept in order, their sums, and
+    each chunk in the 1-s bin of its time (before the first bin in the first, after the last
+    in the last), with requests of no gaps, zero gaps, a first chunk never seen, spans of
+    many seconds and first chunks before the bins' start."""
+    import numpy as np
+
+    from vprof.analysis import gapkernel
+    from vprof.analysis.stats import BlockQuantiles
+
+    rng = np.random.default_rng(seed)
+    n = 400
+    lengths = rng.integers(0, 40, n)
+    lengths[::11] = 0
+    gaps = rng.lognormal(np.log(30.0), 1.2, int(lengths.sum()))
+    gaps[rng.random(gaps.size) < 0.1] = 0.0
+    first_s = rng.uniform(-3.0, 60.0, n)
+    first_s[::13] = np.nan
+    keep = rng.random(n) < 0.8
+    shift = BlockQuantiles.SHIFT
+    keys = gaps.view(np.int64) >> shift
+    wanted = np.zeros(1 << (63 - shift), dtype=bool)
+    wanted[rng.choice(np.unique(keys), 5)] = True
+    counts, bins = np.zeros(wanted.size, dtype=np.int64), np.zeros(50, dtype=np.int64)
+    kept, sums, state = np.empty(gaps.size), np.zeros(2), np.zeros(2, dtype=np.int64)
+    found = gapkernel.gap_pass(
+        gaps, lengths, first_s, keep, wanted, counts, shift, bins, kept, sums, state
+    )
+    mine = np.repeat(keep, lengths)
+    assert state.tolist() == [int(lengths[keep].sum()), 0]
+    assert counts.tolist() == np.bincount(keys[mine], minlength=wanted.size).tolist()
+    assert kept[:found].tolist() == gaps[mine & wanted[keys]].tolist()
+    assert math.isclose(sums[0], gaps[mine].sum(), rel_tol=1e-12)
+    assert math.isclose(sums[1], (gaps[mine] ** 2).sum(), rel_tol=1e-12)
+    expected = np.zeros(bins.size, dtype=np.int64)
+    starts = np.cumsum(lengths) - lengths
+    for k, first, start, taken in zip(lengths, first_s, starts, keep, strict=True):
+        if not taken or np.isnan(first):
+            continue
+        times = first + np.concatenate([[0.0], np.cumsum(gaps[start : start + k])]) / 1000.0
+        np.add.at(expected, np.clip(np.floor(times), 0, bins.size - 1).astype(np.int64), 1)
+    assert bins.tolist() == expected.tolist()
+
+
+def test_the_compiled_pass_stops_counting_at_a_negative_gap_and_bins_an_endless_one_last():
+    """A negative gap stops the bucket counts (the summary then partitions every value, as
+    numpy's passes do) while the sums go on; an infinite gap puts its request's later chunks
+    in the last bin, and the pass ends."""
+    import numpy as np
+
+    from vprof.analysis import gapkernel
+
+    gaps = np.array([10.0, -1.0, 20.0, 10.0, np.inf, 10.0])
+    lengths = np.array([3, 3])
+    first_s = np.array([0.5, 2.5])
+    keep = np.ones(2, dtype=bool)
+    counts, bins = np.zeros(1 << 17, dtype=np.int64), np.zeros(6, dtype=np.int64)
+    kept, sums, state = np.empty(6), np.zeros(2), np.zeros(2, dtype=np.int64)
+    wanted = np.ones(counts.size, dtype=bool)
+    found = gapkernel.gap_pass(
+        gaps, lengths, first_s, keep, wanted, counts, 46, bins, kept, sums, state
+    )
+    assert state.tolist() == [6, 1] and found == 1 and kept[0] == 10.0 and counts.sum() == 1
+    assert sums[0] == np.inf
+    # request 1: 0.5, 0.51, 0.50 (a negative gap goes back), 0.52 s; request 2: 2.5, 2.51 s,
+    # then never: the last bin
+    assert bins.tolist() == [4, 0, 2, 0, 0, 2]
+
+
+def test_the_compiled_pass_refuses_arrays_it_cannot_read():
+    import numpy as np
+
+    from vprof.analysis import gapkernel
+
+    gaps, lengths = np.ones(4), np.array([2, 2])
+    args = dict(
+        first_s=np.zeros(2),
+        keep=np.ones(2, dtype=bool),
+        wanted=None,
+        counts=np.zeros(1 << 17, dtype=np.int64),
+        shift=46,
+        bins=np.zeros(3, dtype=np.int64),
+        kept=np.empty(4),
+        sums=np.zeros(2),
+        state=np.zeros(2, dtype=np.int64),
+    )
+    with pytest.raises(TypeError, match="contiguous float64"):
+        gapkernel.gap_pass(gaps.astype(np.float32), lengths, **args)
+    with pytest.raises(TypeError, match="contiguous"):
+        gapkernel.gap_pass(np.ones(8)[::2], lengths, **args)
+    with pytest.raises(ValueError, match="one length"):
+        gapkernel.gap_pass(np.ones(5), lengths, **args)
+    with pytest.raises(ValueError, match="room for every gap"):
+        gapkernel.gap_pass(gaps, lengths, **{**args, "kept": np.empty(3)})
+    assert gapkernel.gap_pass(gaps, lengths, **args) == 0
 
 
 def test_a_summary_reads_only_the_columns_it_uses(runs):
