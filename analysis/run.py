@@ -19,6 +19,7 @@ from vprof.analysis.keys import SummaryKey as K
 from vprof.analysis.slo import Slo
 from vprof.analysis.stats import DEFAULT_PERCENTILES
 from vprof.common.errors import ProfileError, RunError
+from vprof.common.memory import keep_freed_memory
 from vprof.records.rundir import (
     RunDir,
     is_run_dir,
@@ -138,6 +139,7 @@ def load_run(path: str | Path) -> Run:
     from vprof.records.schema import arrow_schema
     from vprof.records.store import read_records_file
 
+    keep_freed_memory()  # what reads a run goes on to make many large arrays
     path = Path(path)
     if not path.is_dir() or not is_run_dir(path):
         raise RunError(

@@ -184,6 +184,31 @@ def test_the_compiled_pass_refuses_arrays_it_cannot_read():
     assert gapkernel.gap_pass(gaps, lengths, **args) == 0
 
 
+def test_a_process_that_reads_a_run_keeps_freed_memory_where_glibc_allows(runs):
+    """Reading a run raises glibc's thresholds once (``common/memory.py``), in a fresh process
+    so the test's own is left as it was; elsewhere the C library is left alone."""
+    import platform
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from vprof.analysis import load_run\n"
+        "from vprof.common.memory import keep_freed_memory\n"
+        "load_run(sys.argv[1])\n"
+        "print(keep_freed_memory.cache_info().currsize, keep_freed_memory())\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(runs["synthetic-open-a"])],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    glibc = platform.libc_ver()[0] == "glibc"
+    assert done.stdout.split() == ["1", str(glibc)]
+
+
 def test_a_summary_reads_only_the_columns_it_uses(runs):
     run = load_run(runs["synthetic-open-a"])
     summarize_loaded(run)
