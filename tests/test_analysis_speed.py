@@ -98,14 +98,8 @@ def test_the_compiled_pass_counts_keeps_and_bins_as_numpy_does(seed):
     from vprof.analysis.stats import BlockQuantiles
 
     rng = np.random.default_rng(seed)
-    n = 400
-    lengths = rng.integers(0, 40, n)
-    lengths[::11] = 0
-    gaps = rng.lognormal(np.log(30.0), 1.2, int(lengths.sum()))
-    gaps[rng.random(gaps.size) < 0.1] = 0.0
-    first_s = rng.uniform(-3.0, 60.0, n)
-    first_s[::13] = np.nan
-    keep = rng.random(n) < 0.8
+    lengths, gaps, first_s = _random_requests(rng, 400, -3.0, 60.0)
+    keep = rng.random(lengths.size) < 0.8
     shift = BlockQuantiles.SHIFT
     keys = gaps.view(np.int64) >> shift
     wanted = np.zeros(1 << (63 - shift), dtype=bool)
@@ -121,14 +115,7 @@ def test_the_compiled_pass_counts_keeps_and_bins_as_numpy_does(seed):
     assert kept[:found].tolist() == gaps[mine & wanted[keys]].tolist()
     assert math.isclose(sums[0], gaps[mine].sum(), rel_tol=1e-12)
     assert math.isclose(sums[1], (gaps[mine] ** 2).sum(), rel_tol=1e-12)
-    expected = np.zeros(bins.size, dtype=np.int64)
-    starts = np.cumsum(lengths) - lengths
-    for k, first, start, taken in zip(lengths, first_s, starts, keep, strict=True):
-        if not taken or np.isnan(first):
-            continue
-        times = first + np.concatenate([[0.0], np.cumsum(gaps[start : start + k])]) / 1000.0
-        np.add.at(expected, np.clip(np.floor(times), 0, bins.size - 1).astype(np.int64), 1)
-    assert bins.tolist() == expected.tolist()
+    assert bins.tolist() == _binned(lengths, gaps, first_s, keep, bins.size).tolist()
 
 
 def test_the_compiled_pass_stops_counting_at_a_negative_gap_and_bins_an_endless_one_last():
@@ -274,26 +261,40 @@ def test_chunks_are_binned_as_their_times_say(seed):
 
     from vprof.analysis.summary import _bin_chunks
 
-    rng = np.random.default_rng(seed)
-    n = 300
+    lengths, gaps, first_s = _random_requests(np.random.default_rng(seed), 300, 0.0, 50.0)
+    bins = np.zeros(200, dtype=np.int64)
+    _bin_chunks(bins, gaps, lengths, first_s, workspace=np.empty(7))  # too small: not used
+    every = np.ones(lengths.size, dtype=bool)
+    assert bins.tolist() == _binned(lengths, gaps, first_s, every, bins.size).tolist()
+
+
+def _random_requests(rng, n: int, first_lo: float, first_hi: float):
+    """``n`` requests' gap counts (some none), gaps (ms; some zero, some of seconds) and first
+    chunks' times (s, uniform in the range; some never seen: NaN)."""
+    import numpy as np
+
     lengths = rng.integers(0, 40, n)
     lengths[::11] = 0
     gaps = rng.lognormal(np.log(30.0), 1.2, int(lengths.sum()))
     gaps[rng.random(gaps.size) < 0.1] = 0.0
-    first_s = rng.uniform(0.0, 50.0, n)
+    first_s = rng.uniform(first_lo, first_hi, n)
     first_s[::13] = np.nan
-    bins = np.zeros(200, dtype=np.int64)
-    _bin_chunks(bins, gaps, lengths, first_s, workspace=np.empty(7))  # too small: not used
-    expected = np.zeros(200, dtype=np.int64)
-    at = 0
-    for k, first in zip(lengths, first_s, strict=True):
-        mine = gaps[at : at + k]
-        at += k
-        if np.isnan(first):
+    return lengths, gaps, first_s
+
+
+def _binned(lengths, gaps, first_s, keep, size: int):
+    """The kept requests' chunks counted in the 1-s bin of their times, request by request
+    (before the first bin in the first, after the last in the last)."""
+    import numpy as np
+
+    expected = np.zeros(size, dtype=np.int64)
+    starts = np.cumsum(lengths) - lengths
+    for k, first, start, taken in zip(lengths, first_s, starts, keep, strict=True):
+        if not taken or np.isnan(first):
             continue
-        times = first + np.concatenate([[0.0], np.cumsum(mine)]) / 1000.0
-        np.add.at(expected, np.floor(times).astype(np.int64), 1)
-    assert bins.tolist() == expected.tolist()
+        times = first + np.concatenate([[0.0], np.cumsum(gaps[start : start + k])]) / 1000.0
+        np.add.at(expected, np.clip(np.floor(times), 0, size - 1).astype(np.int64), 1)
+    return expected
 
 
 @pytest.mark.parametrize("n_groups", [0, 1, 7, 240, 5000])
