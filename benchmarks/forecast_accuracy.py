@@ -14,7 +14,9 @@ TTFT and p50 TPOT, ≤ 20 % on p95 TTFT), and per workload the sustainable rate 
 planned from the measured levels against the one planned from the predicted levels at the
 same rates (target: within 10 %). A run whose load generator saturated is left out of both (its
 latencies are the client's); one held back by the shape's in-flight cap is kept, as the replay
-holds arrivals back the same way. Beside each figure: the range of the stalls' five draws and
+holds arrivals back the same way. Beside each figure: the run replayed as it ran (its own
+schedule and its own stalls where they happened: a miss that stays is the model's steps or
+scheduling, not the stalls' chance) with its error, the range of the stalls' five draws and
 of the step-time band (every step 5 % faster to slower), a star where the measured value lies
 within; the levels the band calls near the knee; and per run the fitted step costs' time for
 the steps its token times show over their measured time, with the server's step count beside
@@ -128,6 +130,7 @@ def analyse(runs: Path) -> None:
     from vprof.analysis.run import summaries_of
     from vprof.forecast.accuracy import compare_summaries
     from vprof.forecast.fit import fit_model
+    from vprof.forecast.observed import load_observed
     from vprof.forecast.predict import PACE, predict
     from vprof.forecast.scenario import scenario_of_run
     from vprof.records.rundir import RunDir
@@ -148,7 +151,7 @@ def analyse(runs: Path) -> None:
     knees: list[str] = []  # levels the prediction calls near the knee
     print(
         f"\n{'run':34} {'metric':22} {'measured':>10} {'predicted':>10} {'error':>8}  "
-        f"{'the stalls draws':24} steps {PACE * 100:g} % faster to slower"
+        f"{'its own stalls':16}  {'the stalls draws':24} steps {PACE * 100:g} % faster to slower"
     )
     for workload, rated in by_workload.items():
         measured_levels, predicted_levels, left_out = [], [], []
@@ -179,15 +182,24 @@ def analyse(runs: Path) -> None:
                 levels.append({**paced, "profile": measured.get("profile")})
             if workload == FIT_WORKLOAD and rate in FIT_RATES:
                 continue  # fitted on: its error is the fit's, not a prediction's
-            for row in compare_summaries(name, measured, predicted):
+            # the run's own stalls where they happened: what is left is the steps' and queue's
+            ran = load_observed(path)
+            own = predict(config, scenario, slo=SLO, own=ran).summary if ran.stalls else None
+            for row in compare_summaries(name, measured, predicted, own):
                 if row["metric"] in TARGETS and row["error_pct"] is not None:
                     rows.append(row)
                     figures = f"{row['measured']:10.3g} {row['predicted']:10.3g}"
+                    mine = (
+                        f"{row['own_stalls']:.3g} ({row['own_stalls_error_pct']:+.1f}%)"
+                        if row.get("own_stalls_error_pct") is not None
+                        else "-"
+                    )
                     ranges = "".join(
                         f"  {_range(row, side):24}" for side in ("draws", "pace")
                     ).rstrip()
                     print(
-                        f"{name:34} {row['metric']:22} {figures} {row['error_pct']:+7.1f}%{ranges}"
+                        f"{name:34} {row['metric']:22} {figures} {row['error_pct']:+7.1f}%  "
+                        f"{mine:16}{ranges}"
                     )
         band = [_sustainable(levels) for levels in paced_levels]
         plans.append(
@@ -216,9 +228,15 @@ def analyse(runs: Path) -> None:
                 ]
                 if inside:
                     within += f"; within {words} in {sum(inside)} of {len(inside)}"
+            own = [
+                abs(r["own_stalls_error_pct"])
+                for r in rows
+                if r["metric"] == metric and r.get("own_stalls_error_pct") is not None
+            ]
+            mine = f"; with their own stalls {float(np.median(own)):.1f} %" if own else ""
             print(
                 f"  {metric:22} {median:6.1f} %  (≤ {target:g} %: {verdict}; "
-                f"{len(errors)} runs{within})"
+                f"{len(errors)} runs{mine}{within})"
             )
     if knees:
         print(f"  (near the knee by the prediction's step-time band: {', '.join(knees)})")

@@ -209,7 +209,9 @@ def _short(summary: dict) -> str:
 @format_option
 def check(model: str, runs: tuple[str, ...], fmt: str) -> None:
     """Each of RUNS predicted by MODEL from its own workload, traffic and seed, beside what it
-    measured, and the median absolute error per metric; per run, the model's step costs on the
+    measured, and the median absolute error per metric; each also predicted with the stalls
+    the run measured, where they happened (``own_stalls``: a miss that stays with them is the
+    model's, one that goes was the stalls' chance); per run, the model's step costs on the
     run's own steps over their measured time (near 1: a miss lies in the queue, not the step).
 
     \b
@@ -224,6 +226,7 @@ def check(model: str, runs: tuple[str, ...], fmt: str) -> None:
     rows, report = check_runs(fitted, runs)
     within = report.get("within_draws") or {}
     within_pace = report.get("within_pace") or {}
+    own = report.get("median_abs_pct_own_stalls") or {}
     medians = [
         {
             "metric": k,
@@ -231,6 +234,7 @@ def check(model: str, runs: tuple[str, ...], fmt: str) -> None:
             "runs": report["runs"],
             **({"within_draws_share": within[k]} if k in within else {}),
             **({"within_pace_share": within_pace[k]} if k in within_pace else {}),
+            **({"own_stalls_median_abs_error_pct": own[k]} if k in own else {}),
         }
         for k, v in report["median_abs_pct"].items()
     ]

@@ -33,13 +33,18 @@ def finite_value(summary: Mapping[str, Any], key: str) -> float | None:
 
 
 def compare_summaries(
-    run: str, measured: Mapping[str, Any], predicted: Mapping[str, Any]
+    run: str,
+    measured: Mapping[str, Any],
+    predicted: Mapping[str, Any],
+    own_stalls: Mapping[str, Any] | None = None,
 ) -> list[dict[str, Any]]:
     """One row per metric both summaries have: measured, predicted, error in % of measured;
     with the range of the stalls' draws when the prediction has one (``predict(spread=
-    True)``): ``draws_low``, ``draws_high`` and whether the measured value lies within; and
-    the same of the step-time band (``predict(pace=True)``): ``pace_low``, ``pace_high``,
-    ``within_pace``."""
+    True)``): ``draws_low``, ``draws_high`` and whether the measured value lies within; the
+    same of the step-time band (``predict(pace=True)``): ``pace_low``, ``pace_high``,
+    ``within_pace``; and with ``own_stalls`` (the run predicted with its own stalls where
+    they happened, ``predict(recorded=…)``) its value and error: ``own_stalls``,
+    ``own_stalls_error_pct``."""
     keys = list(CHECK_METRICS)
     if measured.get(K.OPEN_LOOP):
         keys += OPEN_LOOP_METRICS
@@ -59,20 +64,32 @@ def compare_summaries(
         if key in paced:
             low, high = paced[key]
             row.update(pace_low=low, pace_high=high, within_pace=low <= m <= high)
+        own = finite_value(own_stalls, key) if own_stalls is not None else None
+        if own is not None:
+            row.update(own_stalls=own, own_stalls_error_pct=(own - m) / m * 100.0 if m else None)
         rows.append(row)
     return rows
 
 
 def error_report(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """The median absolute error per metric over the runs (and the rows themselves)."""
+    """The median absolute error per metric over the runs (``median_abs_pct``; with the runs'
+    own stalls, ``median_abs_pct_own_stalls``, where the rows have it) and the rows
+    themselves."""
     import numpy as np
 
-    by_metric: dict[str, list[float]] = {}
-    for row in rows:
-        if row.get("error_pct") is not None:
-            by_metric.setdefault(str(row["metric"]), []).append(abs(float(row["error_pct"])))
-    medians = {k: float(np.median(v)) for k, v in by_metric.items()}
-    report: dict[str, Any] = {"runs": len({row["run"] for row in rows}), "median_abs_pct": medians}
+    def medians(field: str) -> dict[str, float]:
+        by_metric: dict[str, list[float]] = {}
+        for row in rows:
+            if row.get(field) is not None:
+                by_metric.setdefault(str(row["metric"]), []).append(abs(float(row[field])))
+        return {k: float(np.median(v)) for k, v in by_metric.items()}
+
+    report: dict[str, Any] = {
+        "runs": len({row["run"] for row in rows}),
+        "median_abs_pct": medians("error_pct"),
+    }
+    if own := medians("own_stalls_error_pct"):
+        report["median_abs_pct_own_stalls"] = own
     # per metric, the share of runs whose measured value lay within the draws, the band
     for name in ("within_draws", "within_pace"):
         within: dict[str, list[bool]] = {}

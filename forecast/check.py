@@ -1,5 +1,7 @@
 """``vprof forecast check``: each measured run predicted from what it ran (its workload,
-traffic shape and seed), beside what it measured."""
+traffic shape and seed), beside what it measured; and predicted again with the stalls it
+measured where they happened, so that a miss can be told apart: one that stays is the model's
+steps or scheduling, one that goes was the stalls' chance."""
 
 from __future__ import annotations
 
@@ -90,7 +92,10 @@ def check_runs(
         predicted = predict(
             config, s, slo=slo, model_path=model.path, spread=True, pace=True
         ).summary
-        rows.extend(compare_summaries(o.name, o.summary, predicted))
+        # the run as it ran, its stalls where they happened: what is left of a miss is the
+        # model's
+        own = predict(config, s, slo=slo, own=o).summary if o.stalls else None
+        rows.extend(compare_summaries(o.name, o.summary, predicted, own))
     report = error_report(rows)
     report["step_time"] = step_times(zip(observed, configs, strict=True))
     return rows, report

@@ -80,6 +80,8 @@ class Observed:
     # per request (as ``requests``): its tokens' times in seconds from time 0, as the client
     # saw them (empty when it was not answered; None: the records hold no ``itl_ms``)
     token_s: tuple[Any, ...] | None = None
+    # per request: when the schedule meant to send it (from time 0; its send where none)
+    scheduled_s: Any = None
 
     @property
     def workload_name(self) -> str:
@@ -193,6 +195,7 @@ def load_observed(path: str | Path) -> Observed:
         idle_ms=float(np.median(idle)) if idle.size else None,
         stalls=find_stalls([t for t in answered if t.size]) if answered is not None else None,
         token_s=tuple(answered[i] for i in idx) if answered is not None else None,
+        scheduled_s=scheduled[idx] - epoch,
     )
 
 

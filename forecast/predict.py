@@ -16,10 +16,12 @@ import numpy as np
 from vprof.analysis.keys import SummaryKey as K
 from vprof.forecast.accuracy import CHECK_METRICS, OPEN_LOOP_METRICS, finite_value
 from vprof.forecast.model import ConfigModel
+from vprof.forecast.observed import Observed
 from vprof.forecast.replayrecords import RecordContext, replay_metrics, replay_table
 from vprof.forecast.rules import SchedulerRules
 from vprof.forecast.scenario import Scenario, Stream, as_plain, build_stream
-from vprof.forecast.simulate import Replayed, simulate
+from vprof.forecast.simulate import OpenLoop, Replayed, Requests, simulate
+from vprof.forecast.stalls import RunStalls, StallProcess
 
 SEED = 0
 DRAWS = 5  # replays of a model with stalls, of which the median one is kept
@@ -60,10 +62,20 @@ def replay(
 
 
 def _replay_draws(
-    config: ConfigModel, s: Scenario, rules: SchedulerRules, seed: int | None = None
+    config: ConfigModel,
+    s: Scenario,
+    rules: SchedulerRules,
+    seed: int | None = None,
+    own: Observed | None = None,
 ) -> tuple[Replayed, Stream, list[Replayed]]:
     """:func:`replay`, with every draw of the stalls beside the one it keeps (only the draw of
-    ``seed``, when given)."""
+    ``seed``, when given); with ``own``, that measured run as it ran instead of the scenario:
+    its requests as it sent them, its stalls where they happened (the draws differ by the
+    steps' jitter alone)."""
+    if own is not None:
+        stream = _own_stream(own, s)
+        draws = _draws(config, stream, rules, seed, own.stalls)
+        return _median_draw(draws), stream, draws
     n = None
     while True:
         stream = build_stream(
@@ -79,18 +91,48 @@ def _replay_draws(
         n = stream.requests.n * 4
 
 
+def _own_stream(o: Observed, s: Scenario) -> Stream:
+    """A measured run's requests as it meant to send them (its time 0 the stream's): an open
+    loop at its own schedule, held back by the shape's in-flight cap as it was; else at the
+    times it sent them."""
+    client: Any = o.client
+    requests, scheduled = o.requests, None
+    if o.open_loop and o.scheduled_s is not None:
+        order = np.argsort(o.scheduled_s, kind="stable")  # an open loop sends in this order
+        requests = Requests(
+            prompt_tokens=o.requests.prompt_tokens[order],
+            output_tokens=o.requests.output_tokens[order],
+            known_hit=np.asarray(o.requests.known_hit)[order],
+        )
+        scheduled = np.asarray(o.scheduled_s, dtype=np.float64)[order]
+        client = OpenLoop(scheduled, int(s.shape.max_in_flight), float(s.shape.total_s))
+    return Stream(
+        requests=requests,
+        client=client,
+        warmup_s=o.warmup_s,
+        open_loop=o.open_loop,
+        endpoint=str((o.meta.get("workload") or {}).get("endpoint") or "completions"),
+        prefix_group=np.full(requests.n, -1, dtype=np.int64),
+        expected_prompt_tokens=requests.prompt_tokens,
+        scheduled_s=scheduled,
+    )
+
+
 def _draws(
-    config: ConfigModel, stream: Stream, rules: SchedulerRules, seed: int | None = None
+    config: ConfigModel,
+    stream: Stream,
+    rules: SchedulerRules,
+    seed: int | None = None,
+    recorded: RunStalls | None = None,
 ) -> list[Replayed]:
-    """The replays of ``stream``: one, or with stalls (a random process) ``DRAWS`` of them (or
-    the one of ``seed``)."""
-    if config.stalls is None:
+    """The replays of ``stream``: one, or with stalls (a random process, or ``recorded``: a
+    run's own in the stream's time) ``DRAWS`` of them (or the one of ``seed``)."""
+    stalls: StallProcess | RunStalls | None = recorded if recorded is not None else config.stalls
+    if stalls is None:
         return [simulate(stream.requests, stream.client, rules, config.cost, seed=SEED)]
     seeds = range(SEED, SEED + DRAWS) if seed is None else (seed,)
     return [
-        simulate(
-            stream.requests, stream.client, rules, config.cost, seed=seed, stalls=config.stalls
-        )
+        simulate(stream.requests, stream.client, rules, config.cost, seed=seed, stalls=stalls)
         for seed in seeds
     ]
 
@@ -122,8 +164,14 @@ def predict(
     label: str | None = None,
     spread: bool = False,
     pace: bool = False,
+    own: Observed | None = None,
 ) -> Prediction:
     """The predicted summary of scenario ``s`` on ``config`` (keys as ``vprof summarize``).
+
+    With ``own`` (a measured run of scenario ``s``), that run is replayed as it ran: its
+    requests as it sent them, and the engine paused where its stalls were instead of as the
+    model's process draws. What it then misses by is the model's steps and scheduling alone,
+    not the stalls' chance.
 
     With ``spread``, and a model that replays the server's stalls (a random process), every
     draw is summarised too, and the prediction's ``forecast`` says the range of the draws'
@@ -137,7 +185,7 @@ def predict(
     """
     from vprof.analysis.run import Run, summarize_loaded
 
-    replayed, stream, draws = _replay_draws(config, s, rules or config.rules)
+    replayed, stream, draws = _replay_draws(config, s, rules or config.rules, own=own)
     meta = predicted_meta(config, s, model_path=model_path, rules=rules, label=label)
     meta["forecast"]["notes"] = outside_span(config, stream, replayed, rules)
 
@@ -186,7 +234,7 @@ def predict(
             # the kept draw's stalls again, so that only the pace differs
             faster_or_slower = dataclasses.replace(config, cost=config.cost.paced(factor))
             draw, its_stream, _ = _replay_draws(
-                faster_or_slower, s, rules or config.rules, SEED + index
+                faster_or_slower, s, rules or config.rules, SEED + index, own
             )
             paced.append(summarize_loaded(run_of(draw, its_stream)[0], slo=slo))
         meta["forecast"]["pace"] = {

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vprof.forecast.rules import SchedulerRules
-from vprof.forecast.stalls import PauseClock, StallProcess
+from vprof.forecast.stalls import PauseClock, RecordedPauses, RunStalls, StallProcess
 from vprof.forecast.stepcost import StepCost
 
 # Statuses of simulated requests (the records' statuses)
@@ -263,13 +263,14 @@ def simulate(
     *,
     seed: int = 0,
     horizon_s: float | None = None,
-    stalls: StallProcess | None = None,
+    stalls: StallProcess | RunStalls | None = None,
 ) -> Replayed:
     """Replay ``requests`` as ``client`` sends them to a server with ``rules`` and ``cost``.
 
     ``horizon_s``: requests still unanswered then are cut off (``cancelled``); by default the
     client's end plus the load generator's stop timeout. ``stalls``: the engine pauses as this
-    process says (drawn from ``seed``), besides the steps' own jitter.
+    process says (drawn from ``seed``), or where a run's own stalls were (their times in the
+    replay's), besides the steps' own jitter.
     """
     import numpy as np
 
@@ -304,7 +305,7 @@ class _State:
         cost: StepCost,
         clients: _Clients,
         seed: int,
-        stalls: StallProcess | None = None,
+        stalls: StallProcess | RunStalls | None = None,
     ) -> None:
         import numpy as np
 
@@ -386,9 +387,11 @@ class _State:
             else None
         )
         self.noise_at = 0
-        self.pauses = (
-            PauseClock(stalls, seed) if stalls is not None and stalls.rate_per_s > 0 else None
-        )
+        self.pauses: PauseClock | RecordedPauses | None = None
+        if isinstance(stalls, RunStalls):
+            self.pauses = RecordedPauses(stalls)
+        elif stalls is not None and stalls.rate_per_s > 0:
+            self.pauses = PauseClock(stalls, seed)
         # what the server's /metrics would count
         self.preemptions = 0
         self.iterations = 0

@@ -12,6 +12,10 @@ pause, and after each pause and one ordinary step another pause follows with pro
 ``continue_prob``; a pause lasts ``min_ms`` plus an exponential excess of mean
 ``mean_excess_ms``. The rate is per second in which some request was decoding (the only time a
 stall can be seen), so a process that does not depend on the load is read the same at any rate.
+
+A run's own stalls can also be replayed where they happened (:class:`RecordedPauses`): with
+them, a replay of that run differs from what it measured only by the model's steps and
+scheduling, not by the stalls' chance.
 """
 
 from __future__ import annotations
@@ -229,4 +233,65 @@ class PauseClock:
             if not self.due_before(float(ends[-1])):
                 break
             j = j + 1 if self.armed else max(j + 1, int(np.searchsorted(ends, self.start, "right")))
+        return ends
+
+
+class RecordedPauses:
+    """A run's own stalls replayed at their times (:class:`PauseClock`'s interface). A stall
+    was found after the last token before a gap: its pause holds the first step that begins
+    at or after that time, for its measured length, so the step in progress then still
+    delivers its tokens (a first token among them) on time; one that began while the engine
+    was idle holds the next step only for what is left of it, and one that came and went
+    unseen is not replayed."""
+
+    def __init__(self, stalls: RunStalls) -> None:
+        self.start = [float(t) for t in stalls.start_s]
+        self.length = [float(ms) * 1e-3 for ms in stalls.pause_ms]
+        self.next = 0  # the first pause not yet met
+        self.owed: list[float] = []  # pauses that began during a step: each holds one after it
+
+    def step_end(self, start: float, end: float) -> float:
+        """The end of a step that began at ``start`` and would end at ``end`` without pauses."""
+        starts, lengths = self.start, self.length
+        n, i = len(starts), self.next
+        if self.owed:
+            end += self.owed.pop(0)
+        else:
+            while i < n and starts[i] + lengths[i] <= start:
+                i += 1  # it came and went while the engine was idle
+            if i < n and starts[i] <= start:
+                end += starts[i] + lengths[i] - start  # what is left of it
+                i += 1
+        while i < n and starts[i] < end:
+            self.owed.append(lengths[i])  # it began during this step: it holds the next
+            i += 1
+        self.next = i
+        return end
+
+    def due_before(self, end: float) -> bool:
+        """Whether a pause may touch a step ending before ``end`` (False: none can)."""
+        return bool(self.owed) or (self.next < len(self.start) and self.start[self.next] < end)
+
+    def shift_ends(self, t: float, ends: Any, until: float = math.inf) -> Any:
+        """``ends`` (numpy, consecutive steps from ``t``) with the pauses that fall in the steps
+        that begin before ``until`` (the later ones are not the replay's yet)."""
+        import numpy as np
+
+        k = len(ends)
+        j = 0
+        while j < k:
+            if not self.owed:
+                if self.next >= len(self.start):
+                    break
+                # the first step a pause can touch: the one in progress at its start
+                j = max(j, int(np.searchsorted(ends, self.start[self.next], side="right")))
+                if j >= k:
+                    break
+            begin = float(ends[j - 1]) if j else t
+            if begin >= until:
+                break
+            new = self.step_end(begin, float(ends[j]))
+            if new != ends[j]:
+                ends[j:] += new - float(ends[j])
+            j += 1
         return ends

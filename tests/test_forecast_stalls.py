@@ -139,3 +139,101 @@ def test_a_check_says_whether_each_measured_value_lies_within_the_draws(tmp_path
     assert result.exit_code == 0, result.output
     errors = {row["metric"]: row for row in json.loads(result.stdout)["errors"]}
     assert errors["median_tpot_ms"]["within_draws_share"] == 1.0
+
+
+# -- a run's own stalls, replayed where they happened ---------------------------------------
+
+
+def _recorded(starts_s, pauses_ms):
+    from vprof.forecast.stalls import RecordedPauses, RunStalls
+
+    starts = np.asarray(starts_s, dtype=np.float64)
+    return RecordedPauses(
+        RunStalls(
+            starts, np.asarray(pauses_ms, dtype=np.float64), np.zeros(len(starts), bool), 60.0, 30.0
+        )
+    )
+
+
+def test_a_recorded_pause_holds_the_step_after_the_one_in_progress_and_none_is_lost():
+    clock = _recorded([0.012, 0.5, 1.0, 2.001, 2.002, 3.0], [100.0, 100.0, 50.0, 30.0, 20.0, 10.0])
+    # found after the last token before a gap: the step in progress delivers its tokens on
+    # time, the one after it is held for the whole pause
+    assert clock.step_end(0.010, 0.015) == pytest.approx(0.015)
+    assert clock.due_before(0.016)
+    assert clock.step_end(0.015, 0.020) == pytest.approx(0.120)
+    # one that began while the engine was idle holds the next step for what is left of it
+    assert clock.step_end(0.55, 0.56) == pytest.approx(0.61)
+    # one that came and went while the engine was idle is not seen
+    assert clock.step_end(1.2, 1.205) == pytest.approx(1.205)
+    # two during one step: each holds a step of its own after it
+    assert clock.step_end(2.0, 2.005) == pytest.approx(2.005)
+    assert clock.step_end(2.005, 2.010) == pytest.approx(2.040)
+    assert clock.step_end(2.040, 2.045) == pytest.approx(2.065)
+    # one at a step's very start holds that step
+    assert clock.step_end(3.0, 3.005) == pytest.approx(3.015)
+    assert not clock.due_before(1e9)
+
+
+def test_recorded_pauses_shift_a_run_of_steps_as_one_step_at_a_time_would():
+    starts, pauses = [0.02, 0.08, 0.3, 0.3004, 0.71, 5.0], [40.0, 40.0, 25.0, 5.0, 60.0, 80.0]
+    ends = 0.1 + np.cumsum(np.full(400, 0.005))  # idle until 0.1 s, then 5-ms steps
+    stepwise, t = [], 0.1
+    one = _recorded(starts, pauses)
+    for dt in np.full(400, 0.005):
+        t = one.step_end(t, t + dt)
+        stepwise.append(t)
+    at_once = _recorded(starts, pauses).shift_ends(0.1, ends.copy())
+    np.testing.assert_allclose(at_once, stepwise)
+    # what the engine was busy for is all there, the one that began while it was idle in
+    # part (20 of its 40 ms), the one that ended while it was idle not at all, and the one
+    # after the last step not yet
+    assert at_once[-1] - ends[-1] == pytest.approx(0.020 + 0.025 + 0.005 + 0.060)
+
+
+def test_a_check_replays_each_run_with_its_own_stalls(tmp_path):
+    """A run of the model's own server (stalls and all), predicted with the stalls it measured
+    where they happened, matches what it measured — its tail too, which the model's drawn
+    stalls only range over; a server three times slower per step misses by as much with its
+    own stalls as without: they do not hide a wrong step. (Prompts are priced low here, so
+    that no prompt's step is three times the decodes' and read as a stall.)"""
+    import dataclasses
+
+    from forecast_runs import cpu_truth, measured_run, shape
+
+    from vprof.forecast.check import check_runs
+    from vprof.forecast.model import ForecastModel
+
+    truth = cpu_truth()
+    truth = dataclasses.replace(truth, cost=dataclasses.replace(truth.cost, prefill_token_ms=0.002))
+    config = _stalling(truth)
+    slow = dataclasses.replace(config, cost=config.cost.paced(3.0))
+    traffic = shape(4.0, duration_s=20.0)
+    same = measured_run(tmp_path / "same", truth, "chat", traffic, config=config)
+    slower = measured_run(tmp_path / "slow", truth, "chat", traffic, config=slow)
+    model = ForecastModel((config,))
+    rows, report = check_runs(model, [same])
+    by_metric = {row["metric"]: row for row in rows}
+    for metric in ("median_ttft_ms", "p95_ttft_ms", "median_tpot_ms", "p95_tpot_ms"):
+        assert abs(by_metric[metric]["own_stalls_error_pct"]) < 6.0, by_metric[metric]
+    assert report["median_abs_pct_own_stalls"]["p95_ttft_ms"] < 6.0
+    rows, _ = check_runs(model, [slower])
+    tpot = {row["metric"]: row for row in rows}["median_tpot_ms"]
+    assert tpot["own_stalls_error_pct"] < -50.0 and tpot["error_pct"] < -50.0, tpot
+    # the command gives both, per run and per metric
+    import json
+
+    from click.testing import CliRunner
+
+    from vprof.cli.main import cli
+    from vprof.forecast.model import write_model
+
+    write_model(model, tmp_path / "model.json")
+    result = CliRunner().invoke(
+        cli, ["forecast", "check", str(tmp_path / "model.json"), str(same), "--format", "json"]
+    )
+    assert result.exit_code == 0, result.output
+    parts = json.loads(result.stdout)
+    errors = {row["metric"]: row for row in parts["errors"]}
+    assert errors["p95_ttft_ms"]["own_stalls_median_abs_error_pct"] < 6.0
+    assert all("own_stalls" in row for row in parts["checks"])
