@@ -133,7 +133,6 @@ def analyse(runs: Path) -> None:
     from vprof.forecast.observed import load_observed
     from vprof.forecast.predict import PACE, predict
     from vprof.forecast.scenario import scenario_of_run
-    from vprof.records.rundir import RunDir
 
     by_workload = {w: _runs_by_rate(runs, w) for w in LADDERS}
     fit = [by_workload[FIT_WORKLOAD][r] for r in FIT_RATES if r in by_workload[FIT_WORKLOAD]]
@@ -167,8 +166,8 @@ def analyse(runs: Path) -> None:
                     saturated.append(name)
                 print(f"{name:34} (load generator saturated: left out)")
                 continue
-            meta = RunDir(path).meta(strict=True)
-            scenario = scenario_of_run(meta, str(path))
+            ran = load_observed(path)
+            scenario = scenario_of_run(ran.meta, str(path), ran.locust)
             prediction = predict(config, scenario, slo=SLO, spread=True, pace=True)
             predicted = prediction.summary
             notes = (predicted.get(K.FORECAST) or {}).get("notes") or []
@@ -183,7 +182,6 @@ def analyse(runs: Path) -> None:
             if workload == FIT_WORKLOAD and rate in FIT_RATES:
                 continue  # fitted on: its error is the fit's, not a prediction's
             # the run's own stalls where they happened: what is left is the steps' and queue's
-            ran = load_observed(path)
             own = predict(config, scenario, slo=SLO, own=ran).summary if ran.stalls else None
             for row in compare_summaries(name, measured, predicted, own):
                 if row["metric"] in TARGETS and row["error_pct"] is not None:

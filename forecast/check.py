@@ -27,7 +27,7 @@ def check_observed(
     """The error report of ``config`` on ``runs`` (each predicted from its own scenario)."""
     rows: list[dict[str, Any]] = []
     for o in runs:
-        s = scenario_of_run(o.meta, str(RunDir(o.path).run_json))
+        s = scenario_of_run(o.meta, str(RunDir(o.path).run_json), o.locust)
         predicted = predict(config, s, slo=o.summary.get(K.SLO)).summary
         rows.extend(compare_summaries(o.name, o.summary, predicted))
     report = error_report(rows)
@@ -87,7 +87,7 @@ def check_runs(
     configs = [matching_config(model, o) for o in observed]  # every run checked before any work
     rows: list[dict[str, Any]] = []
     for o, config in zip(observed, configs, strict=True):
-        s = scenario_of_run(o.meta, str(RunDir(o.path).run_json))
+        s = scenario_of_run(o.meta, str(RunDir(o.path).run_json), o.locust)
         slo = o.summary.get(K.SLO)
         predicted = predict(
             config, s, slo=slo, model_path=model.path, spread=True, pace=True

@@ -82,6 +82,7 @@ class Observed:
     token_s: tuple[Any, ...] | None = None
     # per request: when the schedule meant to send it (from time 0; its send where none)
     scheduled_s: Any = None
+    locust: Mapping[str, Any] = field(default_factory=dict)  # what locust.json says
 
     @property
     def workload_name(self) -> str:
@@ -196,6 +197,7 @@ def load_observed(path: str | Path) -> Observed:
         stalls=find_stalls([t for t in answered if t.size]) if answered is not None else None,
         token_s=tuple(answered[i] for i in idx) if answered is not None else None,
         scheduled_s=scheduled[idx] - epoch,
+        locust=dict(run.locust or {}),
     )
 
 

@@ -5,6 +5,7 @@ same seed sends (``RequestSynthesizer.planned_lengths``, ``arrival_offsets``).""
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -69,12 +70,17 @@ def scenario(workload: str, traffic: str, seed: int | None = None) -> Scenario:
     return Scenario(get_workload(workload), get_shape(traffic), seed)
 
 
-def scenario_of_run(meta: Mapping[str, Any], where: str) -> Scenario:
+def scenario_of_run(
+    meta: Mapping[str, Any], where: str, locust: Mapping[str, Any] | None = None
+) -> Scenario:
     """The scenario a measured run ran (its workload, shape and seed from ``run.json``).
 
     The workload is read again from its file (or by name) and must be what the run recorded:
     otherwise the run's lengths cannot be planned again, and the check would compare other
-    requests."""
+    requests. With the run's ``locust.json`` (``locust``), an open loop's warm-up is the one
+    its load generator ran (from its schedule's epoch to the warm-up's end): a sweep's level
+    takes the schedule's lead out of it (``runs.measure.level_shape``), and the schedule's
+    length, so its arrivals, follow from it."""
     from vprof.traffic import TrafficShape
     from vprof.workloads import get_workload, load_workload_file
 
@@ -108,6 +114,12 @@ def scenario_of_run(meta: Mapping[str, Any], where: str) -> Scenario:
         shape = TrafficShape(**{k: v for k, v in traffic.items() if k in names})
     except Exception as exc:
         raise ForecastError(f"its traffic shape: {exc}", path=where, key="traffic") from None
+    if shape.open_loop and locust:
+        epoch, until = locust.get("epoch"), locust.get("warmup_until")
+        if all(isinstance(t, (int, float)) and math.isfinite(t) for t in (epoch, until)):
+            ran = round(float(until) - float(epoch), 3)
+            if 0.0 <= ran and abs(ran - shape.warmup_s) > 1e-3:
+                shape = dataclasses.replace(shape, warmup_s=ran)
     seed = meta.get("seed")
     return Scenario(workload, shape, int(seed) if isinstance(seed, int) else None)
 

@@ -36,7 +36,7 @@ def predicted_curves(runs: Sequence[Any], summaries: Sequence[dict[str, Any]], m
                 "this hardware; no predicted curve"
             )
             continue
-        s = scenario_of_run(run.meta, str(RunDir(run.path).run_json))
+        s = scenario_of_run(run.meta, str(RunDir(run.path).run_json), run.locust)
         rates = around([float(m[1][K.OFFERED_LOAD]) for m in members if m[1].get(K.OFFERED_LOAD)])
         predicted = ladder(config, s, rates, model_path=model.path, pace=True)
         curve_notes: list[str] = []

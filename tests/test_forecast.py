@@ -704,3 +704,26 @@ def test_a_check_says_whether_each_measured_value_lies_within_the_step_time_band
         errors = {row["metric"]: row for row in parts["errors"]}
         assert errors["median_tpot_ms"]["within_pace_share"] == float(inside)
         assert parts["steps"][0]["step_time_all"] == pytest.approx(ratio["all"])
+
+
+def test_a_runs_scenario_has_the_warm_up_its_load_generator_ran(tmp_path):
+    """A sweep's level takes the open-loop schedule's lead out of its warm-up, and the
+    schedule's length (so its arrivals) follows from it: the run's scenario takes the warm-up
+    from locust.json (the schedule's epoch to the warm-up's end), not from the shape's name."""
+    from vprof.forecast.scenario import build_stream, scenario_of_run
+    from vprof.records.rundir import RunDir, read_json
+    from vprof.traffic import arrival_offsets
+
+    run = RunDir(measured_run(tmp_path / "r", cpu_truth(), "chat", shape(5.0, 40.0, 5.0)))
+    meta = run.meta(strict=True)
+    plain = scenario_of_run(meta, str(run.run_json))
+    assert plain.shape.warmup_s == 5.0 and plain.shape.expected_requests() == 225
+    locust = {**read_json(run.locust_json), "epoch": 100.0, "warmup_until": 104.5}
+    ran = scenario_of_run(meta, str(run.run_json), locust)
+    assert ran.shape.warmup_s == 4.5 and ran.shape.expected_requests() == 222
+    stream = build_stream(ran)
+    np.testing.assert_allclose(stream.scheduled_s, arrival_offsets(ran.shape, ran.seed or 0))
+    assert stream.requests.n == 222
+    # a warm-up it ran as named, or no epoch to read it from, leaves the shape as it is
+    for same in ({"epoch": 100.0, "warmup_until": 105.0}, {"warmup_until": 104.5}, {}):
+        assert scenario_of_run(meta, str(run.run_json), same).shape == plain.shape
