@@ -209,10 +209,11 @@ def _short(summary: dict) -> str:
 @format_option
 def check(model: str, runs: tuple[str, ...], fmt: str) -> None:
     """Each of RUNS predicted by MODEL from its own workload, traffic and seed, beside what it
-    measured, and the median absolute error per metric; each also predicted with the stalls
-    the run measured, where they happened (``own_stalls``: a miss that stays with them is the
-    model's, one that goes was the stalls' chance); per run, the model's step costs on the
-    run's own steps over their measured time (near 1: a miss lies in the queue, not the step).
+    measured, and the median absolute error per metric; each also replayed as it ran, its
+    arrivals and the stalls it measured where they happened (``own_stalls``: a miss that stays
+    with them is the model's, one that goes was the stalls' chance); per run, the model's
+    step costs on the run's own steps over their measured time (near 1: a miss lies in the
+    queue, not the step).
 
     \b
     Example:

@@ -42,8 +42,8 @@ def compare_summaries(
     with the range of the stalls' draws when the prediction has one (``predict(spread=
     True)``): ``draws_low``, ``draws_high`` and whether the measured value lies within; the
     same of the step-time band (``predict(pace=True)``): ``pace_low``, ``pace_high``,
-    ``within_pace``; and with ``own_stalls`` (the run predicted with its own stalls where
-    they happened, ``predict(recorded=…)``) its value and error: ``own_stalls``,
+    ``within_pace``; and with ``own_stalls`` (the run replayed as it ran, its own stalls
+    where they happened: ``predict(own=…)``) its value and error: ``own_stalls``,
     ``own_stalls_error_pct``."""
     keys = list(CHECK_METRICS)
     if measured.get(K.OPEN_LOOP):
