@@ -26,8 +26,10 @@ miss lies in the queue, the stalls or the scheduling.
     python benchmarks/forecast_accuracy.py --record --runs /work/notes/forecast-runs
     python benchmarks/forecast_accuracy.py --runs /work/notes/forecast-runs
 
-A recording made on a 2-core AVX-512/AMX host (2026-12-06) is kept beside this script, so a
-change to the model can be judged on it without a server:
+Two recordings made on a 2-core AVX-512/AMX host (two sittings of 2026-12-06: ``amx-2026-12-06``
+and ``amx-2026-12-06b``) are kept beside this script, so a change to the model can be judged
+on both without a server (the same code read them 19.9 and 11.1 % off on median TTFT: one
+sitting's figures are not the model's alone):
 
     mkdir /tmp/fa && tar xJf benchmarks/data/forecast/amx-2026-12-06.tar.xz -C /tmp/fa
     python benchmarks/forecast_accuracy.py --runs /tmp/fa

@@ -1,8 +1,9 @@
-"""vprof forecast on real vLLM runs: the recording kept beside the accuracy benchmark (13 runs
-of the CPU build on a 2-core AMX host, 2026-12-06) fitted on `chat` at 2–6 req/s as the
-benchmark fits it, and every other run predicted. The bounds sit above what the model gives
-today (README, "Capacity models"), so a change that makes it worse on real runs fails here,
-without a server."""
+"""vprof forecast on real vLLM runs: the recordings kept beside the accuracy benchmark (13 runs
+each of the CPU build on a 2-core AMX host, two sittings of 2026-12-06) fitted on `chat` at
+2–6 req/s as the benchmark fits it, and every other run predicted. The bounds sit above what
+the model gives today (README, "Capacity models"), so a change that makes it worse on real
+runs fails here, without a server; two sittings, so that a change is not judged on one
+sitting's chance."""
 
 from __future__ import annotations
 
@@ -13,19 +14,28 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-RECORDING = Path(__file__).parents[1] / "benchmarks/data/forecast/amx-2026-12-06.tar.xz"
+DATA = Path(__file__).parents[1] / "benchmarks/data/forecast"
 FIT = ("chat", (2.0, 4.0, 6.0))
 SLO = "ttft_p95=1000ms"
-# held-out median absolute error (%): today 2.7, 18.0, 13.2 and 18.0
-BOUNDS = {"request_throughput": 6.0, "median_ttft_ms": 22.0, "median_tpot_ms": 17.0}
-BOUNDS["p95_ttft_ms"] = 23.0
+METRICS = ("request_throughput", "median_ttft_ms", "median_tpot_ms", "p95_ttft_ms")
+# per recording, the held-out median absolute error's bounds (%), in METRICS' order; today
+# 1.5, 19.9, 14.8, 19.1 (the first sitting) and 1.0, 11.1, 13.3, 40.6 (the second)
+BOUNDS = {
+    "amx-2026-12-06.tar.xz": (6.0, 22.0, 17.0, 23.0),
+    "amx-2026-12-06b.tar.xz": (6.0, 15.0, 17.0, 45.0),
+}
+
+
+@pytest.fixture(scope="module", params=sorted(BOUNDS))
+def recording(request) -> str:
+    return request.param
 
 
 @pytest.fixture(scope="module")
-def recorded(tmp_path_factory) -> dict[tuple[str, float], Path]:
+def recorded(recording, tmp_path_factory) -> dict[tuple[str, float], Path]:
     """The recording's run folders, by (workload, offered rate)."""
     folder = tmp_path_factory.mktemp("recording")
-    with tarfile.open(RECORDING) as tar:
+    with tarfile.open(DATA / recording) as tar:
         tar.extractall(folder, filter="data")
     runs = {}
     for path in folder.glob("*/*--poisson-40s_rate_rps=*"):
@@ -50,14 +60,15 @@ def held_out(recorded, fitted) -> dict[tuple[str, float], tuple[dict, dict]]:
     from vprof.analysis.run import summaries_of
     from vprof.forecast.predict import predict
     from vprof.forecast.scenario import scenario_of_run
-    from vprof.records.rundir import RunDir
+    from vprof.records.rundir import RunDir, read_json
 
     out = {}
     for (workload, rate), path in recorded.items():
         if workload == FIT[0] and rate in FIT[1]:
             continue
         (measured,) = summaries_of(path, slo=SLO)
-        s = scenario_of_run(RunDir(path).meta(strict=True), str(path))
+        run = RunDir(path)
+        s = scenario_of_run(run.meta(strict=True), str(path), read_json(run.locust_json))
         out[workload, rate] = (measured, predict(fitted, s, slo=SLO, pace=True).summary)
     return out
 
@@ -81,7 +92,7 @@ def test_the_fitted_step_costs_price_their_own_runs_steps_within_a_few_percent(r
         assert 0.92 < ratio["all"] < 1.08, (rate, ratio)
 
 
-def test_held_out_runs_are_predicted_no_worse_than_today(held_out):
+def test_held_out_runs_are_predicted_no_worse_than_today(recording, held_out):
     from vprof.forecast.accuracy import compare_summaries, error_report
 
     rows = [
@@ -91,7 +102,7 @@ def test_held_out_runs_are_predicted_no_worse_than_today(held_out):
     ]
     report = error_report(rows)
     assert report["runs"] == 10
-    for metric, bound in BOUNDS.items():
+    for metric, bound in zip(METRICS, BOUNDS[recording], strict=True):
         assert report["median_abs_pct"][metric] <= bound, (metric, report["median_abs_pct"])
 
 
