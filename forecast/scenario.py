@@ -116,9 +116,9 @@ def scenario_of_run(
         raise ForecastError(f"its traffic shape: {exc}", path=where, key="traffic") from None
     if shape.open_loop and locust:
         epoch, until = locust.get("epoch"), locust.get("warmup_until")
-        if all(isinstance(t, (int, float)) and math.isfinite(t) for t in (epoch, until)):
+        if isinstance(epoch, (int, float)) and isinstance(until, (int, float)):
             ran = round(float(until) - float(epoch), 3)
-            if 0.0 <= ran and abs(ran - shape.warmup_s) > 1e-3:
+            if math.isfinite(ran) and 0.0 <= ran and abs(ran - shape.warmup_s) > 1e-3:
                 shape = dataclasses.replace(shape, warmup_s=ran)
     seed = meta.get("seed")
     return Scenario(workload, shape, int(seed) if isinstance(seed, int) else None)
