@@ -31,8 +31,10 @@ and ``amx-2026-12-06b``) are kept beside this script, so a change to the model c
 on both without a server (the same code read them 19.9 and 11.1 % off on median TTFT: one
 sitting's figures are not the model's alone):
 
-    mkdir /tmp/fa && tar xJf benchmarks/data/forecast/amx-2026-12-06.tar.xz -C /tmp/fa
-    python benchmarks/forecast_accuracy.py --runs /tmp/fa
+    mkdir /tmp/fa /tmp/fb
+    tar xJf benchmarks/data/forecast/amx-2026-12-06.tar.xz -C /tmp/fa
+    tar xJf benchmarks/data/forecast/amx-2026-12-06b.tar.xz -C /tmp/fb
+    python benchmarks/forecast_accuracy.py --runs /tmp/fa --runs /tmp/fb
 """
 
 from __future__ import annotations
@@ -124,9 +126,9 @@ def _sustainable(summaries: list[dict]) -> float | None:
     return answer.sustainable_rps
 
 
-def analyse(runs: Path) -> None:
-    """Fit on chat at FIT_RATES, predict every other run, print the errors against targets."""
-    import numpy as np
+def analyse(runs: Path) -> list[dict]:
+    """Fit on chat at FIT_RATES, predict every other run, print the errors against targets;
+    the held-out rows (``compare_summaries``' rows of the target metrics)."""
 
     from vprof.analysis.keys import SummaryKey as K
     from vprof.analysis.run import summaries_of
@@ -214,30 +216,7 @@ def analyse(runs: Path) -> None:
     print("\nmedian absolute error over the held-out runs (target):")
     if saturated:
         print(f"  (left out, their load generator saturated: {', '.join(saturated)})")
-    for metric, target in TARGETS.items():
-        errors = [abs(r["error_pct"]) for r in rows if r["metric"] == metric]
-        if errors:
-            median = float(np.median(errors))
-            verdict = "met" if median <= target else "missed"
-            within = ""
-            for side, words in (("draws", "the stalls' draws"), ("pace", "the step-time band")):
-                inside = [
-                    r[f"within_{side}"]
-                    for r in rows
-                    if r["metric"] == metric and f"within_{side}" in r
-                ]
-                if inside:
-                    within += f"; within {words} in {sum(inside)} of {len(inside)}"
-            own = [
-                abs(r["own_stalls_error_pct"])
-                for r in rows
-                if r["metric"] == metric and r.get("own_stalls_error_pct") is not None
-            ]
-            mine = f"; with their own stalls {float(np.median(own)):.1f} %" if own else ""
-            print(
-                f"  {metric:22} {median:6.1f} %  (≤ {target:g} %: {verdict}; "
-                f"{len(errors)} runs{mine}{within})"
-            )
+    _medians(rows)
     if knees:
         print(f"  (near the knee by the prediction's step-time band: {', '.join(knees)})")
     _step_times(config, by_workload)
@@ -257,6 +236,37 @@ def analyse(runs: Path) -> None:
             print(f"  {workload:20} {shown}{without}")
         else:
             print(f"  {workload:20} measured {measured_rps} / predicted {predicted_rps} req/s")
+    return rows
+
+
+def _medians(rows: list[dict]) -> None:
+    """Per target metric, the median absolute error over ``rows``, the same with the runs'
+    own stalls, and how many measured values lay within the draws and the band."""
+    import numpy as np
+
+    for metric, target in TARGETS.items():
+        errors = [abs(r["error_pct"]) for r in rows if r["metric"] == metric]
+        if not errors:
+            continue
+        median = float(np.median(errors))
+        verdict = "met" if median <= target else "missed"
+        within = ""
+        for side, words in (("draws", "the stalls' draws"), ("pace", "the step-time band")):
+            inside = [
+                r[f"within_{side}"] for r in rows if r["metric"] == metric and f"within_{side}" in r
+            ]
+            if inside:
+                within += f"; within {words} in {sum(inside)} of {len(inside)}"
+        own = [
+            abs(r["own_stalls_error_pct"])
+            for r in rows
+            if r["metric"] == metric and r.get("own_stalls_error_pct") is not None
+        ]
+        mine = f"; with their own stalls {float(np.median(own)):.1f} %" if own else ""
+        print(
+            f"  {metric:22} {median:6.1f} %  (≤ {target:g} %: {verdict}; "
+            f"{len(errors)} runs{mine}{within})"
+        )
 
 
 def _step_times(config, by_workload: dict[str, dict[float, Path]]) -> None:
@@ -296,13 +306,29 @@ def _range(row: dict, side: str) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--record", action="store_true", help="measure the runs on this machine")
-    parser.add_argument("--runs", type=Path, default=Path("vprof-forecast-runs"))
+    parser.add_argument(
+        "--runs",
+        type=Path,
+        action="append",
+        help="the recording's folder (default vprof-forecast-runs); analysed: one or more, "
+        "each fitted on its own, then their held-out runs pooled",
+    )
     parser.add_argument("--workload", action="append", help="record only these workloads")
     args = parser.parse_args()
+    folders = args.runs or [Path("vprof-forecast-runs")]
     if args.record:
-        record(args.runs, args.workload or list(LADDERS))
-    else:
-        analyse(args.runs)
+        if len(folders) > 1:
+            parser.error("--record takes one --runs")
+        record(folders[0], args.workload or list(LADDERS))
+        return
+    pooled: list[dict] = []
+    for folder in folders:
+        if len(folders) > 1:
+            print(f"\n=== {folder}")
+        pooled.extend(analyse(folder))
+    if len(folders) > 1:
+        print(f"\nmedian absolute error over the {len(folders)} recordings' held-out runs:")
+        _medians(pooled)
 
 
 if __name__ == "__main__":
