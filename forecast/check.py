@@ -26,27 +26,38 @@ def check_observed(
 ) -> dict[str, Any]:
     """The error report of ``config`` on ``runs`` (each predicted from its own scenario)."""
     rows: list[dict[str, Any]] = []
-    for o in runs:
+    labels = run_labels(runs)
+    for o, label in zip(runs, labels, strict=True):
         s = scenario_of_run(o.meta, str(RunDir(o.path).run_json), o.locust)
         predicted = predict(config, s, slo=o.summary.get(K.SLO)).summary
-        rows.extend(compare_summaries(o.name, o.summary, predicted))
+        rows.extend(compare_summaries(label, o.summary, predicted))
     report = error_report(rows)
     medians = report["median_abs_pct"]
     shown = ", ".join(f"{k} {v:.1f} %" for k, v in medians.items() if k in HEADLINE_KEYS)
     say(f"  median abs error over {report['runs']} runs: {shown}")
-    report["step_time"] = step_times((o, config) for o in runs)
+    report["step_time"] = step_times(zip(labels, runs, [config] * len(runs), strict=True))
     if report["step_time"]:
         ratios = ", ".join(f"{r['all']:.2f}" for r in report["step_time"].values())
         say(f"  its step costs on each run's own steps, over their measured time: {ratios}")
     return report
 
 
-def step_times(pairs: Iterable[tuple[Observed, ConfigModel]]) -> dict[str, dict[str, float]]:
-    """Per run with token times, the time its configuration's step costs give the steps the
-    run showed, over the time they took (:func:`~vprof.forecast.stepfit.step_time_ratio`):
-    near 1 the step is right for that run, and a miss lies in the queue, the stalls or the
-    scheduling; far from 1 the step costs themselves miss."""
-    return {o.name: r for o, config in pairs if (r := step_time_ratio(o, config.cost))}
+def run_labels(runs: Sequence[Observed]) -> list[str]:
+    """What names each run in a check: its name, or its folder where another run given has
+    the same name (two sittings of one sweep name their runs alike)."""
+    names = [o.name for o in runs]
+    return [str(o.path) if names.count(o.name) > 1 else o.name for o in runs]
+
+
+def step_times(
+    runs: Iterable[tuple[str, Observed, ConfigModel]],
+) -> dict[str, dict[str, float]]:
+    """Per run with token times (by its label), the time its configuration's step costs give
+    the steps the run showed, over the time they took
+    (:func:`~vprof.forecast.stepfit.step_time_ratio`): near 1 the step is right for that run,
+    and a miss lies in the queue, the stalls or the scheduling; far from 1 the step costs
+    themselves miss."""
+    return {label: r for label, o, config in runs if (r := step_time_ratio(o, config.cost))}
 
 
 def matching_config(model: ForecastModel, o: Observed) -> ConfigModel:
@@ -86,7 +97,8 @@ def check_runs(
     observed = [load_observed(p) for p in expand_runs(runs)]
     configs = [matching_config(model, o) for o in observed]  # every run checked before any work
     rows: list[dict[str, Any]] = []
-    for o, config in zip(observed, configs, strict=True):
+    labels = run_labels(observed)
+    for o, config, label in zip(observed, configs, labels, strict=True):
         s = scenario_of_run(o.meta, str(RunDir(o.path).run_json), o.locust)
         slo = o.summary.get(K.SLO)
         predicted = predict(
@@ -95,7 +107,7 @@ def check_runs(
         # the run as it ran, its stalls where they happened: what is left of a miss is the
         # model's
         own = predict(config, s, slo=slo, own=o).summary if o.stalls else None
-        rows.extend(compare_summaries(o.name, o.summary, predicted, own))
+        rows.extend(compare_summaries(label, o.summary, predicted, own))
     report = error_report(rows)
-    report["step_time"] = step_times(zip(observed, configs, strict=True))
+    report["step_time"] = step_times(zip(labels, observed, configs, strict=True))
     return rows, report

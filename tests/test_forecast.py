@@ -727,3 +727,20 @@ def test_a_runs_scenario_has_the_warm_up_its_load_generator_ran(tmp_path):
     # a warm-up it ran as named, or no epoch to read it from, leaves the shape as it is
     for same in ({"epoch": 100.0, "warmup_until": 105.0}, {"warmup_until": 104.5}, {}):
         assert scenario_of_run(meta, str(run.run_json), same).shape == plain.shape
+
+
+def test_two_runs_of_one_name_are_checked_apart(tmp_path):
+    """Two sittings of one sweep name their runs alike: a check names each by its folder
+    then, and counts and times both."""
+    config = cpu_truth().config
+    traffic = shape(4.0, duration_s=10.0)
+    first = measured_run(tmp_path / "first", cpu_truth(), "chat", traffic)
+    second = measured_run(tmp_path / "second", cpu_truth(), "chat", traffic)
+    name = json.loads((first / "run.json").read_text())["name"]
+    assert json.loads((second / "run.json").read_text())["name"] == name
+    rows, report = check_runs(ForecastModel((config,)), [first, second])
+    assert report["runs"] == 2
+    assert {row["run"] for row in rows} == {str(first), str(second)}
+    assert set(report["step_time"]) <= {str(first), str(second)}
+    alone, _ = check_runs(ForecastModel((config,)), [first])
+    assert {row["run"] for row in alone} == {name}
