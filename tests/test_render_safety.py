@@ -266,7 +266,7 @@ def test_any_text_round_trips_or_is_refused(text, vllm_parser):
         assert_vllm_reads(vllm_parser, text)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(name=_TEXT)
 def test_any_environment_name_is_valid_or_refused(name):
     profile = Profile("n", "", "m", env={name: "1"})
