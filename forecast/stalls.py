@@ -162,7 +162,35 @@ def fit_stalls(runs: Sequence[RunStalls]) -> StallProcess | None:
     )
 
 
-class PauseClock:
+class _Pauses:
+    """What :class:`PauseClock` and :class:`RecordedPauses` share: a run of consecutive steps
+    shifted by the pauses that fall in them, found by each one's ``_first_held``."""
+
+    def step_end(self, start: float, end: float) -> float:
+        raise NotImplementedError
+
+    def _first_held(self, ends: Any, j: int) -> int:
+        """The index (from ``j``) of the first of ``ends``' steps a pause may touch;
+        ``len(ends)``: none."""
+        raise NotImplementedError
+
+    def shift_ends(self, t: float, ends: Any, until: float = math.inf) -> Any:
+        """``ends`` (numpy, consecutive steps from ``t``) with the pauses that fall in the steps
+        that begin before ``until`` (the later ones are not the replay's yet)."""
+        k = len(ends)
+        j = self._first_held(ends, 0)
+        while j < k:
+            begin = float(ends[j - 1]) if j else t
+            if begin >= until:
+                break
+            new = self.step_end(begin, float(ends[j]))
+            if new != ends[j]:
+                ends[j:] += new - float(ends[j])
+            j = self._first_held(ends, j + 1)
+        return ends
+
+
+class PauseClock(_Pauses):
     """The stall process replayed: :meth:`step_end` turns a step's end as costed into its end
     with any pause that fell in it (a pause that began and ended while the engine was idle is
     not seen). Seeded: a replay with the same seed pauses at the same times."""
@@ -216,27 +244,15 @@ class PauseClock:
         """Whether a pause may touch a step ending before ``end`` (False: none can)."""
         return self.armed or self.start < end
 
-    def shift_ends(self, t: float, ends: Any, until: float = math.inf) -> Any:
-        """``ends`` (numpy, consecutive steps from ``t``) with the pauses that fall in the steps
-        that begin before ``until`` (the later ones are not the replay's yet)."""
+    def _first_held(self, ends: Any, j: int) -> int:
+        if self.armed:
+            return j
         import numpy as np
 
-        k = len(ends)
-        j = 0 if self.armed else int(np.searchsorted(ends, self.start, side="right"))
-        while j < k:
-            begin = float(ends[j - 1]) if j else t
-            if begin >= until:
-                break
-            new = self.step_end(begin, float(ends[j]))
-            if new != ends[j]:
-                ends[j:] += new - float(ends[j])
-            if not self.due_before(float(ends[-1])):
-                break
-            j = j + 1 if self.armed else max(j + 1, int(np.searchsorted(ends, self.start, "right")))
-        return ends
+        return max(j, int(np.searchsorted(ends, self.start, side="right")))
 
 
-class RecordedPauses:
+class RecordedPauses(_Pauses):
     """A run's own stalls replayed at their times (:class:`PauseClock`'s interface). A stall
     was found after the last token before a gap: its pause holds the first step that begins
     at or after that time, for its measured length, so the step in progress then still
@@ -272,26 +288,12 @@ class RecordedPauses:
         """Whether a pause may touch a step ending before ``end`` (False: none can)."""
         return bool(self.owed) or (self.next < len(self.start) and self.start[self.next] < end)
 
-    def shift_ends(self, t: float, ends: Any, until: float = math.inf) -> Any:
-        """``ends`` (numpy, consecutive steps from ``t``) with the pauses that fall in the steps
-        that begin before ``until`` (the later ones are not the replay's yet)."""
+    def _first_held(self, ends: Any, j: int) -> int:
+        if self.owed:
+            return j
+        if self.next >= len(self.start):
+            return len(ends)
         import numpy as np
 
-        k = len(ends)
-        j = 0
-        while j < k:
-            if not self.owed:
-                if self.next >= len(self.start):
-                    break
-                # the first step a pause can touch: the one in progress at its start
-                j = max(j, int(np.searchsorted(ends, self.start[self.next], side="right")))
-                if j >= k:
-                    break
-            begin = float(ends[j - 1]) if j else t
-            if begin >= until:
-                break
-            new = self.step_end(begin, float(ends[j]))
-            if new != ends[j]:
-                ends[j:] += new - float(ends[j])
-            j += 1
-        return ends
+        # the step in progress at its start (it holds the one after)
+        return max(j, int(np.searchsorted(ends, self.start[self.next], side="right")))
